@@ -1,0 +1,22 @@
+"""jax_lossy_comm: error-bounded lossy compression of the DLRM embedding all-to-all.
+
+After S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model
+Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
+"""
+
+from jax_lossy_comm.codec import compress, decompress, frame_status
+from jax_lossy_comm.frame import CODECS, STATUS, FrameInfo, describe_status, frame_capacity, frame_info
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CODECS",
+    "STATUS",
+    "FrameInfo",
+    "compress",
+    "decompress",
+    "describe_status",
+    "frame_capacity",
+    "frame_info",
+    "frame_status",
+]

@@ -1,0 +1,187 @@
+"""Codec primitives: ``compress``, ``decompress`` and ``frame_status`` as XLA FFI calls.
+
+These are the only ``jax.ffi.ffi_call`` sites of the library. Chunks are the last two
+dimensions ``[rows, dim]`` of the input (e.g. the pooled embeddings a table owner sends to one
+peer); leading dimensions are independent chunks, each with its own error bound. The format is
+described in ``xla_ffi/frame.h``; sizes and names in :mod:`jax_lossy_comm.frame`.
+
+References:
+  S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model Training
+  with Dual-Level Adaptive Lossy Compression", SC24, arXiv 2407.04272, sec. 4.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_lossy_comm import _ffi, frame
+from jax_lossy_comm.frame import CODECS, DTYPES, MODES, frame_capacity
+
+_SUPPORTED = tuple(DTYPES)
+
+
+def _check_dtype(dtype, what: str) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in _SUPPORTED:
+        raise TypeError(f"{what} must be float32, bfloat16 or float16, got {dt}")
+    return dt
+
+
+def _check_error_bound(error_bound, batch_shape: tuple[int, ...]) -> jax.Array:
+    """Broadcasts the bound to one float32 per chunk; checks concrete values eagerly."""
+    try:
+        concrete = np.asarray(error_bound, dtype=np.float64)
+    except (TypeError, jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        concrete = None
+    if concrete is not None:
+        if not np.all(np.isfinite(concrete)) or np.any(concrete < 0):
+            raise ValueError(f"error_bound must be finite and >= 0, got {error_bound}")
+    eb = jnp.asarray(error_bound, dtype=jnp.float32)
+    try:
+        return jnp.broadcast_to(eb, batch_shape)
+    except ValueError:
+        raise ValueError(f"error_bound of shape {eb.shape} does not broadcast to the chunk grid "
+                         f"{batch_shape} (the input's leading dimensions)") from None
+
+
+def compress(x: jax.Array, error_bound, *, mode: str = "rel", codec: str = "auto",
+             capacity: int | None = None, min_error_bound: float | None = None):
+    """Compresses each chunk ``x[..., rows, dim]`` into a frame with a hard error bound.
+
+    Per chunk: quantization without prediction (codes ``q = rint((x - min) / (2 eb_abs))``),
+    then the form ``codec`` names (see :data:`jax_lossy_comm.frame.CODECS`). Every finite value
+    decodes within ``eb_abs``; values the quantizer cannot honour (NaN, Inf, float rounding at
+    the edge) are stored exactly as outliers; a constant chunk costs a header only.
+
+    Args:
+      x: ``float32 | bfloat16 | float16 [..., rows, dim]``; leading dims are chunks.
+      error_bound: scalar or array broadcastable to ``x.shape[:-2]``, float; may be traced
+        (changing it does not recompile). ``mode="rel"``: ``eb_abs = error_bound * (max - min)``
+        over the chunk (SZ's REL mode, as in the paper); ``mode="abs"``: ``eb_abs = error_bound``.
+        A negative or non-finite traced bound stores the chunk raw (lossless).
+      mode: ``"rel"`` or ``"abs"`` (static).
+      codec: ``"auto" | "raw" | "fixed" | "dedup" | "entropy"`` (static).
+      capacity: static bytes per frame; default :func:`frame_capacity` of the shape, dtype,
+        codec and ``min_error_bound``.
+      min_error_bound: static smallest REL bound the traced ``error_bound`` will take; sizes the
+        fixed-rate capacity (required for ``codec="fixed"`` unless ``capacity`` is given).
+
+    Returns:
+      ``(frames uint8[..., capacity], nbytes int32[...])``. Bytes past ``nbytes`` are zero. A
+      frame that does not fit in ``capacity`` is never truncated: its ``nbytes`` is the negative
+      of the size it needs and its bytes are zero (status ``1``, overflow).
+
+    Raises:
+      TypeError: unsupported dtype. ValueError: rank < 2, unknown mode/codec, a concrete
+      negative or non-finite error bound, a capacity too small for any header, or a missing
+      ``min_error_bound`` for ``codec="fixed"``.
+    """
+    x = jnp.asarray(x)
+    dt = _check_dtype(x.dtype, "x")
+    if x.ndim < 2:
+        raise ValueError(f"x must have shape [..., rows, dim], got {x.shape}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'rel' or 'abs', got {mode!r}")
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {sorted(CODECS)}, got {codec!r}")
+    if min_error_bound is not None and not (math.isfinite(min_error_bound) and min_error_bound > 0):
+        raise ValueError(f"min_error_bound must be finite and > 0, got {min_error_bound}")
+    if capacity is None:
+        capacity = frame_capacity(x.shape, dt, codec, min_error_bound, mode)
+    capacity = int(capacity)
+    if capacity < frame.header_bytes(x.shape[-2], x.shape[-1]):
+        raise ValueError(f"capacity {capacity} is smaller than a frame header")
+    batch = x.shape[:-2]
+    eb = _check_error_bound(error_bound, batch)
+    if not _ffi.available():
+        from jax_lossy_comm import reference
+        return reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
+    _ffi.ensure_registered()
+    call = jax.ffi.ffi_call(
+        "lc_compress",
+        (jax.ShapeDtypeStruct(batch + (capacity,), jnp.uint8),
+         jax.ShapeDtypeStruct(batch, jnp.int32)),
+        vmap_method="broadcast_all",
+    )
+    return call(x, eb, mode=np.int32(MODES[mode]), codec=np.int32(CODECS[codec]))
+
+
+def _chunk_shape(frames: jax.Array, shape: Sequence[int]) -> tuple[int, int]:
+    shape = tuple(int(s) for s in shape)
+    lead = tuple(frames.shape[:-1])
+    if len(shape) == 2:
+        return shape
+    if len(shape) == len(lead) + 2 and shape[:-2] == lead:
+        return shape[-2:]
+    raise ValueError(f"shape must be (rows, dim) or frames.shape[:-1] + (rows, dim) = {lead} + "
+                     f"(rows, dim), got {shape}")
+
+
+def _check_frames(frames, nbytes):
+    frames, nbytes = jnp.asarray(frames), jnp.asarray(nbytes)
+    if frames.dtype != jnp.uint8 or frames.ndim < 1:
+        raise TypeError(f"frames must be uint8[..., capacity], got {frames.dtype}{frames.shape}")
+    if nbytes.dtype != jnp.int32 or nbytes.shape != frames.shape[:-1]:
+        raise TypeError(f"nbytes must be int32{frames.shape[:-1]}, got {nbytes.dtype}{nbytes.shape}")
+    return frames, nbytes
+
+
+def decompress(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int], dtype=jnp.float32,
+               return_status: bool = False):
+    """Decodes frames made by :func:`compress` (on any platform) back to values.
+
+    Args:
+      frames: ``uint8[..., capacity]``.
+      nbytes: ``int32[...]`` byte counts (negative: overflow).
+      shape: chunk shape ``(rows, dim)`` (or the full output shape); static.
+      dtype: output dtype, the input dtype of ``compress`` (static).
+      return_status: also return the per-frame status.
+
+    Returns:
+      ``x_hat [..., rows, dim]`` of ``dtype``, and with ``return_status`` the status
+      ``int32[...]`` (0 valid; see :data:`jax_lossy_comm.frame.STATUS`). A frame that is
+      malformed, truncated, corrupt or of another shape decodes to NaN, never to garbage.
+
+    Raises:
+      TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
+    """
+    frames, nbytes = _check_frames(frames, nbytes)
+    rows, dim = _chunk_shape(frames, shape)
+    dt = _check_dtype(dtype, "dtype")
+    if not _ffi.available():
+        from jax_lossy_comm import reference
+        x, status = reference.decompress(frames, nbytes, shape=(rows, dim), dtype=dt)
+    else:
+        _ffi.ensure_registered()
+        call = jax.ffi.ffi_call(
+            "lc_decompress",
+            (jax.ShapeDtypeStruct(nbytes.shape + (rows, dim), dt),
+             jax.ShapeDtypeStruct(nbytes.shape, jnp.int32)),
+            vmap_method="broadcast_all",
+        )
+        x, status = call(frames, nbytes)
+    return (x, status) if return_status else x
+
+
+def frame_status(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int],
+                 dtype=jnp.float32) -> jax.Array:
+    """Checks frames fully without writing values: ``int32[...]``, 0 = valid.
+
+    Args and errors as :func:`decompress`; the status codes are in
+    :data:`jax_lossy_comm.frame.STATUS` (1 overflow, 2 truncated, 7 checksum, 8 corrupt, ...).
+    """
+    frames, nbytes = _check_frames(frames, nbytes)
+    rows, dim = _chunk_shape(frames, shape)
+    dt = _check_dtype(dtype, "dtype")
+    if not _ffi.available():
+        return decompress(frames, nbytes, shape=(rows, dim), dtype=dt, return_status=True)[1]
+    _ffi.ensure_registered()
+    call = jax.ffi.ffi_call("lc_frame_status", jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
+                            vmap_method="broadcast_all")
+    return call(frames, nbytes, rows=np.int64(rows), dim=np.int64(dim),
+                dtype=np.int32(DTYPES[dt]))

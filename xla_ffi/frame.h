@@ -1,0 +1,892 @@
+// jax_lossy_comm frame format and codec core, shared by the CPU and CUDA handlers.
+//
+// One frame encodes one chunk x[rows, dim] of float32, bfloat16 or float16 values with an
+// absolute error bound eb_abs: every finite value comes back with |x - x_hat| <= eb_abs,
+// values the quantizer cannot honour (NaN, +-Inf, float rounding at the edge, range overflow)
+// are stored exactly as outliers. Quantization has no prediction (Feng et al., SC24, sec. 4:
+// prediction does not help on embedding vectors); whole code rows are deduplicated (hot ids
+// repeat pooled vectors) and the dictionary codes and row indices are bit-packed or
+// canonical-Huffman coded, whichever is smaller.
+//
+// Frame layout, version 1, all integers little-endian, varints are unsigned LEB128:
+//   u8  magic 0xE5
+//   u8  version (high nibble) | form (low nibble: 0 raw, 1 quantized)
+//   u8  flags: bits 0-1 dtype (0 f32, 1 bf16, 2 f16), bit 2 mode (0 rel, 1 abs),
+//       bit 3 dedup (an index section maps rows to dictionary rows; else identity),
+//       bit 4 codes Huffman-coded (else bit-packed), bit 5 index Huffman-coded
+//   u8  bits b of one quantization code (0..24)
+//   u32 checksum over the whole frame with these four bytes read as zero (lc_checksum)
+//   varint rows, varint dim
+//   raw form:       rows*dim values in the input dtype
+//   quantized form: f32 eb_abs, f32 base (the chunk minimum), varint n_outliers,
+//                   [dedup: varint n_unique], codes section, [dedup: index section],
+//                   outlier positions (pos_bytes each), outlier values (input dtype)
+//   bit-packed section: count*bits bits, LSB first, padded to a byte
+//   Huffman section:  varint nsym, nsym 4-bit code lengths (low nibble first),
+//                     varint byte size of each segment of LC_SEG symbols, the segments
+//                     (each an LSB-first bit stream of canonical codes, padded to a byte)
+// Decoding x_hat = base + (float)q * (2 * eb_abs) in float32, rounded to the output dtype.
+//
+// Everything here is plain C++ with no allocation: the caller hands in a workspace of
+// lc_workspace_bytes(rows, dim) bytes. LC_HD marks functions usable on host and device.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <math.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define LC_HD __host__ __device__ __forceinline__
+#else
+#define LC_HD inline
+#endif
+
+namespace lc {
+
+// ---------------------------------------------------------------- constants and status
+constexpr uint8_t kMagic = 0xE5;
+constexpr uint8_t kVersion = 1;
+constexpr int kHeaderFixed = 8;         // magic, version|form, flags, bits, checksum
+constexpr int kMaxBits = 24;            // codes stay exact in float32
+constexpr int kMaxHuffLen = 12;         // decode table of at most 4096 entries
+constexpr int kMaxHuffSymbols = 4096;   // larger alphabets are bit-packed
+constexpr int kSeg = 1024;              // symbols per independently decodable segment
+
+enum Form : int { kFormRaw = 0, kFormQuant = 1 };
+enum DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+enum Mode : int { kRel = 0, kAbs = 1 };
+// What the caller asks for; kAuto takes the smallest frame of all forms.
+enum Codec : int { kCodecAuto = 0, kCodecRaw = 1, kCodecFixed = 2, kCodecDedup = 3,
+                   kCodecEntropy = 4 };
+enum Flag : int { kFlagDedup = 8, kFlagCodesHuff = 16, kFlagIndexHuff = 32 };
+
+// Per-frame status, returned by the decoder and validator (0 = valid).
+enum Status : int32_t {
+  kOk = 0,
+  kOverflow = 1,        // the encoder needed more than the capacity (nbytes < 0)
+  kTruncated = 2,       // nbytes out of [header, capacity] or sections past the end
+  kBadMagic = 3,
+  kBadVersion = 4,
+  kBadHeader = 5,       // a field out of range
+  kShapeMismatch = 6,   // rows, dim or dtype differ from what the caller expects
+  kBadChecksum = 7,
+  kCorrupt = 8,         // a section that does not decode (bad code table, index range)
+  kTrailingBytes = 9,   // sections end before nbytes
+};
+
+LC_HD int dtype_size(int dtype) { return dtype == kF32 ? 4 : 2; }
+
+// ---------------------------------------------------------------- small helpers
+LC_HD uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+LC_HD float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+LC_HD bool is_finite_bits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
+
+LC_HD int bits_for(uint32_t v) {  // bits to hold values 0..v
+  int b = 0;
+  while (b < 32 && (v >> b) != 0) ++b;
+  return b;
+}
+
+LC_HD float bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+LC_HD uint16_t f32_to_bf16(float f) {  // round to nearest even; NaN stays NaN
+  uint32_t u = f2u(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+LC_HD float f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+  if (exp == 0x1f) return u2f(sign | 0x7f800000u | (man << 13));
+  if (exp == 0) {
+    if (man == 0) return u2f(sign);
+    float v = (float)man * (1.0f / 16777216.0f);  // man * 2^-24, exact
+    return (sign ? -v : v);
+  }
+  return u2f(sign | ((exp + 112u) << 23) | (man << 13));
+}
+LC_HD uint16_t f32_to_f16(float f) {  // round to nearest even, overflow to Inf
+  uint32_t u = f2u(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  // rounds to >= 65520: Inf
+  if (a < 0x38800000u) {                                     // below 2^-14: subnormal
+    if (a < 0x33000000u) return (uint16_t)sign;               // below 2^-25: zero
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e;                                // 14 + (113 - e) - 1
+    uint32_t r = m >> shift, rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = a - 0x38000000u;  // rebias exponent by -112
+  uint32_t keep = r >> 13, rem = r & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (keep & 1u))) ++keep;
+  return (uint16_t)(sign | keep);
+}
+
+LC_HD float load_value(const uint8_t* p, int dtype, size_t i) {
+  if (dtype == kF32) { float f; memcpy(&f, p + 4 * i, 4); return f; }
+  uint16_t h; memcpy(&h, p + 2 * i, 2);
+  return dtype == kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+// Round a float32 to the output dtype and back, as the decoder stores it.
+LC_HD float round_to_dtype(float f, int dtype) {
+  if (dtype == kF32) return f;
+  return dtype == kBF16 ? bf16_to_f32(f32_to_bf16(f)) : f16_to_f32(f32_to_f16(f));
+}
+LC_HD void store_value(uint8_t* p, int dtype, size_t i, float f) {
+  if (dtype == kF32) { memcpy(p + 4 * i, &f, 4); return; }
+  uint16_t h = dtype == kBF16 ? f32_to_bf16(f) : f32_to_f16(f);
+  memcpy(p + 2 * i, &h, 2);
+}
+
+// |x - y| <= eb decided exactly in float32 (TwoSum gives the rounding error of x - y), so the
+// CPU, CUDA and jax.numpy reference agree bit for bit. False for non-finite x, y or eb.
+LC_HD bool within_bound(float x, float y, float eb) {
+  float s = x - y;
+  float bb = s - x;
+  float err = (x - (s - bb)) + ((-y) - bb);
+  float a = s < 0.0f ? -s : s;
+  if (a < eb) return true;
+  if (a == eb) return s > 0.0f ? err <= 0.0f : err >= 0.0f;
+  return false;
+}
+
+// ---------------------------------------------------------------- checksum
+LC_HD uint32_t fmix32(uint32_t h) {  // MurmurHash3 finalizer, a bijection
+  h ^= h >> 16; h *= 0x85ebca6bu; h ^= h >> 13; h *= 0xc2b2ae35u; h ^= h >> 16;
+  return h;
+}
+// Sum over 32-bit little-endian words w_i (bytes 4..7 read as zero, the tail zero-padded) of
+// fmix32(w_i ^ (i * 0x9E3779B9)), seeded with the length. A change of any one word always
+// changes the sum; the sum is order-aware and reduces in parallel on a GPU.
+LC_HD uint32_t checksum_word(const uint8_t* f, size_t n, size_t i) {
+  uint32_t w = 0;
+  if (i == 1) return fmix32(0u ^ (uint32_t)(1u * 0x9E3779B9u));
+  size_t o = 4 * i;
+  if (o + 4 <= n) {
+    w = (uint32_t)f[o] | ((uint32_t)f[o + 1] << 8) | ((uint32_t)f[o + 2] << 16) |
+        ((uint32_t)f[o + 3] << 24);
+  } else {
+    for (size_t k = 0; o + k < n; ++k) w |= (uint32_t)f[o + k] << (8 * k);
+  }
+  return fmix32(w ^ (uint32_t)(i * 0x9E3779B9u));
+}
+LC_HD uint32_t lc_checksum(const uint8_t* f, size_t n) {
+  uint32_t h = fmix32((uint32_t)n * 0x27d4eb2fu + 0x165667b1u);
+  size_t words = (n + 3) / 4;
+  for (size_t i = 0; i < words; ++i) h += checksum_word(f, n, i);
+  return h;
+}
+
+// ---------------------------------------------------------------- byte and bit I/O
+LC_HD int varint_size(uint64_t v) { int n = 1; while (v >= 0x80) { v >>= 7; ++n; } return n; }
+LC_HD size_t put_varint(uint8_t* p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) { p[n++] = (uint8_t)(v | 0x80); v >>= 7; }
+  p[n++] = (uint8_t)v;
+  return n;
+}
+LC_HD void put_u32(uint8_t* p, uint32_t v) {
+  p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+}
+LC_HD uint32_t get_u32(const uint8_t* p) {
+  return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+// Bounds-checked reader over [p, end): never reads outside, records failure instead.
+struct Reader {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool ok;
+  LC_HD bool need(size_t n) { if ((size_t)(end - p) < n) ok = false; return ok; }
+  LC_HD uint64_t varint(uint64_t max) {
+    uint64_t v = 0;
+    for (int s = 0; s < 64; s += 7) {
+      if (!need(1)) return 0;
+      uint8_t b = *p++;
+      v |= (uint64_t)(b & 0x7f) << s;
+      if (!(b & 0x80)) break;
+      if (s >= 56) { ok = false; return 0; }
+    }
+    if (v > max) { ok = false; return 0; }
+    return v;
+  }
+  LC_HD uint32_t u32() { if (!need(4)) return 0; uint32_t v = get_u32(p); p += 4; return v; }
+  LC_HD const uint8_t* take(size_t n) { if (!need(n)) return nullptr; const uint8_t* q = p; p += n; return q; }
+};
+
+// LSB-first bit writer into a buffer the caller sized exactly.
+struct BitWriter {
+  uint8_t* p;
+  uint64_t acc;
+  int nacc;
+  LC_HD void put(uint32_t v, int n) {  // n <= 32
+    acc |= (uint64_t)v << nacc;
+    nacc += n;
+    while (nacc >= 8) { *p++ = (uint8_t)acc; acc >>= 8; nacc -= 8; }
+  }
+  LC_HD uint8_t* flush() { if (nacc > 0) { *p++ = (uint8_t)acc; acc = 0; nacc = 0; } return p; }
+};
+
+// LSB-first bit reader over [p, end); reading past the end yields zeros and sets overrun.
+struct BitReader {
+  const uint8_t* p;
+  const uint8_t* end;
+  uint64_t acc;
+  int nacc;
+  bool overrun;
+  // Branchless refill (F. Giesen, "Reading bits in far too many ways", variant 4): bytes
+  // loaded beyond the whole ones consumed are loaded again at the same position later.
+  LC_HD void refill() {
+    if (end - p >= 8) {
+      uint64_t w;
+      memcpy(&w, p, 8);  // little-endian hosts and devices only (x86-64, aarch64, CUDA)
+      acc |= w << nacc;
+      p += (63 - nacc) >> 3;
+      nacc |= 56;
+      return;
+    }
+    while (nacc <= 56 && p < end) { acc |= (uint64_t)(*p++) << nacc; nacc += 8; }
+  }
+  LC_HD uint32_t peek(int n) { if (nacc < n) refill(); return (uint32_t)(acc & ((1ull << n) - 1)); }
+  LC_HD void skip(int n) {
+    if (n > nacc) { overrun = true; acc = 0; nacc = 0; return; }
+    acc >>= n; nacc -= n;
+  }
+  LC_HD uint32_t get(int n) { uint32_t v = peek(n); skip(n); return v; }
+};
+
+LC_HD size_t packed_bytes(uint64_t count, int bits) { return (size_t)((count * (uint64_t)bits + 7) / 8); }
+
+// ---------------------------------------------------------------- Huffman (canonical)
+// Code lengths for freq[0..nsym) limited to kMaxHuffLen; symbols with freq 0 get length 0.
+// tmp needs 2 * nsym uint32 (sorted pairs, lengths). One used symbol gets length 1.
+// Lengths follow Moffat & Katajainen's in-place minimum-redundancy algorithm (WADS 1995),
+// limited by the Kraft repair of zlib/miniz.
+LC_HD void huff_lengths(const uint32_t* freq, int nsym, uint8_t* len, uint64_t* sorted,
+                        uint32_t* A) {
+  int n = 0;
+  for (int s = 0; s < nsym; ++s) {
+    len[s] = 0;
+    if (freq[s]) sorted[n++] = ((uint64_t)freq[s] << 16) | (uint64_t)s;
+  }
+  if (n == 0) return;
+  if (n == 1) { len[sorted[0] & 0xffff] = 1; return; }
+  // Shell sort ascending by frequency (small n; no library sort on the device).
+  for (int gap = n / 2; gap > 0; gap /= 2)
+    for (int i = gap; i < n; ++i) {
+      uint64_t v = sorted[i];
+      int j = i;
+      for (; j >= gap && sorted[j - gap] > v; j -= gap) sorted[j] = sorted[j - gap];
+      sorted[j] = v;
+    }
+  for (int i = 0; i < n; ++i) A[i] = (uint32_t)(sorted[i] >> 16);
+  // Moffat-Katajainen: A holds frequencies ascending; afterwards, code lengths.
+  {
+    int root = 0, leaf = 2, next;
+    A[0] += A[1];
+    for (next = 1; next < n - 1; ++next) {
+      if (leaf >= n || A[root] < A[leaf]) { A[next] = A[root]; A[root++] = (uint32_t)next; }
+      else A[next] = A[leaf++];
+      if (leaf >= n || (root < next && A[root] < A[leaf])) { A[next] += A[root]; A[root++] = (uint32_t)next; }
+      else A[next] += A[leaf++];
+    }
+    A[n - 2] = 0;
+    for (next = n - 3; next >= 0; --next) A[next] = A[A[next]] + 1;
+    int avbl = 1, used = 0, dpth = 0;
+    root = n - 2; next = n - 1;
+    while (avbl > 0) {
+      while (root >= 0 && (int)A[root] == dpth) { ++used; --root; }
+      while (avbl > used) { A[next--] = (uint32_t)dpth; --avbl; }
+      avbl = 2 * used; ++dpth; used = 0;
+    }
+  }
+  // Count per length, then enforce the maximum length keeping Kraft's sum at exactly one.
+  uint32_t count[33];
+  for (int i = 0; i <= 32; ++i) count[i] = 0;
+  for (int i = 0; i < n; ++i) count[A[i] > 32 ? 32 : A[i]]++;
+  for (int i = kMaxHuffLen + 1; i <= 32; ++i) { count[kMaxHuffLen] += count[i]; count[i] = 0; }
+  uint32_t total = 0;
+  for (int i = kMaxHuffLen; i > 0; --i) total += count[i] << (kMaxHuffLen - i);
+  while (total != (1u << kMaxHuffLen)) {
+    count[kMaxHuffLen]--;
+    for (int i = kMaxHuffLen - 1; i > 0; --i)
+      if (count[i]) { count[i]--; count[i + 1] += 2; break; }
+    total--;
+  }
+  // Most frequent symbols (end of the ascending list) take the shortest lengths.
+  int k = n - 1;
+  for (int l = 1; l <= kMaxHuffLen; ++l)
+    for (uint32_t c = 0; c < count[l]; ++c) len[sorted[k--] & 0xffff] = (uint8_t)l;
+}
+
+// Canonical codes (bit-reversed for LSB-first streams) from lengths. Returns false when the
+// lengths over-subscribe the code space (a corrupt table).
+LC_HD bool huff_codes(const uint8_t* len, int nsym, uint16_t* code, int* max_len) {
+  uint32_t count[kMaxHuffLen + 1], next[kMaxHuffLen + 2];
+  for (int i = 0; i <= kMaxHuffLen; ++i) count[i] = 0;
+  int ml = 0;
+  for (int s = 0; s < nsym; ++s) {
+    if (len[s] > kMaxHuffLen) return false;
+    count[len[s]]++;
+    if (len[s] > ml) ml = len[s];
+  }
+  count[0] = 0;
+  uint32_t kraft = 0;
+  for (int l = 1; l <= kMaxHuffLen; ++l) kraft += count[l] << (kMaxHuffLen - l);
+  if (kraft > (1u << kMaxHuffLen)) return false;
+  // Deflate's canonical assignment (RFC 1951, sec. 3.2.2).
+  uint32_t c = 0;
+  for (int l = 1; l <= kMaxHuffLen; ++l) { c = (c + count[l - 1]) << 1; next[l] = c; }
+  for (int s = 0; s < nsym; ++s) {
+    int l = len[s];
+    if (!l) { code[s] = 0; continue; }
+    uint32_t v = next[l]++, r = 0;
+    for (int i = 0; i < l; ++i) r |= ((v >> i) & 1u) << (l - 1 - i);
+    code[s] = (uint16_t)r;
+  }
+  *max_len = ml;
+  return true;
+}
+
+// Decode table of 2^table_bits entries: (symbol << 8) | length; length 0 marks a hole.
+LC_HD void huff_table(const uint8_t* len, const uint16_t* code, int nsym, int table_bits,
+                      uint32_t* table) {
+  uint32_t size = 1u << table_bits;
+  for (uint32_t i = 0; i < size; ++i) table[i] = 0;
+  for (int s = 0; s < nsym; ++s) {
+    int l = len[s];
+    if (!l) continue;
+    for (uint32_t i = code[s]; i < size; i += (1u << l)) table[i] = ((uint32_t)s << 8) | (uint32_t)l;
+  }
+}
+
+// ---------------------------------------------------------------- workspace
+// Scratch one chunk needs; the handler gives each worker one such block.
+struct Workspace {
+  uint32_t* codes;     // [n] quantization codes
+  uint32_t* outliers;  // [n] outlier positions
+  int32_t* hash;       // [hash_size] row hash table
+  uint32_t* dict_rows; // [rows] source row of each dictionary entry
+  uint32_t* index;     // [rows] dictionary index of each row
+  float* dict_vals;    // [n] decoded dictionary values (decoder)
+  uint32_t* freq;      // [kMaxHuffSymbols]
+  uint32_t* tmp;       // [kMaxHuffSymbols] Huffman scratch / decode table
+  uint64_t* sorted;    // [kMaxHuffSymbols]
+  uint16_t* code_a;    // [kMaxHuffSymbols] codes section Huffman codes
+  uint16_t* code_b;    // [kMaxHuffSymbols] index section Huffman codes
+  uint8_t* len_a;      // [kMaxHuffSymbols]
+  uint8_t* len_b;      // [kMaxHuffSymbols]
+  uint32_t hash_size;
+};
+
+LC_HD uint32_t hash_size_for(uint64_t rows) {
+  uint32_t h = 16;
+  while (h < 2 * rows) h <<= 1;
+  return h;
+}
+LC_HD size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
+LC_HD size_t workspace_bytes(uint64_t rows, uint64_t dim) {
+  uint64_t n = rows * dim;
+  size_t b = 0;
+  b += align16(4 * n) * 3;                        // codes, outliers, dict_vals
+  b += align16(4 * (size_t)hash_size_for(rows));  // hash
+  b += align16(4 * rows) * 2;                     // dict_rows, index
+  b += align16(4 * kMaxHuffSymbols) * 2;          // freq, tmp
+  b += align16(8 * kMaxHuffSymbols);              // sorted
+  b += align16(2 * kMaxHuffSymbols) * 2 + align16(kMaxHuffSymbols) * 2;
+  return b;
+}
+LC_HD Workspace carve_workspace(uint8_t* base, uint64_t rows, uint64_t dim) {
+  Workspace w;
+  uint64_t n = rows * dim;
+  size_t o = 0;
+  w.codes = (uint32_t*)(base + o); o += align16(4 * n);
+  w.outliers = (uint32_t*)(base + o); o += align16(4 * n);
+  w.dict_vals = (float*)(base + o); o += align16(4 * n);
+  w.hash_size = hash_size_for(rows);
+  w.hash = (int32_t*)(base + o); o += align16(4 * (size_t)w.hash_size);
+  w.dict_rows = (uint32_t*)(base + o); o += align16(4 * rows);
+  w.index = (uint32_t*)(base + o); o += align16(4 * rows);
+  w.freq = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
+  w.tmp = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
+  w.sorted = (uint64_t*)(base + o); o += align16(8 * kMaxHuffSymbols);
+  w.code_a = (uint16_t*)(base + o); o += align16(2 * kMaxHuffSymbols);
+  w.code_b = (uint16_t*)(base + o); o += align16(2 * kMaxHuffSymbols);
+  w.len_a = base + o; o += align16(kMaxHuffSymbols);
+  w.len_b = base + o; o += align16(kMaxHuffSymbols);
+  return w;
+}
+
+// ---------------------------------------------------------------- sizes and capacity
+LC_HD int pos_bytes_for(uint64_t n) { return n <= 0x100 ? 1 : n <= 0x10000 ? 2 : n <= 0x1000000 ? 3 : 4; }
+LC_HD size_t header_bytes(uint64_t rows, uint64_t dim) {
+  return kHeaderFixed + varint_size(rows) + varint_size(dim);
+}
+LC_HD size_t raw_frame_bytes(uint64_t rows, uint64_t dim, int dtype) {
+  return header_bytes(rows, dim) + (size_t)(rows * dim) * dtype_size(dtype);
+}
+// The fixed-rate form without outliers: header, eb, base, n_outliers = 0, codes.
+LC_HD size_t fixed_frame_bytes(uint64_t rows, uint64_t dim, int bits) {
+  return header_bytes(rows, dim) + 8 + 1 + packed_bytes(rows * dim, bits);
+}
+// Largest code in REL mode for a relative bound eb_rel: range / (2 eb_rel range) = 1/(2 eb_rel),
+// plus one for float rounding.
+LC_HD int rel_bits_for(double eb_rel) {
+  double m = 1.0 / (2.0 * eb_rel);
+  if (!(m < (double)(1u << kMaxBits))) return 32;
+  return bits_for((uint32_t)m + 1u);
+}
+
+// ---------------------------------------------------------------- Huffman section sizing
+struct SectionPlan {
+  bool huff;
+  int nsym;
+  int table_bits;
+  size_t bytes;  // whole section
+};
+
+// Bytes of one Huffman section for symbols sym(i), i < count, with lengths len.
+template <typename SymFn>
+LC_HD size_t huff_section_bytes(SymFn sym, uint64_t count, int nsym, const uint8_t* len) {
+  size_t b = varint_size((uint64_t)nsym) + (size_t)(nsym + 1) / 2;
+  for (uint64_t s0 = 0; s0 < count; s0 += kSeg) {
+    uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
+    uint64_t bits = 0;
+    for (uint64_t i = s0; i < s1; ++i) bits += len[sym(i)];
+    size_t seg = (size_t)((bits + 7) / 8);
+    b += varint_size(seg) + seg;
+  }
+  return b;
+}
+
+template <typename SymFn>
+LC_HD SectionPlan plan_section(SymFn sym, uint64_t count, int nsym, int bits, bool allow_huff,
+                               Workspace& w, uint8_t* len, uint16_t* code) {
+  SectionPlan p;
+  p.huff = false;
+  p.nsym = nsym;
+  p.table_bits = 0;
+  p.bytes = packed_bytes(count, bits);
+  if (!allow_huff || count == 0 || nsym < 2 || nsym > kMaxHuffSymbols) return p;
+  for (int s = 0; s < nsym; ++s) w.freq[s] = 0;
+  for (uint64_t i = 0; i < count; ++i) w.freq[sym(i)]++;
+  huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
+  int ml = 0;
+  if (!huff_codes(len, nsym, code, &ml)) return p;
+  size_t hb = huff_section_bytes(sym, count, nsym, len);
+  if (hb < p.bytes) { p.huff = true; p.bytes = hb; p.table_bits = ml; }
+  return p;
+}
+
+template <typename SymFn>
+LC_HD uint8_t* write_packed(uint8_t* o, SymFn sym, uint64_t count, int bits) {
+  if (bits == 0) return o;
+  BitWriter bw = {o, 0, 0};
+  for (uint64_t i = 0; i < count; ++i) bw.put(sym(i), bits);
+  return bw.flush();
+}
+
+template <typename SymFn>
+LC_HD uint8_t* write_huff(uint8_t* o, SymFn sym, uint64_t count, int nsym, const uint8_t* len,
+                          const uint16_t* code) {
+  o += put_varint(o, (uint64_t)nsym);
+  for (int s = 0; s < nsym; s += 2) *o++ = (uint8_t)(len[s] | ((s + 1 < nsym ? len[s + 1] : 0) << 4));
+  for (uint64_t s0 = 0; s0 < count; s0 += kSeg) {
+    uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
+    uint64_t bits = 0;
+    for (uint64_t i = s0; i < s1; ++i) bits += len[sym(i)];
+    size_t seg = (size_t)((bits + 7) / 8);
+    o += put_varint(o, seg);
+    BitWriter bw = {o, 0, 0};
+    for (uint64_t i = s0; i < s1; ++i) { uint32_t v = sym(i); bw.put(code[v], len[v]); }
+    o = bw.flush();
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------- encoder
+struct EncodeResult {
+  int64_t nbytes;  // frame bytes written, or -(bytes needed) when over capacity
+};
+
+// Encodes chunk `in` (rows*dim values of dtype) into out[0, capacity), zero-filling the rest.
+// eb is the relative (mode kRel) or absolute (kAbs) error bound. A negative, NaN or infinite
+// eb, or a range the codes cannot span, gives the raw form (lossless).
+LC_HD EncodeResult encode_chunk(const uint8_t* in, uint64_t rows, uint64_t dim, int dtype,
+                                float eb, int mode, int codec, uint8_t* out, size_t capacity,
+                                Workspace& w) {
+  const uint64_t n = rows * dim;
+  const int isz = dtype_size(dtype);
+  const size_t hdr = header_bytes(rows, dim);
+  const size_t raw_bytes = raw_frame_bytes(rows, dim, dtype);
+
+  // 1. Range over finite values.
+  float vmin = 0.0f, vmax = 0.0f;
+  bool any = false;
+  for (uint64_t i = 0; i < n; ++i) {
+    float v = load_value(in, dtype, i);
+    if (!is_finite_bits(f2u(v))) continue;
+    if (!any) { vmin = vmax = v; any = true; }
+    else { vmin = v < vmin ? v : vmin; vmax = v > vmax ? v : vmax; }
+  }
+  // 2. Quantize and verify every value; collect outliers.
+  bool quant_ok = codec != kCodecRaw && n > 0 && eb >= 0.0f && is_finite_bits(f2u(eb));
+  float range = vmax - vmin;
+  float eb_abs = mode == kRel ? eb * range : eb;
+  float step = eb_abs * 2.0f;
+  float inv = 0.0f;
+  uint32_t maxcode = 0;
+  uint64_t n_out = 0;
+  bool constant = range == 0.0f;
+  if (quant_ok && !constant) {
+    quant_ok = is_finite_bits(f2u(step)) && step > 0.0f;
+    if (quant_ok) {
+      inv = 1.0f / step;
+      float mc = rintf(range * inv);
+      quant_ok = is_finite_bits(f2u(inv)) && mc >= 0.0f && mc < (float)(1u << kMaxBits);
+      if (quant_ok) maxcode = (uint32_t)mc;
+    }
+  }
+  if (!is_finite_bits(f2u(eb_abs))) quant_ok = false;
+  if (quant_ok) {
+    for (uint64_t i = 0; i < n; ++i) {
+      float v = load_value(in, dtype, i);
+      uint32_t q = 0;
+      bool ok;
+      if (!is_finite_bits(f2u(v))) ok = false;
+      else if (constant) ok = true;  // every finite value equals vmin
+      else {
+        float qf = rintf((v - vmin) * inv);
+        qf = qf < 0.0f ? 0.0f : (qf > (float)maxcode ? (float)maxcode : qf);
+        q = (uint32_t)qf;
+        float rec = round_to_dtype(vmin + qf * step, dtype);
+        ok = within_bound(v, rec, eb_abs);
+        if (!ok) {
+          // x sits at a rounding midpoint: the neighbouring code may honour the bound.
+          float q2 = qf + (v > rec ? 1.0f : -1.0f);
+          if (q2 >= 0.0f && q2 <= (float)maxcode &&
+              within_bound(v, round_to_dtype(vmin + q2 * step, dtype), eb_abs)) {
+            q = (uint32_t)q2;
+            ok = true;
+          }
+        }
+      }
+      w.codes[i] = q;
+      if (!ok) w.outliers[n_out++] = (uint32_t)i;
+    }
+  }
+  const int bits = quant_ok ? bits_for(maxcode) : 0;
+  const int pb = pos_bytes_for(n);
+  const size_t out_bytes = (size_t)n_out * (size_t)(pb + isz);
+  const size_t qhdr = hdr + 8 + varint_size(n_out);
+
+  // 3. Candidate sizes: raw, fixed-rate codes, dictionary of distinct code rows.
+  const size_t kNone = (size_t)-1;
+  size_t fixed_bytes = quant_ok ? qhdr + packed_bytes(n, bits) + out_bytes : kNone;
+  size_t dict_bytes = kNone;
+  SectionPlan pc = {false, 0, 0, 0}, pi = {false, 0, 0, 0};
+  uint64_t n_unique = rows;
+  const bool want_dict = quant_ok && (codec == kCodecAuto || codec == kCodecDedup || codec == kCodecEntropy);
+  const bool allow_huff = codec == kCodecAuto || codec == kCodecEntropy;
+  if (want_dict) {
+    // Distinct code rows in first-occurrence order (open addressing on a row hash).
+    for (uint32_t i = 0; i < w.hash_size; ++i) w.hash[i] = -1;
+    n_unique = 0;
+    for (uint64_t r = 0; r < rows; ++r) {
+      const uint32_t* c = w.codes + r * dim;
+      uint64_t h = 0x9E3779B97F4A7C15ull;
+      for (uint64_t j = 0; j < dim; ++j) h = (h ^ c[j]) * 0x100000001B3ull;
+      uint32_t slot = (uint32_t)(h ^ (h >> 29)) & (w.hash_size - 1);
+      for (;;) {
+        int32_t e = w.hash[slot];
+        if (e < 0) {
+          w.hash[slot] = (int32_t)n_unique;
+          w.dict_rows[n_unique] = (uint32_t)r;
+          w.index[r] = (uint32_t)n_unique++;
+          break;
+        }
+        if (memcmp(w.codes + (uint64_t)w.dict_rows[e] * dim, c, 4 * dim) == 0) {
+          w.index[r] = (uint32_t)e;
+          break;
+        }
+        slot = (slot + 1) & (w.hash_size - 1);
+      }
+    }
+    const uint32_t* codes = w.codes;
+    const uint32_t* drows = w.dict_rows;
+    const uint32_t* index = w.index;
+    const uint64_t d = dim;
+    auto dict_sym = [codes, drows, d](uint64_t i) -> uint32_t { return codes[(uint64_t)drows[i / d] * d + i % d]; };
+    auto idx_sym = [index](uint64_t i) -> uint32_t { return index[i]; };
+    pc = plan_section(dict_sym, n_unique * dim, (int)maxcode + 1, bits, allow_huff, w, w.len_a, w.code_a);
+    const bool identity = n_unique == rows;
+    if (!identity)
+      pi = plan_section(idx_sym, rows, (int)n_unique, bits_for((uint32_t)(n_unique - 1)), allow_huff,
+                        w, w.len_b, w.code_b);
+    dict_bytes = qhdr + pc.bytes + out_bytes +
+                 (identity ? 0 : (size_t)varint_size(n_unique) + pi.bytes);
+  }
+  int best_kind = 0;  // 0 raw, 1 fixed-rate, 2 dictionary
+  size_t best = raw_bytes;
+  if (quant_ok) {
+    if (codec == kCodecFixed) { best_kind = 1; best = fixed_bytes; }
+    else if (codec == kCodecDedup || codec == kCodecEntropy) { best_kind = 2; best = dict_bytes; }
+    else if (codec == kCodecAuto) {
+      if (fixed_bytes < best) { best_kind = 1; best = fixed_bytes; }
+      if (dict_bytes < best) { best_kind = 2; best = dict_bytes; }
+    }
+  }
+
+  EncodeResult res;
+  if (best > capacity) {
+    for (size_t i = 0; i < capacity; ++i) out[i] = 0;
+    res.nbytes = -(int64_t)best;
+    return res;
+  }
+  // 4. Write the chosen form.
+  uint8_t* o = out;
+  uint8_t flags = (uint8_t)(dtype | (mode == kAbs ? 4 : 0));
+  o[0] = kMagic;
+  o[2] = 0;
+  o[3] = 0;
+  put_u32(o + 4, 0);
+  o += kHeaderFixed;
+  o += put_varint(o, rows);
+  o += put_varint(o, dim);
+  if (best_kind == 0) {
+    out[1] = (uint8_t)((kVersion << 4) | kFormRaw);
+    out[2] = (uint8_t)(dtype);
+    memcpy(o, in, (size_t)n * isz);
+    o += (size_t)n * isz;
+  } else {
+    // A dictionary form with every row distinct and packed codes is the fixed-rate frame.
+    bool dedup = best_kind == 2 && n_unique != rows;
+    bool ch = best_kind == 2 && pc.huff;
+    bool ih = dedup && pi.huff;
+    flags |= (uint8_t)((dedup ? kFlagDedup : 0) | (ch ? kFlagCodesHuff : 0) | (ih ? kFlagIndexHuff : 0));
+    out[1] = (uint8_t)((kVersion << 4) | kFormQuant);
+    out[2] = flags;
+    out[3] = (uint8_t)bits;
+    put_u32(o, f2u(eb_abs)); o += 4;
+    put_u32(o, f2u(vmin)); o += 4;
+    o += put_varint(o, n_out);
+    const uint32_t* codes = w.codes;
+    const uint32_t* drows = w.dict_rows;
+    const uint32_t* index = w.index;
+    const uint64_t d = dim;
+    if (dedup) {
+      o += put_varint(o, n_unique);
+      auto dict_sym = [codes, drows, d](uint64_t i) -> uint32_t { return codes[(uint64_t)drows[i / d] * d + i % d]; };
+      auto idx_sym = [index](uint64_t i) -> uint32_t { return index[i]; };
+      o = ch ? write_huff(o, dict_sym, n_unique * dim, (int)maxcode + 1, w.len_a, w.code_a)
+             : write_packed(o, dict_sym, n_unique * dim, bits);
+      int ib = bits_for((uint32_t)(n_unique - 1));
+      o = ih ? write_huff(o, idx_sym, rows, (int)n_unique, w.len_b, w.code_b)
+             : write_packed(o, idx_sym, rows, ib);
+    } else {
+      auto sym = [codes](uint64_t i) -> uint32_t { return codes[i]; };
+      o = ch ? write_huff(o, sym, n, (int)maxcode + 1, w.len_a, w.code_a) : write_packed(o, sym, n, bits);
+    }
+    for (uint64_t k = 0; k < n_out; ++k) {
+      uint32_t pos = w.outliers[k];
+      for (int b = 0; b < pb; ++b) *o++ = (uint8_t)(pos >> (8 * b));
+    }
+    for (uint64_t k = 0; k < n_out; ++k) {
+      memcpy(o, in + (size_t)w.outliers[k] * isz, isz);
+      o += isz;
+    }
+  }
+  size_t used = (size_t)(o - out);
+  for (size_t i = used; i < capacity; ++i) out[i] = 0;
+  put_u32(out + 4, lc_checksum(out, used));
+  res.nbytes = (int64_t)used;
+  return res;
+}
+
+// ---------------------------------------------------------------- decoder
+struct FrameHeader {
+  int form, dtype, mode, bits;
+  bool dedup, codes_huff, index_huff;
+  uint64_t rows, dim, n_outliers, n_unique;
+  float eb_abs, base;
+};
+
+// Reads one Huffman section header into len/code/table; returns false if malformed.
+LC_HD bool read_huff_table(Reader& r, int max_nsym, uint8_t* len, uint16_t* code,
+                           uint32_t* table, int* table_bits) {
+  uint64_t nsym = r.varint((uint64_t)max_nsym);
+  if (!r.ok || nsym < 1) return false;
+  const uint8_t* nib = r.take((size_t)(nsym + 1) / 2);
+  if (!nib) return false;
+  for (uint64_t s = 0; s < nsym; ++s) len[s] = (uint8_t)((nib[s / 2] >> (4 * (s & 1))) & 15);
+  int ml = 0;
+  if (!huff_codes(len, (int)nsym, code, &ml) || ml == 0) return false;
+  huff_table(len, code, (int)nsym, ml, table);
+  *table_bits = ml;
+  return true;
+}
+
+// Decodes `count` Huffman symbols, calling emit(i, sym); false on a malformed stream.
+template <typename EmitFn>
+LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, int tb,
+                             EmitFn emit) {
+  for (uint64_t s0 = 0; s0 < count; s0 += kSeg) {
+    uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
+    uint64_t seg = r.varint(0xffffffffu);
+    const uint8_t* sp = r.take((size_t)seg);
+    if (!sp) return false;
+    BitReader br = {sp, sp + seg, 0, 0, false};
+    for (uint64_t i = s0; i < s1; ++i) {
+      uint32_t e = table[br.peek(tb)];
+      int l = (int)(e & 0xff);
+      if (l == 0) return false;
+      br.skip(l);
+      emit(i, e >> 8);
+    }
+    if (br.overrun) return false;
+  }
+  return true;
+}
+
+template <typename EmitFn>
+LC_HD bool read_packed(Reader& r, uint64_t count, int bits, EmitFn emit) {
+  const uint8_t* sp = r.take(packed_bytes(count, bits));
+  if (!sp) return false;
+  if (bits == 0) { for (uint64_t i = 0; i < count; ++i) emit(i, 0u); return true; }
+  BitReader br = {sp, sp + packed_bytes(count, bits), 0, 0, false};
+  for (uint64_t i = 0; i < count; ++i) emit(i, br.get(bits));
+  return !br.overrun;
+}
+
+// Parses and checks the fixed part of a frame (magic, version, flags, checksum, shape).
+LC_HD int32_t parse_header(const uint8_t* f, int64_t nbytes, size_t capacity, FrameHeader& h,
+                           Reader& r) {
+  if (nbytes < 0) return kOverflow;
+  if ((uint64_t)nbytes > capacity || nbytes < kHeaderFixed + 2) return kTruncated;
+  if (f[0] != kMagic) return kBadMagic;
+  if ((f[1] >> 4) != kVersion) return kBadVersion;
+  if (get_u32(f + 4) != lc_checksum(f, (size_t)nbytes)) return kBadChecksum;
+  h.form = f[1] & 15;
+  uint8_t flags = f[2];
+  h.dtype = flags & 3;
+  h.mode = (flags >> 2) & 1;
+  h.dedup = (flags & kFlagDedup) != 0;
+  h.codes_huff = (flags & kFlagCodesHuff) != 0;
+  h.index_huff = (flags & kFlagIndexHuff) != 0;
+  h.bits = f[3];
+  if (h.form > kFormQuant || h.dtype > kF16 || (flags & 0xc0) || h.bits > kMaxBits) return kBadHeader;
+  if (h.form == kFormRaw && (flags & ~3) != 0) return kBadHeader;
+  r.p = f + kHeaderFixed;
+  r.end = f + nbytes;
+  r.ok = true;
+  h.rows = r.varint(0x7fffffff);
+  h.dim = r.varint(0x7fffffff);
+  h.n_outliers = 0;
+  h.n_unique = h.rows;
+  h.eb_abs = 0.0f;
+  h.base = 0.0f;
+  if (!r.ok) return kTruncated;
+  return kOk;
+}
+
+// Decodes frame f[0, nbytes) into out (rows*dim values of `dtype`) when write is true; checks
+// it fully either way. Expected rows/dim/dtype come from the caller (the static output shape).
+// On any error the output is filled with NaN and the status says why.
+template <bool kWrite>
+LC_HD int32_t decode_frame(const uint8_t* f, int64_t nbytes, size_t capacity, uint64_t rows,
+                           uint64_t dim, int dtype, uint8_t* out, Workspace& w) {
+  FrameHeader h;
+  Reader r = {nullptr, nullptr, true};
+  int32_t st = parse_header(f, nbytes, capacity, h, r);
+  uint64_t n = rows * dim;
+  if (st == kOk && (h.rows != rows || h.dim != dim || h.dtype != dtype)) st = kShapeMismatch;
+  const int isz = dtype_size(dtype);
+  if (st == kOk && h.form == kFormRaw) {
+    const uint8_t* src = r.take((size_t)n * isz);
+    if (!src) st = kTruncated;
+    else if (r.p != r.end) st = kTrailingBytes;
+    else if (kWrite) memcpy(out, src, (size_t)n * isz);
+  } else if (st == kOk) {
+    h.eb_abs = u2f(r.u32());
+    h.base = u2f(r.u32());
+    h.n_outliers = r.varint(n);
+    if (h.dedup) h.n_unique = r.varint(rows);
+    if (!r.ok) st = kTruncated;
+    else if (!is_finite_bits(f2u(h.eb_abs)) || h.eb_abs < 0.0f || !is_finite_bits(f2u(h.base)) ||
+             (h.dedup && (h.n_unique < 1 || n == 0)) || (h.index_huff && !h.dedup))
+      st = kBadHeader;
+  }
+  if (st == kOk && h.form == kFormQuant) {
+    const float base = h.base, step = h.eb_abs * 2.0f;
+    const uint64_t nd = h.n_unique * dim;
+    const uint32_t maxcode = h.bits ? (h.bits >= 32 ? 0xffffffffu : (1u << h.bits) - 1u) : 0u;
+    float* dv = w.dict_vals;
+    bool bad_code = false;
+    auto emit_code = [dv, base, step, maxcode, dtype, &bad_code](uint64_t i, uint32_t q) {
+      if (q > maxcode) bad_code = true;
+      dv[i] = round_to_dtype(base + (float)q * step, dtype);
+    };
+    bool ok;
+    int tb = 0;
+    if (h.codes_huff) {
+      int lim = maxcode + 1u < (uint32_t)kMaxHuffSymbols ? (int)maxcode + 1 : kMaxHuffSymbols;
+      ok = read_huff_table(r, lim, w.len_a, w.code_a, w.tmp, &tb) &&
+           read_huff_symbols(r, nd, w.tmp, tb, emit_code);
+    } else {
+      ok = read_packed(r, nd, h.bits, emit_code);
+    }
+    if (!ok || bad_code) st = r.ok ? kCorrupt : kTruncated;
+    uint32_t* idx = w.index;
+    if (st == kOk && h.dedup) {
+      int ib = bits_for((uint32_t)(h.n_unique - 1));
+      uint64_t nu = h.n_unique;
+      bool bad_index = false;
+      auto emit_idx = [idx, nu, &bad_index](uint64_t i, uint32_t v) {
+        if (v >= nu) bad_index = true;
+        idx[i] = v;
+      };
+      if (h.index_huff) {
+        ok = read_huff_table(r, h.n_unique < (uint64_t)kMaxHuffSymbols ? (int)h.n_unique : kMaxHuffSymbols, w.len_b, w.code_b, w.tmp, &tb) &&
+             read_huff_symbols(r, rows, w.tmp, tb, emit_idx);
+      } else {
+        ok = read_packed(r, rows, ib, emit_idx);
+      }
+      if (!ok || bad_index) st = r.ok ? kCorrupt : kTruncated;
+    }
+    const int pb = pos_bytes_for(n);
+    const uint8_t* pos = nullptr;
+    const uint8_t* vals = nullptr;
+    if (st == kOk) {
+      pos = r.take((size_t)h.n_outliers * pb);
+      vals = r.take((size_t)h.n_outliers * isz);
+      if (!pos || !vals) st = kTruncated;
+      else if (r.p != r.end) st = kTrailingBytes;
+    }
+    if (st == kOk) {
+      for (uint64_t k = 0; k < h.n_outliers; ++k) {
+        uint32_t p = 0;
+        for (int b = 0; b < pb; ++b) p |= (uint32_t)pos[k * pb + b] << (8 * b);
+        if (p >= n) { st = kCorrupt; break; }
+      }
+    }
+    if (st == kOk && kWrite) {
+      for (uint64_t rr = 0; rr < rows; ++rr) {
+        const float* src = dv + (h.dedup ? (uint64_t)idx[rr] : rr) * dim;
+        if (dtype == kF32) memcpy(out + rr * dim * 4, src, dim * 4);
+        else for (uint64_t j = 0; j < dim; ++j) store_value(out, dtype, rr * dim + j, src[j]);
+      }
+      for (uint64_t k = 0; k < h.n_outliers; ++k) {
+        uint32_t p = 0;
+        for (int b = 0; b < pb; ++b) p |= (uint32_t)pos[k * pb + b] << (8 * b);
+        memcpy(out + (size_t)p * isz, vals + k * isz, isz);
+      }
+    }
+  }
+  if (st != kOk && kWrite) {
+    for (uint64_t i = 0; i < n; ++i) store_value(out, dtype, i, u2f(0x7fc00000u));
+  }
+  return st;
+}
+
+}  // namespace lc
