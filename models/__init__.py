@@ -1,0 +1,1 @@
+"""Example models built on jax_lossy_comm (see models/dlrm)."""
