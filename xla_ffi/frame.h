@@ -41,6 +41,7 @@
 #else
 #define LC_HD inline
 #endif
+#define LC_RESTRICT __restrict__
 
 namespace lc {
 
@@ -81,6 +82,13 @@ LC_HD int dtype_size(int dtype) { return dtype == kF32 ? 4 : 2; }
 LC_HD uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 LC_HD float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 LC_HD bool is_finite_bits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
+
+// Equality of two word arrays (memcmp is host-only under CUDA).
+LC_HD bool words_equal(const uint32_t* a, const uint32_t* b, uint64_t count) {
+  for (uint64_t j = 0; j < count; ++j)
+    if (a[j] != b[j]) return false;
+  return true;
+}
 
 LC_HD int bits_for(uint32_t v) {  // bits to hold values 0..v
   int b = 0;
@@ -146,9 +154,8 @@ LC_HD bool within_bound(float x, float y, float eb) {
   float bb = s - x;
   float err = (x - (s - bb)) + ((-y) - bb);
   float a = s < 0.0f ? -s : s;
-  if (a < eb) return true;
-  if (a == eb) return s > 0.0f ? err <= 0.0f : err >= 0.0f;
-  return false;
+  bool tie_ok = s > 0.0f ? err <= 0.0f : err >= 0.0f;  // exact |x - y| == eb or just below
+  return (a < eb) | ((a == eb) & tie_ok);              // branch-free: the caller vectorises
 }
 
 // ---------------------------------------------------------------- checksum
@@ -215,7 +222,8 @@ struct Reader {
   LC_HD const uint8_t* take(size_t n) { if (!need(n)) return nullptr; const uint8_t* q = p; p += n; return q; }
 };
 
-// LSB-first bit writer into a buffer the caller sized exactly.
+// LSB-first bit writer into a buffer the caller sized exactly; stores whole 32-bit words, which
+// are always inside the frame being written.
 struct BitWriter {
   uint8_t* p;
   uint64_t acc;
@@ -223,9 +231,13 @@ struct BitWriter {
   LC_HD void put(uint32_t v, int n) {  // n <= 32
     acc |= (uint64_t)v << nacc;
     nacc += n;
-    while (nacc >= 8) { *p++ = (uint8_t)acc; acc >>= 8; nacc -= 8; }
+    if (nacc >= 32) { put_u32(p, (uint32_t)acc); p += 4; acc >>= 32; nacc -= 32; }
   }
-  LC_HD uint8_t* flush() { if (nacc > 0) { *p++ = (uint8_t)acc; acc = 0; nacc = 0; } return p; }
+  LC_HD uint8_t* flush() {
+    while (nacc > 0) { *p++ = (uint8_t)acc; acc >>= 8; nacc -= 8; }
+    acc = 0; nacc = 0;
+    return p;
+  }
 };
 
 // LSB-first bit reader over [p, end); reading past the end yields zeros and sets overrun.
@@ -364,19 +376,23 @@ LC_HD void huff_table(const uint8_t* len, const uint16_t* code, int nsym, int ta
 // ---------------------------------------------------------------- workspace
 // Scratch one chunk needs; the handler gives each worker one such block.
 struct Workspace {
-  uint32_t* codes;     // [n] quantization codes
-  uint32_t* outliers;  // [n] outlier positions
-  int32_t* hash;       // [hash_size] row hash table
-  uint32_t* dict_rows; // [rows] source row of each dictionary entry
-  uint32_t* index;     // [rows] dictionary index of each row
-  float* dict_vals;    // [n] decoded dictionary values (decoder)
-  uint32_t* freq;      // [kMaxHuffSymbols]
-  uint32_t* tmp;       // [kMaxHuffSymbols] Huffman scratch / decode table
-  uint64_t* sorted;    // [kMaxHuffSymbols]
-  uint16_t* code_a;    // [kMaxHuffSymbols] codes section Huffman codes
-  uint16_t* code_b;    // [kMaxHuffSymbols] index section Huffman codes
-  uint8_t* len_a;      // [kMaxHuffSymbols]
-  uint8_t* len_b;      // [kMaxHuffSymbols]
+  uint32_t* codes;      // [n] quantization codes
+  uint32_t* outliers;   // [n] outlier positions
+  float* dict_vals;     // [n] decoder: dictionary values; encoder: dictionary codes (as u32)
+  uint8_t* ok;          // [n] encoder: value honoured by its code
+  int32_t* hash;        // [hash_size] row hash table
+  uint32_t* dict_rows;  // [rows] source row of each dictionary entry
+  uint32_t* index;      // [rows] dictionary index of each row
+  uint32_t* seg_a;      // [segments] byte size of each Huffman segment, codes section
+  uint32_t* seg_b;      // [segments] same, index section
+  uint32_t* freq;       // [kMaxHuffSymbols]
+  uint32_t* tmp;        // [kMaxHuffSymbols] Huffman scratch / decode table
+  float* lut;           // [kMaxHuffSymbols] decoder: value of each code
+  uint64_t* sorted;     // [kMaxHuffSymbols]
+  uint16_t* code_a;     // [kMaxHuffSymbols] codes section Huffman codes
+  uint16_t* code_b;     // [kMaxHuffSymbols] index section Huffman codes
+  uint8_t* len_a;       // [kMaxHuffSymbols]
+  uint8_t* len_b;       // [kMaxHuffSymbols]
   uint32_t hash_size;
 };
 
@@ -386,14 +402,16 @@ LC_HD uint32_t hash_size_for(uint64_t rows) {
   return h;
 }
 LC_HD size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
+LC_HD size_t segments_for(uint64_t count) { return (size_t)(count / kSeg + 1); }
 LC_HD size_t workspace_bytes(uint64_t rows, uint64_t dim) {
   uint64_t n = rows * dim;
   size_t b = 0;
-  b += align16(4 * n) * 3;                        // codes, outliers, dict_vals
-  b += align16(4 * (size_t)hash_size_for(rows));  // hash
-  b += align16(4 * rows) * 2;                     // dict_rows, index
-  b += align16(4 * kMaxHuffSymbols) * 2;          // freq, tmp
-  b += align16(8 * kMaxHuffSymbols);              // sorted
+  b += align16(4 * n) * 3 + align16(n);               // codes, outliers, dict_vals, ok
+  b += align16(4 * (size_t)hash_size_for(rows));      // hash
+  b += align16(4 * rows) * 2;                         // dict_rows, index
+  b += align16(4 * segments_for(n)) + align16(4 * segments_for(rows));
+  b += align16(4 * kMaxHuffSymbols) * 3;              // freq, tmp, lut
+  b += align16(8 * kMaxHuffSymbols);                  // sorted
   b += align16(2 * kMaxHuffSymbols) * 2 + align16(kMaxHuffSymbols) * 2;
   return b;
 }
@@ -404,12 +422,16 @@ LC_HD Workspace carve_workspace(uint8_t* base, uint64_t rows, uint64_t dim) {
   w.codes = (uint32_t*)(base + o); o += align16(4 * n);
   w.outliers = (uint32_t*)(base + o); o += align16(4 * n);
   w.dict_vals = (float*)(base + o); o += align16(4 * n);
+  w.ok = base + o; o += align16(n);
   w.hash_size = hash_size_for(rows);
   w.hash = (int32_t*)(base + o); o += align16(4 * (size_t)w.hash_size);
   w.dict_rows = (uint32_t*)(base + o); o += align16(4 * rows);
   w.index = (uint32_t*)(base + o); o += align16(4 * rows);
+  w.seg_a = (uint32_t*)(base + o); o += align16(4 * segments_for(n));
+  w.seg_b = (uint32_t*)(base + o); o += align16(4 * segments_for(rows));
   w.freq = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
   w.tmp = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
+  w.lut = (float*)(base + o); o += align16(4 * kMaxHuffSymbols);
   w.sorted = (uint64_t*)(base + o); o += align16(8 * kMaxHuffSymbols);
   w.code_a = (uint16_t*)(base + o); o += align16(2 * kMaxHuffSymbols);
   w.code_b = (uint16_t*)(base + o); o += align16(2 * kMaxHuffSymbols);
@@ -438,142 +460,240 @@ LC_HD int rel_bits_for(double eb_rel) {
   return bits_for((uint32_t)m + 1u);
 }
 
-// ---------------------------------------------------------------- Huffman section sizing
-struct SectionPlan {
-  bool huff;
-  int nsym;
-  int table_bits;
-  size_t bytes;  // whole section
-};
-
-// Bytes of one Huffman section for symbols sym(i), i < count, with lengths len.
-template <typename SymFn>
-LC_HD size_t huff_section_bytes(SymFn sym, uint64_t count, int nsym, const uint8_t* len) {
-  size_t b = varint_size((uint64_t)nsym) + (size_t)(nsym + 1) / 2;
-  for (uint64_t s0 = 0; s0 < count; s0 += kSeg) {
-    uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
-    uint64_t bits = 0;
-    for (uint64_t i = s0; i < s1; ++i) bits += len[sym(i)];
-    size_t seg = (size_t)((bits + 7) / 8);
-    b += varint_size(seg) + seg;
+// ---------------------------------------------------------------- bit-packed sections
+// Packs count codes of `bits` bits LSB first. Widths up to 16 go 8 codes (bits bytes) at a
+// time with the width a compile-time constant; wider ones through the generic writer.
+template <int B>
+LC_HD uint8_t* pack_fixed(uint8_t* o, const uint32_t* c, uint64_t count) {
+  uint64_t i = 0;
+  for (; i + 8 <= count; i += 8, o += B) {
+    uint64_t lo = 0, hi = 0;
+    for (int k = 0; k < 8; ++k) {
+      int s = k * B;
+      if (s < 64) lo |= (uint64_t)c[i + k] << s;
+      if (s + B > 64) hi |= (uint64_t)c[i + k] >> (s < 64 ? 64 - s : 0) << (s < 64 ? 0 : s - 64);
+    }
+    uint8_t tmp[16];
+    memcpy(tmp, &lo, 8);
+    memcpy(tmp + 8, &hi, 8);
+    memcpy(o, tmp, B);
   }
-  return b;
-}
-
-template <typename SymFn>
-LC_HD SectionPlan plan_section(SymFn sym, uint64_t count, int nsym, int bits, bool allow_huff,
-                               Workspace& w, uint8_t* len, uint16_t* code) {
-  SectionPlan p;
-  p.huff = false;
-  p.nsym = nsym;
-  p.table_bits = 0;
-  p.bytes = packed_bytes(count, bits);
-  if (!allow_huff || count == 0 || nsym < 2 || nsym > kMaxHuffSymbols) return p;
-  for (int s = 0; s < nsym; ++s) w.freq[s] = 0;
-  for (uint64_t i = 0; i < count; ++i) w.freq[sym(i)]++;
-  huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
-  int ml = 0;
-  if (!huff_codes(len, nsym, code, &ml)) return p;
-  size_t hb = huff_section_bytes(sym, count, nsym, len);
-  if (hb < p.bytes) { p.huff = true; p.bytes = hb; p.table_bits = ml; }
-  return p;
-}
-
-template <typename SymFn>
-LC_HD uint8_t* write_packed(uint8_t* o, SymFn sym, uint64_t count, int bits) {
-  if (bits == 0) return o;
   BitWriter bw = {o, 0, 0};
-  for (uint64_t i = 0; i < count; ++i) bw.put(sym(i), bits);
+  for (; i < count; ++i) bw.put(c[i], B);
+  return bw.flush();
+}
+LC_HD uint8_t* write_packed(uint8_t* o, const uint32_t* c, uint64_t count, int bits) {
+  switch (bits) {
+    case 0: return o;
+    case 1: return pack_fixed<1>(o, c, count);
+    case 2: return pack_fixed<2>(o, c, count);
+    case 3: return pack_fixed<3>(o, c, count);
+    case 4: return pack_fixed<4>(o, c, count);
+    case 5: return pack_fixed<5>(o, c, count);
+    case 6: return pack_fixed<6>(o, c, count);
+    case 7: return pack_fixed<7>(o, c, count);
+    case 8: return pack_fixed<8>(o, c, count);
+    case 9: return pack_fixed<9>(o, c, count);
+    case 10: return pack_fixed<10>(o, c, count);
+    case 11: return pack_fixed<11>(o, c, count);
+    case 12: return pack_fixed<12>(o, c, count);
+    default: break;
+  }
+  BitWriter bw = {o, 0, 0};
+  for (uint64_t i = 0; i < count; ++i) bw.put(c[i], bits);
   return bw.flush();
 }
 
-template <typename SymFn>
-LC_HD uint8_t* write_huff(uint8_t* o, SymFn sym, uint64_t count, int nsym, const uint8_t* len,
-                          const uint16_t* code) {
+// Unpacks count codes of width B and calls emit(i, code).
+template <int B, typename EmitFn>
+LC_HD void unpack_fixed(const uint8_t* p, uint64_t count, EmitFn& emit) {
+  uint64_t i = 0;
+  const uint32_t mask = (1u << B) - 1u;
+  for (; i + 8 <= count; i += 8, p += B) {
+    uint8_t tmp[16] = {0};
+    memcpy(tmp, p, B);
+    uint64_t lo, hi;
+    memcpy(&lo, tmp, 8);
+    memcpy(&hi, tmp + 8, 8);
+    for (int k = 0; k < 8; ++k) {
+      int s = k * B;
+      uint64_t v = s < 64 ? (lo >> s) : 0;
+      if (s > 0 && s < 64 && s + B > 64) v |= hi << (64 - s);
+      if (s >= 64) v = hi >> (s - 64);
+      emit(i + k, (uint32_t)v & mask);
+    }
+  }
+  BitReader br = {p, p + packed_bytes(count - i, B), 0, 0, false};
+  for (; i < count; ++i) emit(i, br.get(B));
+}
+
+// ---------------------------------------------------------------- Huffman sections
+struct SectionPlan {
+  bool huff;
+  size_t bytes;  // whole section
+};
+
+// Huffman section for sym[0..count): lengths and codes into len/code, segment sizes into seg;
+// chosen when smaller than bit-packing at `bits` bits.
+LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, int bits,
+                               bool allow_huff, Workspace& w, uint8_t* len, uint16_t* code,
+                               uint32_t* seg) {
+  SectionPlan p = {false, packed_bytes(count, bits)};
+  if (!allow_huff || count == 0 || nsym < 2 || nsym > kMaxHuffSymbols) return p;
+  for (int s = 0; s < nsym; ++s) w.freq[s] = 0;
+  for (uint64_t i = 0; i < count; ++i) w.freq[sym[i]]++;
+  huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
+  int ml = 0;
+  if (!huff_codes(len, nsym, code, &ml)) return p;
+  size_t b = varint_size((uint64_t)nsym) + (size_t)(nsym + 1) / 2;
+  size_t k = 0;
+  for (uint64_t s0 = 0; s0 < count; s0 += kSeg, ++k) {
+    uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
+    uint64_t nb = 0;
+    for (uint64_t i = s0; i < s1; ++i) nb += len[sym[i]];
+    seg[k] = (uint32_t)((nb + 7) / 8);
+    b += varint_size(seg[k]) + seg[k];
+    if (b >= p.bytes) return p;  // bit-packing already wins
+  }
+  p.huff = true;
+  p.bytes = b;
+  return p;
+}
+
+LC_HD uint8_t* write_huff(uint8_t* o, const uint32_t* sym, uint64_t count, int nsym,
+                          const uint8_t* len, const uint16_t* code, const uint32_t* seg) {
   o += put_varint(o, (uint64_t)nsym);
   for (int s = 0; s < nsym; s += 2) *o++ = (uint8_t)(len[s] | ((s + 1 < nsym ? len[s + 1] : 0) << 4));
-  for (uint64_t s0 = 0; s0 < count; s0 += kSeg) {
+  size_t k = 0;
+  for (uint64_t s0 = 0; s0 < count; s0 += kSeg, ++k) {
     uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
-    uint64_t bits = 0;
-    for (uint64_t i = s0; i < s1; ++i) bits += len[sym(i)];
-    size_t seg = (size_t)((bits + 7) / 8);
-    o += put_varint(o, seg);
+    o += put_varint(o, seg[k]);
     BitWriter bw = {o, 0, 0};
-    for (uint64_t i = s0; i < s1; ++i) { uint32_t v = sym(i); bw.put(code[v], len[v]); }
+    for (uint64_t i = s0; i < s1; ++i) { uint32_t v = sym[i]; bw.put(code[v], len[v]); }
     o = bw.flush();
   }
   return o;
 }
+
+// ---------------------------------------------------------------- value access per dtype
+template <int D> struct Val;
+template <> struct Val<kF32> {
+  static LC_HD float load(const uint8_t* p, uint64_t i) { float f; memcpy(&f, p + 4 * i, 4); return f; }
+  static LC_HD float round(float f) { return f; }
+};
+template <> struct Val<kBF16> {
+  static LC_HD float load(const uint8_t* p, uint64_t i) { uint16_t h; memcpy(&h, p + 2 * i, 2); return bf16_to_f32(h); }
+  static LC_HD float round(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+};
+template <> struct Val<kF16> {
+  static LC_HD float load(const uint8_t* p, uint64_t i) { uint16_t h; memcpy(&h, p + 2 * i, 2); return f16_to_f32(h); }
+  static LC_HD float round(float f) { return f16_to_f32(f32_to_f16(f)); }
+};
+
+// Round half to even for v >= 0 without libm (the x86-64 baseline has no roundss): below 2^23,
+// adding 2^23 leaves no fraction bits, so the FPU's round-to-nearest-even does it. == rintf(v).
+LC_HD float rint_nonneg(float v) { return v < 8388608.0f ? (v + 8388608.0f) - 8388608.0f : v; }
 
 // ---------------------------------------------------------------- encoder
 struct EncodeResult {
   int64_t nbytes;  // frame bytes written, or -(bytes needed) when over capacity
 };
 
-// Encodes chunk `in` (rows*dim values of dtype) into out[0, capacity), zero-filling the rest.
+template <int D>
+LC_HD void finite_range(const uint8_t* in, uint64_t n, float* lo, float* hi) {
+  // Eight independent lanes so the compiler can vectorise; min/max are exact in any order.
+  const float kInf = u2f(0x7f800000u);
+  float mn[8], mx[8];
+  for (int k = 0; k < 8; ++k) { mn[k] = kInf; mx[k] = -kInf; }
+  const uint64_t n8 = n & ~(uint64_t)7;
+  for (uint64_t i = 0; i < n8; i += 8) {
+    float v[8];
+    for (int k = 0; k < 8; ++k) v[k] = Val<D>::load(in, i + k);
+    for (int k = 0; k < 8; ++k) {
+      float d = v[k] - v[k];                 // 0 for finite values, NaN otherwise
+      float a = d == 0.0f ? v[k] : kInf;
+      float b = d == 0.0f ? v[k] : -kInf;
+      mn[k] = a < mn[k] ? a : mn[k];
+      mx[k] = b > mx[k] ? b : mx[k];
+    }
+  }
+  for (uint64_t i = n8; i < n; ++i) {
+    float v = Val<D>::load(in, i);
+    if (v - v != 0.0f) continue;
+    mn[0] = v < mn[0] ? v : mn[0];
+    mx[0] = v > mx[0] ? v : mx[0];
+  }
+  for (int k = 1; k < 8; ++k) { mn[0] = mn[k] < mn[0] ? mn[k] : mn[0]; mx[0] = mx[k] > mx[0] ? mx[k] : mx[0]; }
+  *lo = mn[0];
+  *hi = mx[0];
+}
+
+// Encodes chunk `in` (rows*dim values of dtype D) into out[0, capacity), zero-filling the rest.
 // eb is the relative (mode kRel) or absolute (kAbs) error bound. A negative, NaN or infinite
 // eb, or a range the codes cannot span, gives the raw form (lossless).
-LC_HD EncodeResult encode_chunk(const uint8_t* in, uint64_t rows, uint64_t dim, int dtype,
-                                float eb, int mode, int codec, uint8_t* out, size_t capacity,
-                                Workspace& w) {
+template <int D>
+LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim, float eb,
+                                  int mode, int codec, uint8_t* out, size_t capacity, Workspace& w) {
   const uint64_t n = rows * dim;
-  const int isz = dtype_size(dtype);
+  const int isz = dtype_size(D);
   const size_t hdr = header_bytes(rows, dim);
-  const size_t raw_bytes = raw_frame_bytes(rows, dim, dtype);
+  const size_t raw_bytes = raw_frame_bytes(rows, dim, D);
 
-  // 1. Range over finite values.
+  // 1. Range over finite values; +0.0 for a zero bound whatever the sign order of the scan.
   float vmin = 0.0f, vmax = 0.0f;
-  bool any = false;
-  for (uint64_t i = 0; i < n; ++i) {
-    float v = load_value(in, dtype, i);
-    if (!is_finite_bits(f2u(v))) continue;
-    if (!any) { vmin = vmax = v; any = true; }
-    else { vmin = v < vmin ? v : vmin; vmax = v > vmax ? v : vmax; }
-  }
-  // 2. Quantize and verify every value; collect outliers.
-  bool quant_ok = codec != kCodecRaw && n > 0 && eb >= 0.0f && is_finite_bits(f2u(eb));
-  float range = vmax - vmin;
-  float eb_abs = mode == kRel ? eb * range : eb;
-  float step = eb_abs * 2.0f;
+  if (n > 0) finite_range<D>(in, n, &vmin, &vmax);
+  if (!(vmin <= vmax)) { vmin = 0.0f; vmax = 0.0f; }  // no finite value
+  vmin += 0.0f;
+  vmax += 0.0f;
+  // 2. Feasibility: a bound the codes can honour with at most kMaxBits bits.
+  const float range = vmax - vmin;
+  const float eb_abs = mode == kRel ? eb * range : eb;
+  const float step = eb_abs * 2.0f;
+  const bool constant = range == 0.0f;
+  bool quant_ok = codec != kCodecRaw && n > 0 && eb >= 0.0f && is_finite_bits(f2u(eb)) &&
+                  is_finite_bits(f2u(eb_abs));
   float inv = 0.0f;
   uint32_t maxcode = 0;
-  uint64_t n_out = 0;
-  bool constant = range == 0.0f;
   if (quant_ok && !constant) {
     quant_ok = is_finite_bits(f2u(step)) && step > 0.0f;
     if (quant_ok) {
       inv = 1.0f / step;
-      float mc = rintf(range * inv);
-      quant_ok = is_finite_bits(f2u(inv)) && mc >= 0.0f && mc < (float)(1u << kMaxBits);
+      float mc = rint_nonneg(range * inv);
+      quant_ok = is_finite_bits(f2u(inv)) && mc < (float)(1u << kMaxBits);
       if (quant_ok) maxcode = (uint32_t)mc;
     }
   }
-  if (!is_finite_bits(f2u(eb_abs))) quant_ok = false;
+  // 3. Quantize and verify every value (branch-free, vectorisable), then collect outliers,
+  //    trying the neighbouring code for values at a rounding midpoint.
+  uint64_t n_out = 0;
   if (quant_ok) {
+    const float maxf = (float)maxcode;
+    uint32_t* LC_RESTRICT codes = w.codes;
+    uint8_t* LC_RESTRICT okf = w.ok;
     for (uint64_t i = 0; i < n; ++i) {
-      float v = load_value(in, dtype, i);
-      uint32_t q = 0;
-      bool ok;
-      if (!is_finite_bits(f2u(v))) ok = false;
-      else if (constant) ok = true;  // every finite value equals vmin
-      else {
-        float qf = rintf((v - vmin) * inv);
-        qf = qf < 0.0f ? 0.0f : (qf > (float)maxcode ? (float)maxcode : qf);
-        q = (uint32_t)qf;
-        float rec = round_to_dtype(vmin + qf * step, dtype);
-        ok = within_bound(v, rec, eb_abs);
-        if (!ok) {
-          // x sits at a rounding midpoint: the neighbouring code may honour the bound.
-          float q2 = qf + (v > rec ? 1.0f : -1.0f);
-          if (q2 >= 0.0f && q2 <= (float)maxcode &&
-              within_bound(v, round_to_dtype(vmin + q2 * step, dtype), eb_abs)) {
-            q = (uint32_t)q2;
-            ok = true;
-          }
+      float v = Val<D>::load(in, i);
+      bool fin = v - v == 0.0f;
+      float qf = rint_nonneg((v - vmin) * inv);
+      qf = qf >= 0.0f ? qf : 0.0f;  // NaN and -Inf give 0
+      qf = qf <= maxf ? qf : maxf;
+      qf = fin ? qf : 0.0f;
+      float rec = Val<D>::round(vmin + qf * step);
+      codes[i] = (uint32_t)(int32_t)qf;  // qf < 2^24: the signed conversion vectorises
+      okf[i] = (uint8_t)(fin & within_bound(v, rec, eb_abs));
+    }
+    for (uint64_t i = 0; i < n; ++i) {
+      if (w.ok[i]) continue;
+      float v = Val<D>::load(in, i);
+      if (v - v == 0.0f) {
+        float qf = (float)w.codes[i];
+        float rec = Val<D>::round(vmin + qf * step);
+        float q2 = qf + (v > rec ? 1.0f : -1.0f);
+        if (q2 >= 0.0f && q2 <= maxf && within_bound(v, Val<D>::round(vmin + q2 * step), eb_abs)) {
+          w.codes[i] = (uint32_t)q2;
+          continue;
         }
       }
-      w.codes[i] = q;
-      if (!ok) w.outliers[n_out++] = (uint32_t)i;
+      w.outliers[n_out++] = (uint32_t)i;
     }
   }
   const int bits = quant_ok ? bits_for(maxcode) : 0;
@@ -581,12 +701,13 @@ LC_HD EncodeResult encode_chunk(const uint8_t* in, uint64_t rows, uint64_t dim, 
   const size_t out_bytes = (size_t)n_out * (size_t)(pb + isz);
   const size_t qhdr = hdr + 8 + varint_size(n_out);
 
-  // 3. Candidate sizes: raw, fixed-rate codes, dictionary of distinct code rows.
+  // 4. Candidate sizes: raw, fixed-rate codes, dictionary of distinct code rows.
   const size_t kNone = (size_t)-1;
-  size_t fixed_bytes = quant_ok ? qhdr + packed_bytes(n, bits) + out_bytes : kNone;
+  const size_t fixed_bytes = quant_ok ? qhdr + packed_bytes(n, bits) + out_bytes : kNone;
   size_t dict_bytes = kNone;
-  SectionPlan pc = {false, 0, 0, 0}, pi = {false, 0, 0, 0};
+  SectionPlan pc = {false, 0}, pi = {false, 0};
   uint64_t n_unique = rows;
+  uint32_t* dcodes = (uint32_t*)w.dict_vals;
   const bool want_dict = quant_ok && (codec == kCodecAuto || codec == kCodecDedup || codec == kCodecEntropy);
   const bool allow_huff = codec == kCodecAuto || codec == kCodecEntropy;
   if (want_dict) {
@@ -595,37 +716,37 @@ LC_HD EncodeResult encode_chunk(const uint8_t* in, uint64_t rows, uint64_t dim, 
     n_unique = 0;
     for (uint64_t r = 0; r < rows; ++r) {
       const uint32_t* c = w.codes + r * dim;
-      uint64_t h = 0x9E3779B97F4A7C15ull;
-      for (uint64_t j = 0; j < dim; ++j) h = (h ^ c[j]) * 0x100000001B3ull;
-      uint32_t slot = (uint32_t)(h ^ (h >> 29)) & (w.hash_size - 1);
+      uint64_t h[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull, 0x27D4EB2F165667C5ull};
+      uint64_t j = 0;
+      for (; j + 4 <= dim; j += 4)
+        for (int k = 0; k < 4; ++k) h[k] = (h[k] ^ c[j + k]) * 0x100000001B3ull;
+      for (; j < dim; ++j) h[0] = (h[0] ^ c[j]) * 0x100000001B3ull;
+      uint64_t hh = h[0] ^ (h[1] * 31) ^ (h[2] * 961) ^ (h[3] * 29791);
+      uint32_t slot = (uint32_t)(hh ^ (hh >> 29) ^ (hh >> 47)) & (w.hash_size - 1);
       for (;;) {
         int32_t e = w.hash[slot];
         if (e < 0) {
           w.hash[slot] = (int32_t)n_unique;
           w.dict_rows[n_unique] = (uint32_t)r;
-          w.index[r] = (uint32_t)n_unique++;
+          w.index[r] = (uint32_t)n_unique;
+          memcpy(dcodes + n_unique * dim, c, 4 * dim);
+          ++n_unique;
           break;
         }
-        if (memcmp(w.codes + (uint64_t)w.dict_rows[e] * dim, c, 4 * dim) == 0) {
+        if (memcmp(dcodes + (uint64_t)e * dim, c, 4 * dim) == 0) {
           w.index[r] = (uint32_t)e;
           break;
         }
         slot = (slot + 1) & (w.hash_size - 1);
       }
     }
-    const uint32_t* codes = w.codes;
-    const uint32_t* drows = w.dict_rows;
-    const uint32_t* index = w.index;
-    const uint64_t d = dim;
-    auto dict_sym = [codes, drows, d](uint64_t i) -> uint32_t { return codes[(uint64_t)drows[i / d] * d + i % d]; };
-    auto idx_sym = [index](uint64_t i) -> uint32_t { return index[i]; };
-    pc = plan_section(dict_sym, n_unique * dim, (int)maxcode + 1, bits, allow_huff, w, w.len_a, w.code_a);
+    pc = plan_section(dcodes, n_unique * dim, (int)maxcode + 1, bits, allow_huff, w, w.len_a,
+                      w.code_a, w.seg_a);
     const bool identity = n_unique == rows;
     if (!identity)
-      pi = plan_section(idx_sym, rows, (int)n_unique, bits_for((uint32_t)(n_unique - 1)), allow_huff,
-                        w, w.len_b, w.code_b);
-    dict_bytes = qhdr + pc.bytes + out_bytes +
-                 (identity ? 0 : (size_t)varint_size(n_unique) + pi.bytes);
+      pi = plan_section(w.index, rows, (int)n_unique, bits_for((uint32_t)(n_unique - 1)),
+                        allow_huff, w, w.len_b, w.code_b, w.seg_b);
+    dict_bytes = qhdr + pc.bytes + out_bytes + (identity ? 0 : (size_t)varint_size(n_unique) + pi.bytes);
   }
   int best_kind = 0;  // 0 raw, 1 fixed-rate, 2 dictionary
   size_t best = raw_bytes;
@@ -644,50 +765,39 @@ LC_HD EncodeResult encode_chunk(const uint8_t* in, uint64_t rows, uint64_t dim, 
     res.nbytes = -(int64_t)best;
     return res;
   }
-  // 4. Write the chosen form.
+  // 5. Write the chosen form.
   uint8_t* o = out;
-  uint8_t flags = (uint8_t)(dtype | (mode == kAbs ? 4 : 0));
   o[0] = kMagic;
-  o[2] = 0;
-  o[3] = 0;
   put_u32(o + 4, 0);
   o += kHeaderFixed;
   o += put_varint(o, rows);
   o += put_varint(o, dim);
   if (best_kind == 0) {
     out[1] = (uint8_t)((kVersion << 4) | kFormRaw);
-    out[2] = (uint8_t)(dtype);
+    out[2] = (uint8_t)D;
+    out[3] = 0;
     memcpy(o, in, (size_t)n * isz);
     o += (size_t)n * isz;
   } else {
     // A dictionary form with every row distinct and packed codes is the fixed-rate frame.
-    bool dedup = best_kind == 2 && n_unique != rows;
-    bool ch = best_kind == 2 && pc.huff;
-    bool ih = dedup && pi.huff;
-    flags |= (uint8_t)((dedup ? kFlagDedup : 0) | (ch ? kFlagCodesHuff : 0) | (ih ? kFlagIndexHuff : 0));
+    const bool dedup = best_kind == 2 && n_unique != rows;
+    const bool ch = best_kind == 2 && pc.huff;
+    const bool ih = dedup && pi.huff;
     out[1] = (uint8_t)((kVersion << 4) | kFormQuant);
-    out[2] = flags;
+    out[2] = (uint8_t)(D | (mode == kAbs ? 4 : 0) | (dedup ? kFlagDedup : 0) |
+                       (ch ? kFlagCodesHuff : 0) | (ih ? kFlagIndexHuff : 0));
     out[3] = (uint8_t)bits;
     put_u32(o, f2u(eb_abs)); o += 4;
     put_u32(o, f2u(vmin)); o += 4;
     o += put_varint(o, n_out);
-    const uint32_t* codes = w.codes;
-    const uint32_t* drows = w.dict_rows;
-    const uint32_t* index = w.index;
-    const uint64_t d = dim;
-    if (dedup) {
-      o += put_varint(o, n_unique);
-      auto dict_sym = [codes, drows, d](uint64_t i) -> uint32_t { return codes[(uint64_t)drows[i / d] * d + i % d]; };
-      auto idx_sym = [index](uint64_t i) -> uint32_t { return index[i]; };
-      o = ch ? write_huff(o, dict_sym, n_unique * dim, (int)maxcode + 1, w.len_a, w.code_a)
-             : write_packed(o, dict_sym, n_unique * dim, bits);
-      int ib = bits_for((uint32_t)(n_unique - 1));
-      o = ih ? write_huff(o, idx_sym, rows, (int)n_unique, w.len_b, w.code_b)
-             : write_packed(o, idx_sym, rows, ib);
-    } else {
-      auto sym = [codes](uint64_t i) -> uint32_t { return codes[i]; };
-      o = ch ? write_huff(o, sym, n, (int)maxcode + 1, w.len_a, w.code_a) : write_packed(o, sym, n, bits);
-    }
+    if (dedup) o += put_varint(o, n_unique);
+    const uint32_t* codes = best_kind == 2 ? dcodes : w.codes;  // identity dictionary == codes
+    const uint64_t nc = best_kind == 2 ? n_unique * dim : n;
+    o = ch ? write_huff(o, codes, nc, (int)maxcode + 1, w.len_a, w.code_a, w.seg_a)
+           : write_packed(o, codes, nc, bits);
+    if (dedup)
+      o = ih ? write_huff(o, w.index, rows, (int)n_unique, w.len_b, w.code_b, w.seg_b)
+             : write_packed(o, w.index, rows, bits_for((uint32_t)(n_unique - 1)));
     for (uint64_t k = 0; k < n_out; ++k) {
       uint32_t pos = w.outliers[k];
       for (int b = 0; b < pb; ++b) *o++ = (uint8_t)(pos >> (8 * b));
@@ -704,6 +814,14 @@ LC_HD EncodeResult encode_chunk(const uint8_t* in, uint64_t rows, uint64_t dim, 
   return res;
 }
 
+LC_HD EncodeResult encode_chunk(const uint8_t* in, uint64_t rows, uint64_t dim, int dtype,
+                                float eb, int mode, int codec, uint8_t* out, size_t capacity,
+                                Workspace& w) {
+  if (dtype == kBF16) return encode_chunk_t<kBF16>(in, rows, dim, eb, mode, codec, out, capacity, w);
+  if (dtype == kF16) return encode_chunk_t<kF16>(in, rows, dim, eb, mode, codec, out, capacity, w);
+  return encode_chunk_t<kF32>(in, rows, dim, eb, mode, codec, out, capacity, w);
+}
+
 // ---------------------------------------------------------------- decoder
 struct FrameHeader {
   int form, dtype, mode, bits;
@@ -712,9 +830,9 @@ struct FrameHeader {
   float eb_abs, base;
 };
 
-// Reads one Huffman section header into len/code/table; returns false if malformed.
+// Reads one Huffman section's code table into len/code/table; false if malformed.
 LC_HD bool read_huff_table(Reader& r, int max_nsym, uint8_t* len, uint16_t* code,
-                           uint32_t* table, int* table_bits) {
+                           uint32_t* table, int* table_bits, int* nsym_out) {
   uint64_t nsym = r.varint((uint64_t)max_nsym);
   if (!r.ok || nsym < 1) return false;
   const uint8_t* nib = r.take((size_t)(nsym + 1) / 2);
@@ -724,20 +842,35 @@ LC_HD bool read_huff_table(Reader& r, int max_nsym, uint8_t* len, uint16_t* code
   if (!huff_codes(len, (int)nsym, code, &ml) || ml == 0) return false;
   huff_table(len, code, (int)nsym, ml, table);
   *table_bits = ml;
+  *nsym_out = (int)nsym;
   return true;
 }
 
 // Decodes `count` Huffman symbols, calling emit(i, sym); false on a malformed stream.
 template <typename EmitFn>
 LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, int tb,
-                             EmitFn emit) {
+                             EmitFn& emit) {
+  const uint64_t mask = (1ull << tb) - 1;
   for (uint64_t s0 = 0; s0 < count; s0 += kSeg) {
     uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
     uint64_t seg = r.varint(0xffffffffu);
     const uint8_t* sp = r.take((size_t)seg);
     if (!sp) return false;
     BitReader br = {sp, sp + seg, 0, 0, false};
-    for (uint64_t i = s0; i < s1; ++i) {
+    uint64_t i = s0;
+    // Four symbols per refill: 4 x 12 bits fit in the 56 bits a refill guarantees.
+    for (; i + 4 <= s1 && br.end - br.p >= 8; i += 4) {
+      br.refill();
+      for (int k = 0; k < 4; ++k) {
+        uint32_t e = table[br.acc & mask];
+        int l = (int)(e & 0xff);
+        if (l == 0) return false;
+        br.acc >>= l;
+        br.nacc -= l;
+        emit(i + k, e >> 8);
+      }
+    }
+    for (; i < s1; ++i) {
       uint32_t e = table[br.peek(tb)];
       int l = (int)(e & 0xff);
       if (l == 0) return false;
@@ -750,10 +883,21 @@ LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, i
 }
 
 template <typename EmitFn>
-LC_HD bool read_packed(Reader& r, uint64_t count, int bits, EmitFn emit) {
+LC_HD bool read_packed(Reader& r, uint64_t count, int bits, EmitFn& emit) {
   const uint8_t* sp = r.take(packed_bytes(count, bits));
   if (!sp) return false;
-  if (bits == 0) { for (uint64_t i = 0; i < count; ++i) emit(i, 0u); return true; }
+  switch (bits) {
+    case 0: for (uint64_t i = 0; i < count; ++i) emit(i, 0u); return true;
+    case 1: unpack_fixed<1>(sp, count, emit); return true;
+    case 2: unpack_fixed<2>(sp, count, emit); return true;
+    case 3: unpack_fixed<3>(sp, count, emit); return true;
+    case 4: unpack_fixed<4>(sp, count, emit); return true;
+    case 5: unpack_fixed<5>(sp, count, emit); return true;
+    case 6: unpack_fixed<6>(sp, count, emit); return true;
+    case 7: unpack_fixed<7>(sp, count, emit); return true;
+    case 8: unpack_fixed<8>(sp, count, emit); return true;
+    default: break;
+  }
   BitReader br = {sp, sp + packed_bytes(count, bits), 0, 0, false};
   for (uint64_t i = 0; i < count; ++i) emit(i, br.get(bits));
   return !br.overrun;
@@ -776,7 +920,7 @@ LC_HD int32_t parse_header(const uint8_t* f, int64_t nbytes, size_t capacity, Fr
   h.index_huff = (flags & kFlagIndexHuff) != 0;
   h.bits = f[3];
   if (h.form > kFormQuant || h.dtype > kF16 || (flags & 0xc0) || h.bits > kMaxBits) return kBadHeader;
-  if (h.form == kFormRaw && (flags & ~3) != 0) return kBadHeader;
+  if (h.form == kFormRaw && ((flags & ~3) != 0 || h.bits != 0)) return kBadHeader;
   r.p = f + kHeaderFixed;
   r.end = f + nbytes;
   r.ok = true;
@@ -790,18 +934,18 @@ LC_HD int32_t parse_header(const uint8_t* f, int64_t nbytes, size_t capacity, Fr
   return kOk;
 }
 
-// Decodes frame f[0, nbytes) into out (rows*dim values of `dtype`) when write is true; checks
-// it fully either way. Expected rows/dim/dtype come from the caller (the static output shape).
-// On any error the output is filled with NaN and the status says why.
-template <bool kWrite>
-LC_HD int32_t decode_frame(const uint8_t* f, int64_t nbytes, size_t capacity, uint64_t rows,
-                           uint64_t dim, int dtype, uint8_t* out, Workspace& w) {
+// Decodes frame f[0, nbytes) into out (rows*dim values of dtype D) when kWrite; checks it fully
+// either way. Expected rows/dim/dtype come from the caller (the static output shape). On any
+// error the output is filled with NaN and the status says why.
+template <bool kWrite, int D>
+LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, uint64_t rows,
+                             uint64_t dim, uint8_t* out, Workspace& w) {
   FrameHeader h;
   Reader r = {nullptr, nullptr, true};
   int32_t st = parse_header(f, nbytes, capacity, h, r);
-  uint64_t n = rows * dim;
-  if (st == kOk && (h.rows != rows || h.dim != dim || h.dtype != dtype)) st = kShapeMismatch;
-  const int isz = dtype_size(dtype);
+  const uint64_t n = rows * dim;
+  const int isz = dtype_size(D);
+  if (st == kOk && (h.rows != rows || h.dim != dim || h.dtype != D)) st = kShapeMismatch;
   if (st == kOk && h.form == kFormRaw) {
     const uint8_t* src = r.take((size_t)n * isz);
     if (!src) st = kTruncated;
@@ -820,39 +964,40 @@ LC_HD int32_t decode_frame(const uint8_t* f, int64_t nbytes, size_t capacity, ui
   if (st == kOk && h.form == kFormQuant) {
     const float base = h.base, step = h.eb_abs * 2.0f;
     const uint64_t nd = h.n_unique * dim;
-    const uint32_t maxcode = h.bits ? (h.bits >= 32 ? 0xffffffffu : (1u << h.bits) - 1u) : 0u;
+    const uint32_t maxcode = h.bits ? (1u << h.bits) - 1u : 0u;
+    // Values of the first kMaxHuffSymbols codes come from a table; rarer wide codes are computed.
+    const uint32_t nlut = maxcode + 1u < (uint32_t)kMaxHuffSymbols ? maxcode + 1u : (uint32_t)kMaxHuffSymbols;
+    float* lut = w.lut;
+    for (uint32_t q = 0; q < nlut; ++q) lut[q] = Val<D>::round(base + (float)q * step);
     float* dv = w.dict_vals;
-    bool bad_code = false;
-    auto emit_code = [dv, base, step, maxcode, dtype, &bad_code](uint64_t i, uint32_t q) {
-      if (q > maxcode) bad_code = true;
-      dv[i] = round_to_dtype(base + (float)q * step, dtype);
+    auto emit_code = [dv, lut, nlut, base, step](uint64_t i, uint32_t q) {
+      dv[i] = q < nlut ? lut[q] : Val<D>::round(base + (float)q * step);
     };
     bool ok;
-    int tb = 0;
+    int tb = 0, nsym = 0;
     if (h.codes_huff) {
-      int lim = maxcode + 1u < (uint32_t)kMaxHuffSymbols ? (int)maxcode + 1 : kMaxHuffSymbols;
-      ok = read_huff_table(r, lim, w.len_a, w.code_a, w.tmp, &tb) &&
+      ok = read_huff_table(r, (int)nlut, w.len_a, w.code_a, w.tmp, &tb, &nsym) &&
            read_huff_symbols(r, nd, w.tmp, tb, emit_code);
     } else {
       ok = read_packed(r, nd, h.bits, emit_code);
     }
-    if (!ok || bad_code) st = r.ok ? kCorrupt : kTruncated;
+    if (!ok) st = r.ok ? kCorrupt : kTruncated;
     uint32_t* idx = w.index;
     if (st == kOk && h.dedup) {
-      int ib = bits_for((uint32_t)(h.n_unique - 1));
-      uint64_t nu = h.n_unique;
-      bool bad_index = false;
-      auto emit_idx = [idx, nu, &bad_index](uint64_t i, uint32_t v) {
-        if (v >= nu) bad_index = true;
+      const uint64_t nu = h.n_unique;
+      uint32_t bad = 0;
+      auto emit_idx = [idx, nu, &bad](uint64_t i, uint32_t v) {
+        bad |= (uint32_t)(v >= nu);
         idx[i] = v;
       };
       if (h.index_huff) {
-        ok = read_huff_table(r, h.n_unique < (uint64_t)kMaxHuffSymbols ? (int)h.n_unique : kMaxHuffSymbols, w.len_b, w.code_b, w.tmp, &tb) &&
+        ok = read_huff_table(r, nu < (uint64_t)kMaxHuffSymbols ? (int)nu : kMaxHuffSymbols, w.len_b,
+                             w.code_b, w.tmp, &tb, &nsym) &&
              read_huff_symbols(r, rows, w.tmp, tb, emit_idx);
       } else {
-        ok = read_packed(r, rows, ib, emit_idx);
+        ok = read_packed(r, rows, bits_for((uint32_t)(nu - 1)), emit_idx);
       }
-      if (!ok || bad_index) st = r.ok ? kCorrupt : kTruncated;
+      if (!ok || bad) st = r.ok ? kCorrupt : kTruncated;
     }
     const int pb = pos_bytes_for(n);
     const uint8_t* pos = nullptr;
@@ -873,8 +1018,8 @@ LC_HD int32_t decode_frame(const uint8_t* f, int64_t nbytes, size_t capacity, ui
     if (st == kOk && kWrite) {
       for (uint64_t rr = 0; rr < rows; ++rr) {
         const float* src = dv + (h.dedup ? (uint64_t)idx[rr] : rr) * dim;
-        if (dtype == kF32) memcpy(out + rr * dim * 4, src, dim * 4);
-        else for (uint64_t j = 0; j < dim; ++j) store_value(out, dtype, rr * dim + j, src[j]);
+        if (D == kF32) memcpy(out + rr * dim * 4, src, dim * 4);
+        else for (uint64_t j = 0; j < dim; ++j) store_value(out, D, rr * dim + j, src[j]);
       }
       for (uint64_t k = 0; k < h.n_outliers; ++k) {
         uint32_t p = 0;
@@ -884,9 +1029,17 @@ LC_HD int32_t decode_frame(const uint8_t* f, int64_t nbytes, size_t capacity, ui
     }
   }
   if (st != kOk && kWrite) {
-    for (uint64_t i = 0; i < n; ++i) store_value(out, dtype, i, u2f(0x7fc00000u));
+    for (uint64_t i = 0; i < n; ++i) store_value(out, D, i, u2f(0x7fc00000u));
   }
   return st;
+}
+
+template <bool kWrite>
+LC_HD int32_t decode_frame(const uint8_t* f, int64_t nbytes, size_t capacity, uint64_t rows,
+                           uint64_t dim, int dtype, uint8_t* out, Workspace& w) {
+  if (dtype == kBF16) return decode_frame_t<kWrite, kBF16>(f, nbytes, capacity, rows, dim, out, w);
+  if (dtype == kF16) return decode_frame_t<kWrite, kF16>(f, nbytes, capacity, rows, dim, out, w);
+  return decode_frame_t<kWrite, kF32>(f, nbytes, capacity, rows, dim, out, w);
 }
 
 }  // namespace lc
