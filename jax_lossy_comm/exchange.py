@@ -1,0 +1,469 @@
+"""Compressed all-to-all for ``shard_map``: compress per destination, exchange frames, decode.
+
+``compressed_all_to_all`` is a drop-in for ``jax.lax.all_to_all`` inside ``shard_map`` that
+returns the same array within an error bound while moving fewer bytes: the block bound for
+each peer is cut into chunks ``[rows, dim]`` (one per peer, or one per (peer, table)), all
+chunks are compressed in one :func:`jax_lossy_comm.compress` call, the frames travel, and the
+receiver decodes them (Feng et al., SC24, arXiv 2407.04272, sec. 3 and 4). Its gradient is
+the transposed exchange of the cotangent (straight-through estimator, sec. 3), exact or
+compressed with its own error bound.
+
+Exchange paths (``path=``):
+
+* ``"ragged"`` (default where ``jax.lax.ragged_all_to_all`` is implemented, i.e. GPU): the
+  frames of each destination are packed back to back and only their used bytes move
+  (``ragged_all_to_all``); the per-frame byte counts travel first in a tiny ``all_to_all``.
+  The frame capacity is the raw size, so every codec fits and nothing overflows.
+* ``"dense"`` (default elsewhere: XLA:CPU has no ``ragged_all_to_all``): a dense ``all_to_all``
+  moves the static capacity of every frame, so the capacity, not the frame size, decides the
+  bytes moved. The dense path therefore sizes frames with fixed-rate quantization codes for
+  the smallest REL bound in use (``min_error_bound``; :func:`jax_lossy_comm.frame_capacity`)
+  plus room for a few exact outliers; ``codec="auto"`` still writes the smallest form that
+  fits. REL 0.01 gives 6-bit codes: ~5.3x fewer bytes than raw float32. A frame that does not
+  fit (NaN/Inf beyond the outlier room, a bound below ``min_error_bound``) is never dropped:
+  every device learns of it through a one-scalar ``pmax`` and the whole exchange then runs as
+  the exact ``jax.lax.all_to_all`` of ``x`` (lossless) under ``lax.cond``; ``overflow_count``
+  and ``fallback`` in :class:`ExchangeStats` record it. Decision: speculative capacities
+  smaller than fixed-rate (``capacity=``) are allowed but not the default, because any
+  overflow sends the whole step raw and embedding chunks that do not deduplicate need about
+  the fixed-rate size anyway (measured in ``bench/exchange_bench.py``).
+
+References:
+  S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model Training
+  with Dual-Level Adaptive Lossy Compression", SC24, arXiv 2407.04272, 2024, sec. 3-4.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_lossy_comm import frame as _frame
+from jax_lossy_comm.codec import compress, decompress
+
+#: REL bound that sizes the dense capacity when ``error_bound`` is traced and no
+#: ``min_error_bound`` is given (the paper's tightest tier, sec. 5).
+DEFAULT_MIN_ERROR_BOUND = 0.01
+#: Exact outlier values reserved in each dense frame (7 bytes each for 2048x64 float32 chunks),
+#: so that the odd value at the quantizer's edge does not send the step down the fallback.
+DEFAULT_OUTLIERS = 16
+PATHS = ("auto", "dense", "ragged")
+BACKWARDS = ("exact", "compressed")
+
+
+class ExchangeStats(NamedTuple):
+    """Per-device statistics of one :func:`compressed_all_to_all` (forward exchange).
+
+    Attributes:
+      raw_bytes: float32 scalar, this device's payload ``x`` as raw bytes (``x.size *
+        itemsize``; every block, the one kept for itself included).
+      frame_bytes: float32 scalar, sum of this device's frame sizes (what a variable-size
+        exchange moves; an overflowed frame counts with the size it needed).
+      moved_bytes: float32 scalar, bytes the chosen path really sent: dense, ``chunks *
+        capacity`` plus the int32 byte counts; ragged, ``frame_bytes`` plus the byte counts;
+        after a fallback, ``raw_bytes``.
+      compression_ratio: float32[P] or float32[P, T], raw / frame bytes of each chunk
+        (destination peer, table).
+      overflow_count: int32 scalar, this device's frames that did not fit the capacity.
+      fallback: int32 scalar, 1 when the exchange ran as the exact ``all_to_all`` because a
+        frame on some device overflowed (the same on every device), else 0.
+      capacity_bytes: float32 scalar, the static frame capacity of the chosen path.
+    """
+
+    raw_bytes: jax.Array
+    frame_bytes: jax.Array
+    moved_bytes: jax.Array
+    compression_ratio: jax.Array
+    overflow_count: jax.Array
+    fallback: jax.Array
+    capacity_bytes: jax.Array
+
+
+# ------------------------------------------------------------------------------------ layout
+class _Layout(NamedTuple):
+    """Static geometry of one exchange: how ``x`` becomes ``[P, (T,) rows, dim]`` chunks."""
+
+    shape: tuple          # x.shape
+    p: int                # axis size
+    split: int
+    concat: int
+    table: int | None     # table axis in block coordinates (None: one chunk per peer)
+    tiled: bool
+
+    @property
+    def block_shape(self) -> tuple:
+        s = list(self.shape)
+        if self.tiled:
+            s[self.split] //= self.p
+        else:
+            del s[self.split]
+        return tuple(s)
+
+    @property
+    def chunk_shape(self) -> tuple:
+        b = self.block_shape
+        dim = b[-1] if b else 1
+        n = math.prod(b)
+        if self.table is not None:
+            n //= b[self.table]
+        return (n // dim if dim else 0, dim)
+
+    @property
+    def grid(self) -> tuple:
+        b = self.block_shape
+        return (self.p,) if self.table is None else (self.p, b[self.table])
+
+    @property
+    def out_shape(self) -> tuple:
+        b = list(self.block_shape)
+        if self.tiled:
+            b[self.concat] *= self.p
+        else:
+            b.insert(self.concat, self.p)
+        return tuple(b)
+
+    def to_chunks(self, x):
+        """x -> float[P, (T,) rows, dim]: block for peer d is chunk row d."""
+        if self.tiled:
+            s = self.shape
+            x = x.reshape(s[:self.split] + (self.p, s[self.split] // self.p) + s[self.split + 1:])
+            x = jnp.moveaxis(x, self.split, 0)
+        else:
+            x = jnp.moveaxis(x, self.split, 0)
+        if self.table is not None:
+            x = jnp.moveaxis(x, 1 + self.table, 1)
+        return x.reshape(self.grid + self.chunk_shape)
+
+    def from_chunks(self, c):
+        """Received chunks float[P_src, (T,) rows, dim] -> the all_to_all result."""
+        b = self.block_shape
+        if self.table is not None:
+            bt = (b[self.table],) + b[:self.table] + b[self.table + 1:]
+            c = jnp.moveaxis(c.reshape((self.p,) + bt), 1, 1 + self.table)
+        else:
+            c = c.reshape((self.p,) + b)
+        c = jnp.moveaxis(c, 0, self.concat)
+        return c.reshape(self.out_shape)
+
+    def transposed(self) -> "_Layout":
+        """Layout of the cotangent's exchange (split and concat swapped)."""
+        table = None
+        if self.table is not None:
+            # Block coordinates are the same in both directions (a tiled block or the untiled
+            # block with the P axis removed), so the table axis index carries over.
+            table = self.table
+        return _Layout(self.out_shape, self.p, self.concat, self.split, table, self.tiled)
+
+
+def _make_layout(shape, p, split_axis, concat_axis, table_axis, tiled) -> _Layout:
+    nd = len(shape)
+    if nd < 1:
+        raise ValueError("x must have at least one dimension")
+
+    def norm(a, what, n):
+        a = int(a)
+        if not -n <= a < n:
+            raise ValueError(f"{what}={a} out of range for rank {n}")
+        return a % n
+
+    split = norm(split_axis, "split_axis", nd)
+    concat = norm(concat_axis, "concat_axis", nd)
+    if tiled and shape[split] % p:
+        raise ValueError(f"x.shape[split_axis]={shape[split]} is not divisible by the axis size "
+                         f"{p} (tiled=True)")
+    if not tiled and shape[split] != p:
+        raise ValueError(f"x.shape[split_axis]={shape[split]} must equal the axis size {p} "
+                         f"(tiled=False)")
+    table = None
+    if table_axis is not None:
+        t = norm(table_axis, "table_axis", nd)
+        if t == nd - 1 or (not tiled and t == split):
+            raise ValueError(f"table_axis={table_axis} cannot be the last axis (the codec's dim) "
+                             f"or, untiled, the split axis")
+        table = t if tiled else t - (t > split)
+    lay = _Layout(tuple(int(s) for s in shape), int(p), split, concat, table, bool(tiled))
+    if not tiled and concat > len(lay.block_shape):
+        raise ValueError(f"concat_axis={concat_axis} out of range (tiled=False)")
+    return lay
+
+
+# ------------------------------------------------------------------------------------ config
+class _Config(NamedTuple):
+    """Static (hashable) settings of one exchange."""
+
+    axis_name: object
+    layout: _Layout
+    dtype: object
+    mode: str
+    codec: str
+    capacity: int
+    path: str                 # "dense" | "ragged" | "_ragged_dense" (tests: ragged emulated)
+    backward: str
+    backward_capacity: int
+
+
+def _varying_axes(x) -> frozenset:
+    t = jax.typeof(x)
+    vma = getattr(t, "vma", None)
+    if vma is None:
+        mat = getattr(t, "manual_axis_type", None)
+        vma = getattr(mat, "varying", None)
+    return frozenset(vma or ())
+
+
+def _match_varying(y, like):
+    """pcast ``y`` to varying over the axes ``like`` varies over (FFI outputs are typed as
+    invariant inside ``shard_map``; see DESIGN.md pitfalls)."""
+    missing = _varying_axes(like) - _varying_axes(y)
+    if missing:
+        y = jax.lax.pcast(y, tuple(sorted(missing)), to="varying")
+    return y
+
+
+def _ragged_supported() -> bool:
+    try:
+        return jax.devices()[0].platform in ("gpu", "cuda", "rocm")
+    except RuntimeError:
+        return False
+
+
+def _capacity(lay: _Layout, dtype, codec, mode, path, min_eb, capacity, concrete_eb) -> int:
+    rows, dim = lay.chunk_shape
+    if capacity is not None:
+        return int(capacity)
+    raw = _frame.raw_frame_bytes(rows, dim, dtype)
+    if path != "dense" or mode != "rel" or codec not in ("auto", "fixed"):
+        if codec == "fixed" and path == "dense" and mode != "rel":
+            raise ValueError("codec='fixed' on the dense path needs mode='rel' or capacity=")
+        return raw
+    if min_eb is None:
+        if concrete_eb is not None:
+            m = float(np.min(concrete_eb)) if concrete_eb.size else DEFAULT_MIN_ERROR_BOUND
+            if not m > 0:
+                return raw
+            min_eb = m
+        else:
+            min_eb = DEFAULT_MIN_ERROR_BOUND
+    return _frame.frame_capacity((rows, dim), dtype, codec, float(min_eb), mode,
+                                 outliers=DEFAULT_OUTLIERS)
+
+
+def _concrete(v):
+    try:
+        return np.asarray(v, dtype=np.float64)
+    except (TypeError, jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+
+
+# ------------------------------------------------------------------------------ the exchange
+def _pack_offsets(nbytes):
+    """Exclusive cumsum of frame sizes along the last axis: start of each packed frame."""
+    return jnp.cumsum(nbytes, axis=-1) - nbytes
+
+
+def _exchange_frames(cfg: _Config, frames, nbytes):
+    """Moves frames [P, (T,) cap] to their destinations; returns the received frames/nbytes
+    indexed by source peer."""
+    ax = cfg.axis_name
+    rnb = jax.lax.all_to_all(nbytes, ax, 0, 0, tiled=True)
+    if cfg.path == "dense":
+        return jax.lax.all_to_all(frames, ax, 0, 0, tiled=True), rnb
+    # Ragged: pack each destination's frames back to back inside its slot of T * cap bytes.
+    p, cap = frames.shape[0], frames.shape[-1]
+    f = frames.reshape(p, -1, cap)
+    nb = jnp.maximum(nbytes.reshape(p, -1), 0)
+    t = f.shape[1]
+    slot = t * cap
+    j = jnp.arange(cap, dtype=jnp.int32)
+    start = _pack_offsets(nb)                                          # [P, T]
+    dst = jnp.where(j < nb[..., None], start[..., None] + j, slot)     # [P, T, cap]
+    dst = dst + (jnp.arange(p, dtype=jnp.int32) * slot)[:, None, None]
+    dst = jnp.where(j < nb[..., None], dst, p * slot)                  # out of range: dropped
+    send = jnp.zeros((p * slot,), jnp.uint8).at[dst.reshape(-1)].set(f.reshape(-1), mode="drop")
+    send_sizes = nb.sum(axis=1).astype(jnp.int32)
+    rnb_flat = jnp.maximum(rnb.reshape(p, -1), 0)
+    recv_sizes = rnb_flat.sum(axis=1).astype(jnp.int32)
+    if cfg.path == "_ragged_dense":   # same bytes in the same places, moved densely (tests)
+        recv = jax.lax.all_to_all(send.reshape(p, slot), ax, 0, 0, tiled=True).reshape(-1)
+    else:
+        me = jax.lax.axis_index(ax).astype(jnp.int32)
+        offs = jnp.arange(p, dtype=jnp.int32) * slot
+        recv = jax.lax.ragged_all_to_all(
+            send, jnp.zeros_like(send), offs, send_sizes, jnp.broadcast_to(me * slot, (p,)),
+            recv_sizes, axis_name=ax)
+    del recv_sizes
+    rstart = _pack_offsets(rnb_flat) + (jnp.arange(p, dtype=jnp.int32) * slot)[:, None]
+    src = rstart[..., None] + j                                         # [P, T, cap]
+    got = jnp.where(j < rnb_flat[..., None], recv[jnp.clip(src, 0, p * slot - 1)], 0)
+    return got.astype(jnp.uint8).reshape(frames.shape), rnb
+
+
+def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
+    lay = cfg.layout.transposed() if backward_pass else cfg.layout
+    cap = cfg.backward_capacity if backward_pass else cfg.capacity
+    ax = cfg.axis_name
+    rows, dim = lay.chunk_shape
+    chunks = lay.to_chunks(x)
+    eb = jnp.broadcast_to(eb, lay.grid)
+    frames, nbytes = compress(chunks, eb, mode=cfg.mode, codec=cfg.codec, capacity=cap)
+    frames, nbytes = _match_varying(frames, x), _match_varying(nbytes, x)
+    over = nbytes < 0
+    n_over = over.sum().astype(jnp.int32)
+    any_over = jax.lax.pmax(n_over, ax) > 0
+
+    def compressed(_):
+        rf, rnb = _exchange_frames(cfg, frames, nbytes)
+        xr = decompress(rf, rnb, shape=(rows, dim), dtype=x.dtype)
+        return _match_varying(lay.from_chunks(xr), x)
+
+    def exact(_):
+        return jax.lax.all_to_all(x, ax, lay.split, lay.concat, tiled=lay.tiled)
+
+    y = jax.lax.cond(any_over, exact, compressed, None)
+
+    chunk_raw = float(rows * dim * np.dtype(x.dtype).itemsize)
+    fb = jnp.abs(nbytes).astype(jnp.float32)
+    raw_bytes = jnp.float32(math.prod(lay.shape) * np.dtype(x.dtype).itemsize)
+    frame_bytes = fb.sum()
+    nb_bytes = 4.0 * nbytes.size
+    if cfg.path == "dense":
+        comp_moved = jnp.float32(frames.size + nb_bytes)
+    else:
+        comp_moved = frame_bytes + nb_bytes
+    moved = jnp.where(any_over, raw_bytes, comp_moved)
+    stats = ExchangeStats(
+        raw_bytes=raw_bytes, frame_bytes=frame_bytes, moved_bytes=moved.astype(jnp.float32),
+        compression_ratio=(chunk_raw / jnp.maximum(fb, 1.0)).astype(jnp.float32),
+        overflow_count=n_over, fallback=any_over.astype(jnp.int32),
+        capacity_bytes=jnp.float32(cap))
+    return y, stats
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _exchange(cfg: _Config, x, eb, beb):
+    return _forward_impl(cfg, x, eb)
+
+
+def _exchange_fwd(cfg, x, eb, beb):
+    return _forward_impl(cfg, x, eb), (eb, beb)
+
+
+def _exchange_bwd(cfg, res, cts):
+    eb, beb = res
+    ct_y = cts[0]
+    lay = cfg.layout
+    if cfg.backward == "exact":
+        ct_x = jax.lax.all_to_all(ct_y, cfg.axis_name, lay.concat, lay.split, tiled=lay.tiled)
+    else:
+        ct_x, _ = _forward_impl(cfg, ct_y.astype(cfg.dtype), beb, backward_pass=True)
+    return ct_x.astype(cfg.dtype), jnp.zeros_like(eb), jnp.zeros_like(beb)
+
+
+_exchange.defvjp(_exchange_fwd, _exchange_bwd)
+
+
+def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, error_bound,
+                          table_axis: int | None = None, tiled: bool = True, mode: str = "rel",
+                          codec: str = "auto", min_error_bound: float | None = None,
+                          capacity: int | None = None, path: str = "auto",
+                          backward: str = "exact", backward_error_bound=None,
+                          return_stats: bool = False):
+    """``jax.lax.all_to_all`` of ``x`` with error-bounded lossy compression of the payload.
+
+    Call inside ``shard_map`` over ``axis_name`` (P devices). The block ``x`` sends to peer
+    ``d`` (``jax.lax.all_to_all``'s split of ``split_axis``) is cut into codec chunks
+    ``[rows, dim]``: ``dim`` is the block's last axis (``x``'s last axis unless it is the
+    tiled split axis; untiled, the split axis is removed first); with ``table_axis`` each index
+    along that axis is its own chunk (one chunk per (peer, table), each with its own bound and
+    REL range), and all other axes are flattened into ``rows`` in C order. Chunks are
+    compressed in one call, exchanged, decoded and reassembled into what
+    ``jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)`` returns.
+
+    DLRM use (sec. 3): pooled embeddings ``float32[global_batch, L, dim]``, ``split_axis=0``,
+    ``concat_axis=1``, ``table_axis=1``, ``error_bound`` ``float32[L]`` -> ``float32[global_batch
+    / P, P * L, dim]``; each (peer, table) block ``[global_batch / P, dim]`` is one chunk.
+
+    Args:
+      x: ``float32 | bfloat16 | float16`` array, varying over ``axis_name``.
+      axis_name: the ``shard_map`` mesh axis (static).
+      split_axis, concat_axis: as in ``jax.lax.all_to_all`` (static ints, negative allowed).
+      error_bound: float, traced or concrete, broadcastable to the chunk grid ``[P]`` (no
+        ``table_axis``) or ``[P, T]`` (a ``[T]`` vector gives one bound per table). REL
+        (``mode="rel"``): ``eb_abs = error_bound * (max - min)`` of each chunk; ABS: absolute.
+        Every finite value of the result is within ``eb_abs`` of the exact result; NaN/Inf
+        arrive bit-exact. Changing a traced bound does not recompile.
+      table_axis: axis of ``x`` whose indices are separate chunks (static; not the last axis).
+      tiled: as in ``jax.lax.all_to_all``.
+      mode: ``"rel"`` or ``"abs"``.
+      codec: ``"auto" | "raw" | "fixed" | "dedup" | "entropy"`` (see ``frame.CODECS``).
+      min_error_bound: static float, the smallest REL bound ``error_bound`` will take; sizes
+        the dense capacity (fixed-rate codes). Default: the minimum of a concrete
+        ``error_bound``, else ``DEFAULT_MIN_ERROR_BOUND`` (0.01). Smaller bounds still give
+        correct results, through the fallback when a frame does not fit.
+      capacity: static bytes per frame, overriding the path's default (a speculative
+        capacity; frames that do not fit trigger the exact fallback).
+      path: ``"auto"`` (ragged on GPU, dense elsewhere), ``"dense"`` or ``"ragged"``.
+      backward: ``"exact"``: the cotangent goes back through the exact transposed
+        ``all_to_all``; ``"compressed"``: through a compressed one with
+        ``backward_error_bound`` (same mode, codec and path).
+      backward_error_bound: bound for the backward exchange, broadcastable to its chunk grid
+        (same ``[P, T]`` shape); default ``error_bound``. Capacity for it is sized from
+        ``min_error_bound`` likewise.
+      return_stats: also return :class:`ExchangeStats`.
+
+    Returns:
+      ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype, or ``(y, ExchangeStats)``.
+
+    Raises:
+      ValueError: bad axes, a split axis not divisible by (tiled) or not equal to (untiled) the
+        axis size, an error bound that does not broadcast to the chunk grid, unknown
+        ``path``/``backward``/``mode``/``codec``, ``path="ragged"`` where
+        ``ragged_all_to_all`` is not supported is not checked here (XLA raises).
+      TypeError: unsupported dtype (from :func:`jax_lossy_comm.compress`).
+
+    References:
+      Feng et al., SC24, arXiv 2407.04272, sec. 3 (exchange, straight-through backward) and
+      sec. 4 (quantization without prediction, REL bound).
+    """
+    if path not in PATHS + ("_ragged_dense",):
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if backward not in BACKWARDS:
+        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+    if mode not in _frame.MODES:
+        raise ValueError(f"mode must be 'rel' or 'abs', got {mode!r}")
+    if codec not in _frame.CODECS:
+        raise ValueError(f"codec must be one of {sorted(_frame.CODECS)}, got {codec!r}")
+    x = jnp.asarray(x)
+    p = jax.lax.axis_size(axis_name)
+    lay = _make_layout(x.shape, p, split_axis, concat_axis, table_axis, tiled)
+    if path == "auto":
+        path = "ragged" if _ragged_supported() else "dense"
+    cap_path = "dense" if path == "dense" else "ragged"
+
+    def prep(bound, grid, what):
+        c = _concrete(bound)
+        e = jnp.asarray(bound, jnp.float32)
+        try:
+            np.broadcast_shapes(e.shape, grid)
+        except ValueError:
+            raise ValueError(f"{what} of shape {e.shape} does not broadcast to the chunk grid "
+                             f"{grid} (peers, tables)") from None
+        return e, c
+
+    eb, eb_c = prep(error_bound, lay.grid, "error_bound")
+    if backward_error_bound is None:
+        beb, beb_c = eb, eb_c
+    else:
+        beb, beb_c = prep(backward_error_bound, lay.transposed().grid, "backward_error_bound")
+    dtype = np.dtype(x.dtype)
+    cap = _capacity(lay, dtype, codec, mode, cap_path, min_error_bound, capacity, eb_c)
+    bcap = _capacity(lay.transposed(), dtype, codec, mode, cap_path, min_error_bound, capacity,
+                     beb_c)
+    cfg = _Config(axis_name, lay, dtype, mode, codec, cap, path, backward, bcap)
+    y, stats = _exchange(cfg, x, eb, beb)
+    return (y, stats) if return_stats else y
