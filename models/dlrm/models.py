@@ -118,7 +118,9 @@ class ShardedEmbedding(nnx.Module):
   """
 
   def __init__(self, placement: TablePlacement, *, rngs: nnx.Rngs):
-    self.placement = placement
+    # Static plan pieces as tuples (hashable graph metadata; numpy arrays are not).
+    self.offsets = tuple(tuple(int(v) for v in row) for row in placement.offsets)
+    self.slot_rows = tuple(tuple(int(v) for v in row) for row in placement.slot_rows)
     self.table = nnx.Param(_init_buffer(rngs.params(), placement))
 
   def lookup(self, ids: jax.Array, device_index: jax.Array) -> jax.Array:
@@ -133,8 +135,8 @@ class ShardedEmbedding(nnx.Module):
     Returns:
       float32[B, L, dim] pooled embeddings; zeros for dummy slots.
     """
-    offsets = jnp.asarray(self.placement.offsets)[device_index]    # [L]
-    slot_rows = jnp.asarray(self.placement.slot_rows)[device_index]  # [L]
+    offsets = jnp.asarray(self.offsets, jnp.int32)[device_index]      # [L]
+    slot_rows = jnp.asarray(self.slot_rows, jnp.int32)[device_index]  # [L]
     valid = (ids >= 0) & (ids < slot_rows[None, :, None])
     rows = ids + offsets[None, :, None]
     return pooled_lookup(self.table.get_value()[0], rows, valid)

@@ -79,15 +79,23 @@ def make_mesh(devices=None) -> jax.sharding.Mesh:
                        devices=devices)
 
 
-def create_model(config: Config, placement: sharding.TablePlacement, seed: int):
-  """Builds the model. Returns ``(graphdefs, params)``; params as in ``TrainState``."""
-  rngs = nnx.Rngs(params=seed)
-  head = models.DLRMHead(config.num_dense, config.num_tables, config.embedding_dim,
-                         config.bottom_mlp, config.top_mlp, rngs=rngs)
-  emb = models.ShardedEmbedding(placement, rngs=rngs)
+def create_model(config: Config, placement: sharding.TablePlacement, seed: int,
+                 abstract: bool = False):
+  """Builds the model. Returns ``(graphdefs, params)``; params as in ``TrainState``.
+
+  With ``abstract`` the params are ``ShapeDtypeStruct``s (nothing is computed).
+  """
+  def build():
+    rngs = nnx.Rngs(params=seed)
+    head = models.DLRMHead(config.num_dense, config.num_tables, config.embedding_dim,
+                           config.bottom_mlp, config.top_mlp, rngs=rngs)
+    return head, models.ShardedEmbedding(placement, rngs=rngs)
+
+  head, emb = nnx.eval_shape(build) if abstract else build()
   head_gd, head_p = nnx.split(head, nnx.Param)
   emb_gd, emb_p = nnx.split(emb, nnx.Param)
-  return (head_gd, emb_gd), {"head": head_p.to_pure_dict(), "embedding": emb_p.to_pure_dict()}
+  return (head_gd, emb_gd), {"head": nnx.to_pure_dict(head_p),
+                             "embedding": nnx.to_pure_dict(emb_p)}
 
 
 def learning_rate_schedule(config: Config) -> optax.Schedule:
@@ -282,6 +290,28 @@ def make_eval_step(ctx: StepContext):
   return eval_step
 
 
+
+def setup(config: Config, mesh, eb_args=None):
+  """Placement, model, optimizer and error-bound hook for ``mesh``.
+
+  Returns:
+    ``(ctx, init_state, shardings)``: the StepContext, a function ``() -> TrainState``
+    (jit it with ``out_shardings=shardings``) and the TrainState's NamedShardings.
+  """
+  placement = sharding.plan_tables(config.table_rows(), config.embedding_dim, mesh.size)
+  graphdefs, _ = create_model(config, placement, config.seed, abstract=True)
+  tx = create_optimizer(config)
+  eb_hook = ErrorBoundHook(config.num_tables, eb_args, config.placeholder_eb_rel)
+  ctx = StepContext(config, placement, mesh, graphdefs, tx, eb_hook)
+  table_shape = (mesh.size, placement.rows_per_device, config.embedding_dim)
+
+  def init_state():
+    _, params = create_model(config, placement, config.seed)
+    return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), eb_hook.init())
+
+  shard = state_shardings(jax.eval_shape(init_state), mesh, table_shape)
+  return ctx, init_state, shard
+
 # ------------------------------------------------------------------------------------
 # Metrics, data placement
 # ------------------------------------------------------------------------------------
@@ -463,25 +493,14 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
   for name, b in (("batch_size", config.batch_size), ("eval_batch_size", config.eval_batch_size)):
     if b % num_devices or b % nproc:
       raise ValueError(f"{name}={b} must be divisible by the device count {num_devices}")
-  placement = sharding.plan_tables(config.table_rows(), config.embedding_dim, num_devices)
-  graphdefs, params = create_model(config, placement, config.seed)
-  del params
-  tx = create_optimizer(config)
-  eb_hook = ErrorBoundHook(config.num_tables, eb_args, config.placeholder_eb_rel)
-  ctx = StepContext(config, placement, mesh, graphdefs, tx, eb_hook)
-  table_shape = (num_devices, placement.rows_per_device, config.embedding_dim)
-
-  def init_state():
-    _, params = create_model(config, placement, config.seed)
-    return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), eb_hook.init())
-
-  abstract = jax.eval_shape(init_state)
-  shard = state_shardings(abstract, mesh, table_shape)
+  ctx, init_state, shard = setup(config, mesh, eb_args)
+  placement, eb_hook = ctx.placement, ctx.eb_hook
   mngr = _checkpoint_manager(workdir, config)
   state, meta = (None, None)
   if resume:
     abstract_sharded = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shard)
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        jax.eval_shape(init_state), shard)
     state, meta = _restore(mngr, abstract_sharded)
   if state is None:
     state = jax.jit(init_state, out_shardings=shard)()
