@@ -23,12 +23,15 @@ class ExchangeStats(NamedTuple):
     frame_bytes: scalar, sum of the compressed frame sizes (== raw_bytes when exact).
     moved_bytes: scalar, bytes the chosen path really moved.
     compression_ratio: float32[P, L], raw / frame bytes of each (peer, local table) chunk.
+    fallback: float32 scalar, 1 when the library fell back to the exact exchange (a frame
+      overflowed its static capacity), else 0.
   """
 
   raw_bytes: jax.Array
   frame_bytes: jax.Array
   moved_bytes: jax.Array
   compression_ratio: jax.Array
+  fallback: jax.Array
 
 
 def _compressed_all_to_all():
@@ -78,7 +81,7 @@ def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression
   if compression == "off":
     y = jax.lax.all_to_all(pooled, axis_name, 0, 1, tiled=True)
     stats = ExchangeStats(raw_bytes, raw_bytes, raw_bytes,
-                          jnp.ones((p, pooled.shape[1]), jnp.float32))
+                          jnp.ones((p, pooled.shape[1]), jnp.float32), jnp.float32(0))
     return y, stats
   if compression != "on":
     raise ValueError(f"compression must be 'on' or 'off', got {compression!r}")
@@ -88,5 +91,6 @@ def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression
   stats = ExchangeStats(jnp.asarray(s.raw_bytes, jnp.float32),
                         jnp.asarray(s.frame_bytes, jnp.float32),
                         jnp.asarray(s.moved_bytes, jnp.float32),
-                        jnp.asarray(s.compression_ratio, jnp.float32))
+                        jnp.asarray(s.compression_ratio, jnp.float32),
+                        jnp.asarray(getattr(s, "fallback", 0), jnp.float32))
   return y, stats

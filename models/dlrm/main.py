@@ -143,7 +143,12 @@ def run(argv=None) -> dict:
 
 
 def main(argv=None) -> int:
-  run(argv)
+  from models.dlrm.input_pipeline import MalformedLineError
+  try:
+    run(argv)
+  except (MalformedLineError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   return 0
 
 

@@ -226,6 +226,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     }
     byte_stats = {k: jax.lax.psum(getattr(stats, k), AXIS)
                   for k in ("raw_bytes", "frame_bytes", "moved_bytes")}
+    byte_stats["fallback"] = jax.lax.pmax(stats.fallback, AXIS)
     return loss, logits, g_head, g_table, slot_stats, byte_stats
 
   return body
@@ -502,13 +503,13 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
         jax.eval_shape(init_state), shard)
     state, meta = _restore(mngr, abstract_sharded)
+  position = meta["data_position"] if meta else None
+  local_batch = config.batch_size // nproc
+  # Data first: a bad file is reported before anything is compiled.
+  stream, eval_set, data_desc = make_data(config, local_batch, position)
   if state is None:
     state = jax.jit(init_state, out_shardings=shard)()
   start = int(jax.device_get(state.step))
-  position = meta["data_position"] if meta else None
-
-  local_batch = config.batch_size // nproc
-  stream, eval_set, data_desc = make_data(config, local_batch, position)
   train_step = jax.jit(make_train_step(ctx), in_shardings=(shard, None),
                        out_shardings=(shard, None), donate_argnums=(0,))
   eval_step = jax.jit(make_eval_step(ctx), in_shardings=(shard, None))
@@ -548,7 +549,8 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
       say(f"{tag}step {step}: loss {rec['loss']:.4f} train-AUC {rec['auc']:.4f} "
           f"{rec['samples_per_s']:.0f} samples/s | exchange ratio {rec['compression_ratio']:.2f}x, "
           f"moved {_fmt_bytes(rec['moved_bytes'])} vs raw {_fmt_bytes(rec['raw_bytes'])} "
-          f"(frames {_fmt_bytes(rec['frame_bytes'])}) | eb_rel "
+          f"(frames {_fmt_bytes(rec['frame_bytes'])}, {rec['fallback_steps']} exact-fallback "
+          f"steps) | eb_rel "
           f"[{min(rec['error_bound']):.4f}, {max(rec['error_bound']):.4f}]")
       say(f"{tag}  per-table ratio: " + " ".join(f"{r:.1f}" for r in rec["ratio_per_table"]))
       writer.write(rec)
@@ -606,6 +608,7 @@ def _interval_record(step, interval, seconds, global_batch) -> dict:
           "frame_bytes": frame, "moved_bytes": moved,
           "moved_ratio": raw / max(moved, 1e-9),
           "ratio_per_table": [float(x) for x in per_table],
+          "fallback_steps": int(sum(float(m["fallback"]) > 0 for m in ms)),
           "error_bound": [float(x) for x in ms[-1]["error_bound"]]}
 
 
@@ -642,5 +645,6 @@ def plot_metrics(runs: dict[str, str], path: str) -> None:
 
 
 if __name__ == "__main__":
+  import sys
   from models.dlrm import main as _main
-  _main.run()
+  sys.exit(_main.main())
