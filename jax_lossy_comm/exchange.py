@@ -202,7 +202,7 @@ class _Config(NamedTuple):
     mode: str
     codec: str
     capacity: int
-    path: str                 # "dense" | "ragged" | "_ragged_dense" (tests: ragged emulated)
+    path: str                 # "dense" | "ragged" | "_ragged_emulated" (tests)
     backward: str
     backward_capacity: int
 
@@ -261,46 +261,51 @@ def _concrete(v):
 
 
 # ------------------------------------------------------------------------------ the exchange
-def _pack_offsets(nbytes):
-    """Exclusive cumsum of frame sizes along the last axis: start of each packed frame."""
-    return jnp.cumsum(nbytes, axis=-1) - nbytes
+def _emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
+                                recv_sizes, *, axis_name, max_size: int):
+    """``jax.lax.ragged_all_to_all``'s documented semantics with dense collectives (slices of
+    at most ``max_size`` elements); lets CPU tests check the ragged path's offsets."""
+    n = input_offsets.shape[0]
+    j = jnp.arange(max_size, dtype=jnp.int32)
+    src = jnp.clip(input_offsets[:, None] + j, 0, operand.shape[0] - 1)
+    sl = jnp.where(j < send_sizes[:, None], operand[src], 0).astype(operand.dtype)  # [N, max]
+    got = jax.lax.all_to_all(sl, axis_name, 0, 0, tiled=True)
+    offs = jax.lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True)
+    dst = jnp.where(j < recv_sizes[:, None], offs[:, None] + j, output.shape[0])
+    del n
+    return output.at[dst.reshape(-1)].set(got.reshape(-1), mode="drop")
 
 
 def _exchange_frames(cfg: _Config, frames, nbytes):
-    """Moves frames [P, (T,) cap] to their destinations; returns the received frames/nbytes
-    indexed by source peer."""
+    """Moves frames ``uint8[P, (T,) cap]`` to their destinations; returns the received frames
+    and byte counts indexed by source peer.
+
+    Dense: one ``all_to_all`` of the whole capacity. Ragged: each frame is one slice of
+    ``ragged_all_to_all`` (``P * T`` slices, ``nbytes`` long), written at the same
+    ``[source, table]`` position of the receiver's ``[P, T, cap]`` buffer, so no packing is
+    needed and only used bytes move; the byte counts go first in a tiny ``all_to_all``.
+    """
     ax = cfg.axis_name
     rnb = jax.lax.all_to_all(nbytes, ax, 0, 0, tiled=True)
     if cfg.path == "dense":
         return jax.lax.all_to_all(frames, ax, 0, 0, tiled=True), rnb
-    # Ragged: pack each destination's frames back to back inside its slot of T * cap bytes.
     p, cap = frames.shape[0], frames.shape[-1]
-    f = frames.reshape(p, -1, cap)
-    nb = jnp.maximum(nbytes.reshape(p, -1), 0)
-    t = f.shape[1]
-    slot = t * cap
-    j = jnp.arange(cap, dtype=jnp.int32)
-    start = _pack_offsets(nb)                                          # [P, T]
-    dst = jnp.where(j < nb[..., None], start[..., None] + j, slot)     # [P, T, cap]
-    dst = dst + (jnp.arange(p, dtype=jnp.int32) * slot)[:, None, None]
-    dst = jnp.where(j < nb[..., None], dst, p * slot)                  # out of range: dropped
-    send = jnp.zeros((p * slot,), jnp.uint8).at[dst.reshape(-1)].set(f.reshape(-1), mode="drop")
-    send_sizes = nb.sum(axis=1).astype(jnp.int32)
-    rnb_flat = jnp.maximum(rnb.reshape(p, -1), 0)
-    recv_sizes = rnb_flat.sum(axis=1).astype(jnp.int32)
-    if cfg.path == "_ragged_dense":   # same bytes in the same places, moved densely (tests)
-        recv = jax.lax.all_to_all(send.reshape(p, slot), ax, 0, 0, tiled=True).reshape(-1)
+    t = nbytes.size // p
+    flat = frames.reshape(-1)
+    slot = (jnp.arange(p * t, dtype=jnp.int32) * cap)                 # [P*T], (dest, table)
+    send_sizes = jnp.maximum(nbytes.reshape(-1), 0).astype(jnp.int32)
+    recv_sizes = jnp.maximum(rnb.reshape(-1), 0).astype(jnp.int32)
+    me = jax.lax.axis_index(ax).astype(jnp.int32)
+    # Frame (dest d, table k) lands in d's buffer at (me, k).
+    output_offsets = (me * t + jnp.arange(p * t, dtype=jnp.int32) % t) * cap
+    out = jnp.zeros_like(flat)
+    if cfg.path == "_ragged_emulated":
+        recv = _emulated_ragged_all_to_all(flat, out, slot, send_sizes, output_offsets,
+                                           recv_sizes, axis_name=ax, max_size=cap)
     else:
-        me = jax.lax.axis_index(ax).astype(jnp.int32)
-        offs = jnp.arange(p, dtype=jnp.int32) * slot
-        recv = jax.lax.ragged_all_to_all(
-            send, jnp.zeros_like(send), offs, send_sizes, jnp.broadcast_to(me * slot, (p,)),
-            recv_sizes, axis_name=ax)
-    del recv_sizes
-    rstart = _pack_offsets(rnb_flat) + (jnp.arange(p, dtype=jnp.int32) * slot)[:, None]
-    src = rstart[..., None] + j                                         # [P, T, cap]
-    got = jnp.where(j < rnb_flat[..., None], recv[jnp.clip(src, 0, p * slot - 1)], 0)
-    return got.astype(jnp.uint8).reshape(frames.shape), rnb
+        recv = jax.lax.ragged_all_to_all(flat, out, slot, send_sizes, output_offsets,
+                                         recv_sizes, axis_name=ax)
+    return recv.reshape(frames.shape), rnb
 
 
 def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
@@ -430,7 +435,7 @@ def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, er
       Feng et al., SC24, arXiv 2407.04272, sec. 3 (exchange, straight-through backward) and
       sec. 4 (quantization without prediction, REL bound).
     """
-    if path not in PATHS + ("_ragged_dense",):
+    if path not in PATHS + ("_ragged_emulated",):
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
