@@ -22,9 +22,10 @@
 //                   [dedup: varint n_unique], codes section, [dedup: index section],
 //                   outlier positions (pos_bytes each), outlier values (input dtype)
 //   bit-packed section: count*bits bits, LSB first, padded to a byte
-//   Huffman section:  varint nsym, nsym 4-bit code lengths (low nibble first),
-//                     varint byte size of each segment of LC_SEG symbols, the segments
-//                     (each an LSB-first bit stream of canonical codes, padded to a byte)
+//   Huffman section:  varint nsym, nsym 4-bit code lengths (low nibble first), then u16 bit
+//                     length of each segment of kSeg symbols, then one LSB-first bit stream of
+//                     canonical codes padded to a byte; segment k starts at the sum of the
+//                     lengths before it (segments decode independently, e.g. on a GPU)
 // Decoding x_hat = base + (float)q * (2 * eb_abs) in float32, rounded to the output dtype.
 //
 // Everything here is plain C++ with no allocation: the caller hands in a workspace of
@@ -42,6 +43,13 @@
 #define LC_HD inline
 #endif
 #define LC_RESTRICT __restrict__
+
+#if !defined(__CUDACC__) && defined(__GNUC__)
+#define LC_CPU_SIMD 1
+#include "simd_cpu.h"
+#else
+#define LC_CPU_SIMD 0
+#endif
 
 namespace lc {
 
@@ -180,8 +188,23 @@ LC_HD uint32_t checksum_word(const uint8_t* f, size_t n, size_t i) {
 }
 LC_HD uint32_t lc_checksum(const uint8_t* f, size_t n) {
   uint32_t h = fmix32((uint32_t)n * 0x27d4eb2fu + 0x165667b1u);
-  size_t words = (n + 3) / 4;
-  for (size_t i = 0; i < words; ++i) h += checksum_word(f, n, i);
+  const size_t full = n / 4;
+  size_t i = 0;
+#if LC_CPU_SIMD
+  typedef uint32_t u4 __attribute__((vector_size(16)));
+  u4 acc = {0, 0, 0, 0}, idx = {0, 1, 2, 3};
+  const u4 four = {4, 4, 4, 4};
+  for (; i + 4 <= full; i += 4, idx += four) {
+    u4 x;
+    memcpy(&x, f + 4 * i, 16);
+    if (i == 0) x[1] = 0;  // the checksum field
+    x ^= idx * 0x9E3779B9u;
+    x ^= x >> 16; x *= 0x85ebca6bu; x ^= x >> 13; x *= 0xc2b2ae35u; x ^= x >> 16;
+    acc += x;
+  }
+  h += acc[0] + acc[1] + acc[2] + acc[3];
+#endif
+  for (; i < (n + 3) / 4; ++i) h += checksum_word(f, n, i);
   return h;
 }
 
@@ -353,9 +376,12 @@ LC_HD bool huff_codes(const uint8_t* len, int nsym, uint16_t* code, int* max_len
   for (int s = 0; s < nsym; ++s) {
     int l = len[s];
     if (!l) { code[s] = 0; continue; }
-    uint32_t v = next[l]++, r = 0;
-    for (int i = 0; i < l; ++i) r |= ((v >> i) & 1u) << (l - 1 - i);
-    code[s] = (uint16_t)r;
+    uint32_t v = next[l]++;
+    v = ((v & 0x5555u) << 1) | ((v >> 1) & 0x5555u);  // reverse 16 bits, keep the top l
+    v = ((v & 0x3333u) << 2) | ((v >> 2) & 0x3333u);
+    v = ((v & 0x0f0fu) << 4) | ((v >> 4) & 0x0f0fu);
+    v = ((v & 0x00ffu) << 8) | ((v >> 8) & 0x00ffu);
+    code[s] = (uint16_t)(v >> (16 - l));
   }
   *max_len = ml;
   return true;
@@ -381,10 +407,12 @@ struct Workspace {
   float* dict_vals;     // [n] decoder: dictionary values; encoder: dictionary codes (as u32)
   uint8_t* ok;          // [n] encoder: value honoured by its code
   int32_t* hash;        // [hash_size] row hash table
-  uint32_t* dict_rows;  // [rows] source row of each dictionary entry
+  uint32_t* dict_rows;  // [rows] encoder: dictionary entry of each distinct input row
   uint32_t* index;      // [rows] dictionary index of each row
-  uint32_t* seg_a;      // [segments] byte size of each Huffman segment, codes section
-  uint32_t* seg_b;      // [segments] same, index section
+  uint8_t* uvals;       // [n * 4 bytes] encoder: distinct input rows, compacted
+  uint32_t* frow;       // [rows] encoder: distinct input row of each row
+  uint32_t* ostart;     // [rows] encoder: first outlier of each distinct input row
+  uint32_t* ocount;     // [rows] encoder: outliers of each distinct input row
   uint32_t* freq;       // [kMaxHuffSymbols]
   uint32_t* tmp;        // [kMaxHuffSymbols] Huffman scratch / decode table
   float* lut;           // [kMaxHuffSymbols] decoder: value of each code
@@ -402,14 +430,13 @@ LC_HD uint32_t hash_size_for(uint64_t rows) {
   return h;
 }
 LC_HD size_t align16(size_t v) { return (v + 15) & ~(size_t)15; }
-LC_HD size_t segments_for(uint64_t count) { return (size_t)(count / kSeg + 1); }
+LC_HD uint64_t segments_for(uint64_t count) { return (count + kSeg - 1) / kSeg; }
 LC_HD size_t workspace_bytes(uint64_t rows, uint64_t dim) {
   uint64_t n = rows * dim;
   size_t b = 0;
   b += align16(4 * n) * 3 + align16(n);               // codes, outliers, dict_vals, ok
   b += align16(4 * (size_t)hash_size_for(rows));      // hash
-  b += align16(4 * rows) * 2;                         // dict_rows, index
-  b += align16(4 * segments_for(n)) + align16(4 * segments_for(rows));
+  b += align16(4 * rows) * 5 + align16(4 * n);        // dict_rows, index, frow, ostart, ocount, uvals
   b += align16(4 * kMaxHuffSymbols) * 3;              // freq, tmp, lut
   b += align16(8 * kMaxHuffSymbols);                  // sorted
   b += align16(2 * kMaxHuffSymbols) * 2 + align16(kMaxHuffSymbols) * 2;
@@ -427,8 +454,10 @@ LC_HD Workspace carve_workspace(uint8_t* base, uint64_t rows, uint64_t dim) {
   w.hash = (int32_t*)(base + o); o += align16(4 * (size_t)w.hash_size);
   w.dict_rows = (uint32_t*)(base + o); o += align16(4 * rows);
   w.index = (uint32_t*)(base + o); o += align16(4 * rows);
-  w.seg_a = (uint32_t*)(base + o); o += align16(4 * segments_for(n));
-  w.seg_b = (uint32_t*)(base + o); o += align16(4 * segments_for(rows));
+  w.frow = (uint32_t*)(base + o); o += align16(4 * rows);
+  w.ostart = (uint32_t*)(base + o); o += align16(4 * rows);
+  w.ocount = (uint32_t*)(base + o); o += align16(4 * rows);
+  w.uvals = base + o; o += align16(4 * n);
   w.freq = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
   w.tmp = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
   w.lut = (float*)(base + o); o += align16(4 * kMaxHuffSymbols);
@@ -533,11 +562,10 @@ struct SectionPlan {
   size_t bytes;  // whole section
 };
 
-// Huffman section for sym[0..count): lengths and codes into len/code, segment sizes into seg;
-// chosen when smaller than bit-packing at `bits` bits.
+// Huffman section for sym[0..count): lengths and codes into len/code; chosen when smaller than
+// bit-packing at `bits` bits. The size follows from the histogram alone.
 LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, int bits,
-                               bool allow_huff, Workspace& w, uint8_t* len, uint16_t* code,
-                               uint32_t* seg) {
+                               bool allow_huff, Workspace& w, uint8_t* len, uint16_t* code) {
   SectionPlan p = {false, packed_bytes(count, bits)};
   if (!allow_huff || count == 0 || nsym < 2 || nsym > kMaxHuffSymbols) return p;
   for (int s = 0; s < nsym; ++s) w.freq[s] = 0;
@@ -545,34 +573,34 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
   huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
   int ml = 0;
   if (!huff_codes(len, nsym, code, &ml)) return p;
-  size_t b = varint_size((uint64_t)nsym) + (size_t)(nsym + 1) / 2;
-  size_t k = 0;
-  for (uint64_t s0 = 0; s0 < count; s0 += kSeg, ++k) {
-    uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
-    uint64_t nb = 0;
-    for (uint64_t i = s0; i < s1; ++i) nb += len[sym[i]];
-    seg[k] = (uint32_t)((nb + 7) / 8);
-    b += varint_size(seg[k]) + seg[k];
-    if (b >= p.bytes) return p;  // bit-packing already wins
-  }
-  p.huff = true;
-  p.bytes = b;
+  uint64_t total_bits = 0;
+  for (int s = 0; s < nsym; ++s) total_bits += (uint64_t)w.freq[s] * len[s];
+  size_t b = varint_size((uint64_t)nsym) + (size_t)(nsym + 1) / 2 + 2 * segments_for(count) +
+             (size_t)((total_bits + 7) / 8);
+  if (b < p.bytes) { p.huff = true; p.bytes = b; }
   return p;
 }
 
 LC_HD uint8_t* write_huff(uint8_t* o, const uint32_t* sym, uint64_t count, int nsym,
-                          const uint8_t* len, const uint16_t* code, const uint32_t* seg) {
+                          const uint8_t* len, const uint16_t* code) {
   o += put_varint(o, (uint64_t)nsym);
   for (int s = 0; s < nsym; s += 2) *o++ = (uint8_t)(len[s] | ((s + 1 < nsym ? len[s + 1] : 0) << 4));
-  size_t k = 0;
+  uint8_t* seg_len = o;  // filled in as the segments are written
+  o += 2 * segments_for(count);
+  BitWriter bw = {o, 0, 0};
+  uint64_t k = 0;
   for (uint64_t s0 = 0; s0 < count; s0 += kSeg, ++k) {
     uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
-    o += put_varint(o, seg[k]);
-    BitWriter bw = {o, 0, 0};
-    for (uint64_t i = s0; i < s1; ++i) { uint32_t v = sym[i]; bw.put(code[v], len[v]); }
-    o = bw.flush();
+    uint32_t bits = 0;
+    for (uint64_t i = s0; i < s1; ++i) {
+      uint32_t v = sym[i];
+      bw.put(code[v], len[v]);
+      bits += len[v];
+    }
+    seg_len[2 * k] = (uint8_t)bits;
+    seg_len[2 * k + 1] = (uint8_t)(bits >> 8);
   }
-  return o;
+  return bw.flush();
 }
 
 // ---------------------------------------------------------------- value access per dtype
@@ -599,33 +627,90 @@ struct EncodeResult {
   int64_t nbytes;  // frame bytes written, or -(bytes needed) when over capacity
 };
 
+// Finite minimum and maximum of the chunk (+-Inf when it has no finite value).
 template <int D>
 LC_HD void finite_range(const uint8_t* in, uint64_t n, float* lo, float* hi) {
-  // Eight independent lanes so the compiler can vectorise; min/max are exact in any order.
-  const float kInf = u2f(0x7f800000u);
-  float mn[8], mx[8];
-  for (int k = 0; k < 8; ++k) { mn[k] = kInf; mx[k] = -kInf; }
-  const uint64_t n8 = n & ~(uint64_t)7;
-  for (uint64_t i = 0; i < n8; i += 8) {
-    float v[8];
-    for (int k = 0; k < 8; ++k) v[k] = Val<D>::load(in, i + k);
-    for (int k = 0; k < 8; ++k) {
-      float d = v[k] - v[k];                 // 0 for finite values, NaN otherwise
-      float a = d == 0.0f ? v[k] : kInf;
-      float b = d == 0.0f ? v[k] : -kInf;
-      mn[k] = a < mn[k] ? a : mn[k];
-      mx[k] = b > mx[k] ? b : mx[k];
+  float mn = u2f(0x7f800000u), mx = -mn;
+  uint64_t i = 0;
+#if LC_CPU_SIMD
+  if (D == kF32) i = simd::range_f32_prefix((const float*)in, n, &mn, &mx);
+#endif
+  for (; i < n; ++i) {
+    float v = Val<D>::load(in, i);
+    if (v - v != 0.0f) continue;  // NaN or Inf
+    mn = v < mn ? v : mn;
+    mx = v > mx ? v : mx;
+  }
+  *lo = mn;
+  *hi = mx;
+}
+
+// Codes q = clamp(rint((x - vmin) * inv), 0, maxf) (0 for non-finite x); the positions whose
+// reconstruction vmin + q * step, rounded to the dtype, is not within eb_abs of x go to `bad`
+// in increasing order. Returns their count.
+template <int D>
+LC_HD uint64_t quantize_verify(const uint8_t* in, uint64_t n, float vmin, float inv, float step,
+                               float eb_abs, float maxf, uint32_t* LC_RESTRICT codes,
+                               uint32_t* LC_RESTRICT bad) {
+  uint64_t i = 0, nbad = 0;
+#if LC_CPU_SIMD
+  if (D == kF32)
+    i = simd::quantize_f32_prefix((const float*)in, n, vmin, inv, step, eb_abs, maxf, codes, bad, &nbad);
+#endif
+  for (; i < n; ++i) {
+    float v = Val<D>::load(in, i);
+    bool fin = v - v == 0.0f;
+    float qf = rint_nonneg((v - vmin) * inv);
+    qf = qf >= 0.0f ? qf : 0.0f;  // NaN and -Inf give 0
+    qf = qf <= maxf ? qf : maxf;
+    qf = fin ? qf : 0.0f;
+    float rec = Val<D>::round(vmin + qf * step);
+    codes[i] = (uint32_t)(int32_t)qf;  // qf < 2^24
+    if (!(fin & within_bound(v, rec, eb_abs))) bad[nbad++] = (uint32_t)i;
+  }
+  return nbad;
+}
+
+LC_HD uint64_t row_hash(const uint8_t* p, size_t bytes) {
+  uint64_t h[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull, 0x27D4EB2F165667C5ull};
+  size_t j = 0;
+  for (; j + 32 <= bytes; j += 32)
+    for (int k = 0; k < 4; ++k) {
+      uint64_t v;
+      memcpy(&v, p + j + 8 * k, 8);
+      h[k] = (h[k] ^ v) * 0x100000001B3ull;
+    }
+  for (; j < bytes; ++j) h[0] = (h[0] ^ p[j]) * 0x100000001B3ull;
+  uint64_t hh = h[0] ^ (h[1] * 31) ^ (h[2] * 961) ^ (h[3] * 29791);
+  return hh ^ (hh >> 29) ^ (hh >> 47);
+}
+
+// Distinct rows of base[nrows][row_bytes] (bitwise) in first-occurrence order: copies them to
+// `compact`, writes each row's distinct-row number to id[], returns how many there are.
+LC_HD uint64_t dedup_rows(const uint8_t* base, uint64_t nrows, size_t row_bytes, Workspace& w,
+                          uint8_t* compact, uint32_t* id) {
+  for (uint32_t i = 0; i < w.hash_size; ++i) w.hash[i] = -1;
+  uint64_t nu = 0;
+  for (uint64_t r = 0; r < nrows; ++r) {
+    const uint8_t* c = base + r * row_bytes;
+    uint32_t slot = (uint32_t)row_hash(c, row_bytes) & (w.hash_size - 1);
+    for (;;) {
+      int32_t e = w.hash[slot];
+      if (e < 0) {
+        w.hash[slot] = (int32_t)nu;
+        id[r] = (uint32_t)nu;
+        if (compact + nu * row_bytes != c) memcpy(compact + nu * row_bytes, c, row_bytes);
+        ++nu;
+        break;
+      }
+      if (memcmp(compact + (uint64_t)e * row_bytes, c, row_bytes) == 0) {
+        id[r] = (uint32_t)e;
+        break;
+      }
+      slot = (slot + 1) & (w.hash_size - 1);
     }
   }
-  for (uint64_t i = n8; i < n; ++i) {
-    float v = Val<D>::load(in, i);
-    if (v - v != 0.0f) continue;
-    mn[0] = v < mn[0] ? v : mn[0];
-    mx[0] = v > mx[0] ? v : mx[0];
-  }
-  for (int k = 1; k < 8; ++k) { mn[0] = mn[k] < mn[0] ? mn[k] : mn[0]; mx[0] = mx[k] > mx[0] ? mx[k] : mx[0]; }
-  *lo = mn[0];
-  *hi = mx[0];
+  return nu;
 }
 
 // Encodes chunk `in` (rows*dim values of dtype D) into out[0, capacity), zero-filling the rest.
@@ -639,9 +724,21 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   const size_t hdr = header_bytes(rows, dim);
   const size_t raw_bytes = raw_frame_bytes(rows, dim, D);
 
+  // 0. For the dictionary forms, the distinct input rows first (bitwise: hot ids repeat whole
+  //    pooled vectors): quantization then runs on those alone. `src` holds srows of them.
+  const bool want_dict = codec == kCodecAuto || codec == kCodecDedup || codec == kCodecEntropy;
+  const uint8_t* src = in;
+  uint64_t srows = rows;
+  if (want_dict && n > 0 && rows > 1) {
+    srows = dedup_rows(in, rows, (size_t)dim * isz, w, w.uvals, w.frow);
+    if (srows < rows) src = w.uvals;
+    else srows = rows;
+  }
+  const bool fdedup = src != in;
+  const uint64_t ns = srows * dim;
   // 1. Range over finite values; +0.0 for a zero bound whatever the sign order of the scan.
   float vmin = 0.0f, vmax = 0.0f;
-  if (n > 0) finite_range<D>(in, n, &vmin, &vmax);
+  if (n > 0) finite_range<D>(src, ns, &vmin, &vmax);
   if (!(vmin <= vmax)) { vmin = 0.0f; vmax = 0.0f; }  // no finite value
   vmin += 0.0f;
   vmax += 0.0f;
@@ -664,26 +761,14 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
     }
   }
   // 3. Quantize and verify every value (branch-free, vectorisable), then collect outliers,
-  //    trying the neighbouring code for values at a rounding midpoint.
-  uint64_t n_out = 0;
+  //    trying the neighbouring code for values at a rounding midpoint. Positions are in src.
+  uint64_t n_sout = 0, n_out = 0;
   if (quant_ok) {
     const float maxf = (float)maxcode;
-    uint32_t* LC_RESTRICT codes = w.codes;
-    uint8_t* LC_RESTRICT okf = w.ok;
-    for (uint64_t i = 0; i < n; ++i) {
-      float v = Val<D>::load(in, i);
-      bool fin = v - v == 0.0f;
-      float qf = rint_nonneg((v - vmin) * inv);
-      qf = qf >= 0.0f ? qf : 0.0f;  // NaN and -Inf give 0
-      qf = qf <= maxf ? qf : maxf;
-      qf = fin ? qf : 0.0f;
-      float rec = Val<D>::round(vmin + qf * step);
-      codes[i] = (uint32_t)(int32_t)qf;  // qf < 2^24: the signed conversion vectorises
-      okf[i] = (uint8_t)(fin & within_bound(v, rec, eb_abs));
-    }
-    for (uint64_t i = 0; i < n; ++i) {
-      if (w.ok[i]) continue;
-      float v = Val<D>::load(in, i);
+    const uint64_t n_bad = quantize_verify<D>(src, ns, vmin, inv, step, eb_abs, maxf, w.codes, w.outliers);
+    for (uint64_t k = 0; k < n_bad; ++k) {  // compacts w.outliers in place
+      const uint32_t i = w.outliers[k];
+      float v = Val<D>::load(src, i);
       if (v - v == 0.0f) {
         float qf = (float)w.codes[i];
         float rec = Val<D>::round(vmin + qf * step);
@@ -693,7 +778,18 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
           continue;
         }
       }
-      w.outliers[n_out++] = (uint32_t)i;
+      w.outliers[n_sout++] = i;
+    }
+    n_out = n_sout;
+    if (fdedup) {  // outliers of each distinct row repeat wherever the row does
+      for (uint64_t u = 0; u < srows; ++u) w.ocount[u] = 0;
+      for (uint64_t k = n_sout; k-- > 0;) {
+        uint32_t u = (uint32_t)(w.outliers[k] / dim);
+        w.ocount[u]++;
+        w.ostart[u] = (uint32_t)k;
+      }
+      n_out = 0;
+      for (uint64_t r = 0; r < rows; ++r) n_out += w.ocount[w.frow[r]];
     }
   }
   const int bits = quant_ok ? bits_for(maxcode) : 0;
@@ -708,44 +804,19 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   SectionPlan pc = {false, 0}, pi = {false, 0};
   uint64_t n_unique = rows;
   uint32_t* dcodes = (uint32_t*)w.dict_vals;
-  const bool want_dict = quant_ok && (codec == kCodecAuto || codec == kCodecDedup || codec == kCodecEntropy);
   const bool allow_huff = codec == kCodecAuto || codec == kCodecEntropy;
-  if (want_dict) {
-    // Distinct code rows in first-occurrence order (open addressing on a row hash).
-    for (uint32_t i = 0; i < w.hash_size; ++i) w.hash[i] = -1;
-    n_unique = 0;
-    for (uint64_t r = 0; r < rows; ++r) {
-      const uint32_t* c = w.codes + r * dim;
-      uint64_t h[4] = {0x9E3779B97F4A7C15ull, 0xC2B2AE3D27D4EB4Full, 0x165667B19E3779F9ull, 0x27D4EB2F165667C5ull};
-      uint64_t j = 0;
-      for (; j + 4 <= dim; j += 4)
-        for (int k = 0; k < 4; ++k) h[k] = (h[k] ^ c[j + k]) * 0x100000001B3ull;
-      for (; j < dim; ++j) h[0] = (h[0] ^ c[j]) * 0x100000001B3ull;
-      uint64_t hh = h[0] ^ (h[1] * 31) ^ (h[2] * 961) ^ (h[3] * 29791);
-      uint32_t slot = (uint32_t)(hh ^ (hh >> 29) ^ (hh >> 47)) & (w.hash_size - 1);
-      for (;;) {
-        int32_t e = w.hash[slot];
-        if (e < 0) {
-          w.hash[slot] = (int32_t)n_unique;
-          w.dict_rows[n_unique] = (uint32_t)r;
-          w.index[r] = (uint32_t)n_unique;
-          memcpy(dcodes + n_unique * dim, c, 4 * dim);
-          ++n_unique;
-          break;
-        }
-        if (memcmp(dcodes + (uint64_t)e * dim, c, 4 * dim) == 0) {
-          w.index[r] = (uint32_t)e;
-          break;
-        }
-        slot = (slot + 1) & (w.hash_size - 1);
-      }
-    }
+  if (want_dict && quant_ok) {
+    // Distinct code rows (first-occurrence order) among the distinct input rows.
+    n_unique = dedup_rows((const uint8_t*)w.codes, srows, 4 * (size_t)dim, w, (uint8_t*)dcodes,
+                          w.dict_rows);
+    for (uint64_t r = 0; r < rows; ++r) w.index[r] = w.dict_rows[fdedup ? w.frow[r] : r];
     pc = plan_section(dcodes, n_unique * dim, (int)maxcode + 1, bits, allow_huff, w, w.len_a,
-                      w.code_a, w.seg_a);
+                      w.code_a);
     const bool identity = n_unique == rows;
+    // Indices are worth entropy coding when rows repeat (hot ids), not when most are distinct.
     if (!identity)
       pi = plan_section(w.index, rows, (int)n_unique, bits_for((uint32_t)(n_unique - 1)),
-                        allow_huff, w, w.len_b, w.code_b, w.seg_b);
+                        allow_huff && 4 * n_unique <= rows, w, w.len_b, w.code_b);
     dict_bytes = qhdr + pc.bytes + out_bytes + (identity ? 0 : (size_t)varint_size(n_unique) + pi.bytes);
   }
   int best_kind = 0;  // 0 raw, 1 fixed-rate, 2 dictionary
@@ -791,19 +862,30 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
     put_u32(o, f2u(vmin)); o += 4;
     o += put_varint(o, n_out);
     if (dedup) o += put_varint(o, n_unique);
+    if (best_kind == 1 && fdedup)  // expand the distinct rows' codes in place, last row first
+      for (uint64_t r = rows; r-- > 0;) memmove(w.codes + r * dim, w.codes + (uint64_t)w.frow[r] * dim, 4 * dim);
     const uint32_t* codes = best_kind == 2 ? dcodes : w.codes;  // identity dictionary == codes
     const uint64_t nc = best_kind == 2 ? n_unique * dim : n;
-    o = ch ? write_huff(o, codes, nc, (int)maxcode + 1, w.len_a, w.code_a, w.seg_a)
+    o = ch ? write_huff(o, codes, nc, (int)maxcode + 1, w.len_a, w.code_a)
            : write_packed(o, codes, nc, bits);
     if (dedup)
-      o = ih ? write_huff(o, w.index, rows, (int)n_unique, w.len_b, w.code_b, w.seg_b)
+      o = ih ? write_huff(o, w.index, rows, (int)n_unique, w.len_b, w.code_b)
              : write_packed(o, w.index, rows, bits_for((uint32_t)(n_unique - 1)));
+    if (fdedup) {  // positions of the distinct rows' outliers in every row that repeats them
+      uint64_t m = 0;
+      for (uint64_t r = 0; r < rows; ++r) {
+        const uint32_t u = w.frow[r];
+        for (uint32_t k = 0; k < w.ocount[u]; ++k)
+          w.codes[m++] = (uint32_t)(r * dim + (w.outliers[w.ostart[u] + k] - (uint64_t)u * dim));
+      }
+    }
+    const uint32_t* opos = fdedup ? w.codes : w.outliers;  // codes are written by now
     for (uint64_t k = 0; k < n_out; ++k) {
-      uint32_t pos = w.outliers[k];
+      uint32_t pos = opos[k];
       for (int b = 0; b < pb; ++b) *o++ = (uint8_t)(pos >> (8 * b));
     }
     for (uint64_t k = 0; k < n_out; ++k) {
-      memcpy(o, in + (size_t)w.outliers[k] * isz, isz);
+      memcpy(o, in + (size_t)opos[k] * isz, isz);
       o += isz;
     }
   }
@@ -846,28 +928,37 @@ LC_HD bool read_huff_table(Reader& r, int max_nsym, uint8_t* len, uint16_t* code
   return true;
 }
 
-// Decodes `count` Huffman symbols, calling emit(i, sym); false on a malformed stream.
+// Decodes `count` Huffman symbols, calling emit(i, sym); false on a malformed stream (a hole in
+// the code table, a segment whose codes do not add up to its declared length, or a stream that
+// does not end in the section's last byte).
 template <typename EmitFn>
 LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, int tb,
                              EmitFn& emit) {
+  const uint64_t nseg = segments_for(count);
+  const uint8_t* seg_len = r.take(2 * (size_t)nseg);
+  if (!seg_len) return false;
+  uint64_t total = 0;
+  for (uint64_t k = 0; k < nseg; ++k) total += (uint32_t)seg_len[2 * k] | ((uint32_t)seg_len[2 * k + 1] << 8);
+  const uint8_t* sp = r.take((size_t)((total + 7) / 8));
+  if (!sp) return false;
+  BitReader br = {sp, sp + (total + 7) / 8, 0, 0, false};
   const uint64_t mask = (1ull << tb) - 1;
-  for (uint64_t s0 = 0; s0 < count; s0 += kSeg) {
-    uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
-    uint64_t seg = r.varint(0xffffffffu);
-    const uint8_t* sp = r.take((size_t)seg);
-    if (!sp) return false;
-    BitReader br = {sp, sp + seg, 0, 0, false};
+  uint64_t consumed = 0;  // bits
+  for (uint64_t k = 0; k < nseg; ++k) {
+    const uint64_t s0 = k * kSeg, s1 = s0 + kSeg < count ? s0 + kSeg : count;
+    uint64_t seg_bits = 0;
     uint64_t i = s0;
     // Four symbols per refill: 4 x 12 bits fit in the 56 bits a refill guarantees.
     for (; i + 4 <= s1 && br.end - br.p >= 8; i += 4) {
       br.refill();
-      for (int k = 0; k < 4; ++k) {
+      for (int j = 0; j < 4; ++j) {
         uint32_t e = table[br.acc & mask];
         int l = (int)(e & 0xff);
         if (l == 0) return false;
         br.acc >>= l;
         br.nacc -= l;
-        emit(i + k, e >> 8);
+        seg_bits += (uint64_t)l;
+        emit(i + j, e >> 8);
       }
     }
     for (; i < s1; ++i) {
@@ -875,11 +966,14 @@ LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, i
       int l = (int)(e & 0xff);
       if (l == 0) return false;
       br.skip(l);
+      seg_bits += (uint64_t)l;
       emit(i, e >> 8);
     }
-    if (br.overrun) return false;
+    if (br.overrun || seg_bits != ((uint32_t)seg_len[2 * k] | ((uint32_t)seg_len[2 * k + 1] << 8)))
+      return false;
+    consumed += seg_bits;
   }
-  return true;
+  return consumed == total;
 }
 
 template <typename EmitFn>
@@ -969,15 +1063,20 @@ LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, 
     const uint32_t nlut = maxcode + 1u < (uint32_t)kMaxHuffSymbols ? maxcode + 1u : (uint32_t)kMaxHuffSymbols;
     float* lut = w.lut;
     for (uint32_t q = 0; q < nlut; ++q) lut[q] = Val<D>::round(base + (float)q * step);
-    float* dv = w.dict_vals;
+    // Float32 frames without a dictionary decode straight into the output.
+    const bool direct = kWrite && D == kF32 && !h.dedup;
+    float* dv = direct ? (float*)out : w.dict_vals;
+    auto emit_lut = [dv, lut](uint64_t i, uint32_t q) { dv[i] = lut[q]; };
     auto emit_code = [dv, lut, nlut, base, step](uint64_t i, uint32_t q) {
       dv[i] = q < nlut ? lut[q] : Val<D>::round(base + (float)q * step);
     };
     bool ok;
     int tb = 0, nsym = 0;
-    if (h.codes_huff) {
+    if (h.codes_huff) {  // symbols < nsym <= nlut: always in the table
       ok = read_huff_table(r, (int)nlut, w.len_a, w.code_a, w.tmp, &tb, &nsym) &&
-           read_huff_symbols(r, nd, w.tmp, tb, emit_code);
+           read_huff_symbols(r, nd, w.tmp, tb, emit_lut);
+    } else if (maxcode < nlut) {
+      ok = read_packed(r, nd, h.bits, emit_lut);
     } else {
       ok = read_packed(r, nd, h.bits, emit_code);
     }
@@ -1016,7 +1115,7 @@ LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, 
       }
     }
     if (st == kOk && kWrite) {
-      for (uint64_t rr = 0; rr < rows; ++rr) {
+      for (uint64_t rr = 0; rr < rows && !direct; ++rr) {
         const float* src = dv + (h.dedup ? (uint64_t)idx[rr] : rr) * dim;
         if (D == kF32) memcpy(out + rr * dim * 4, src, dim * 4);
         else for (uint64_t j = 0; j < dim; ++j) store_value(out, D, rr * dim + j, src[j]);
