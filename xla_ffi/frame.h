@@ -830,6 +830,7 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
     }
   }
 
+  if (best > capacity && raw_bytes <= capacity) { best_kind = 0; best = raw_bytes; }  // fits raw
   EncodeResult res;
   if (best > capacity) {
     for (size_t i = 0; i < capacity; ++i) out[i] = 0;
