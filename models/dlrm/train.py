@@ -265,9 +265,13 @@ def make_train_step(ctx: StepContext):
     # (every chunk has the same raw size).
     ratio = slot_stats["compression_ratio"]                                  # [P, P, L]
     per_slot = ratio.shape[1] / jnp.sum(1.0 / jnp.maximum(ratio, 1e-12), axis=1)
-    metrics = dict(byte_stats, loss=loss, logits=logits, error_bound=eb_t,
+    metrics = dict(byte_stats, loss=loss, error_bound=eb_t,
                    compression_ratio=_tables_from_slots(ctx, per_slot.reshape(-1)),
                    **{f"stat_{k}": v for k, v in table_stats.items()})
+    # Replicated, so every process can read them (multi-host: see _host).
+    replicated = NamedSharding(ctx.mesh, P())
+    metrics = {k: jax.lax.with_sharding_constraint(v, replicated) for k, v in metrics.items()}
+    metrics["logits"] = logits
     return TrainState(state.step + 1, params, opt_state, eb_state), metrics
 
   return train_step
@@ -340,6 +344,11 @@ def _to_global(batch_local: dict, mesh, global_rows: int) -> dict:
   sh = NamedSharding(mesh, P(AXIS))
   return {k: jax.make_array_from_process_local_data(sh, v, (global_rows,) + v.shape[1:])
           for k, v in batch_local.items()}
+
+
+def _host(x: jax.Array) -> np.ndarray:
+  """A replicated array as numpy, also when it spans several processes."""
+  return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
 
 
 def _local_rows(x: jax.Array) -> np.ndarray:
@@ -416,7 +425,7 @@ def _checkpoint_manager(workdir: str, config: Config):
 
 def _save(mngr, state: TrainState, meta: dict):
   import orbax.checkpoint as ocp
-  step = int(jax.device_get(state.step))
+  step = int(_host(state.step))
   mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state._asdict()),
                                           meta=ocp.args.JsonSave(meta)))
 
@@ -509,7 +518,7 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
   stream, eval_set, data_desc = make_data(config, local_batch, position)
   if state is None:
     state = jax.jit(init_state, out_shardings=shard)()
-  start = int(jax.device_get(state.step))
+  start = int(_host(state.step))
   train_step = jax.jit(make_train_step(ctx), in_shardings=(shard, None),
                        out_shardings=(shard, None), donate_argnums=(0,))
   eval_step = jax.jit(make_eval_step(ctx), in_shardings=(shard, None))
@@ -574,9 +583,9 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
   mngr.close()
   if final_eval is None:  # resumed at the end: evaluate the restored state
     final_eval = evaluate(ctx, eval_step, state, eval_set, config.eval_batch_size)
-  checksum = float(sum(np.abs(np.asarray(jax.device_get(x), np.float64)).sum()
-                       for x in jax.tree.leaves(state.params)
-                       if x.is_fully_addressable)) if nproc == 1 else float("nan")
+  checksum = float(_host(jax.jit(
+      lambda p: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(p)),
+      out_shardings=NamedSharding(mesh, P()))(state.params)))
   result = dict(final_eval, step=step if config.steps > start else start,
                 params_checksum=checksum)
   writer.write({"kind": "final", **result})
@@ -592,7 +601,7 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
 def _interval_record(step, interval, seconds, global_batch) -> dict:
   """Aggregates the per-step metrics of one logging interval (syncs with the device)."""
   labels = np.concatenate([l for l, _ in interval])
-  ms = jax.device_get([m for _, m in interval])
+  ms = [{k: _host(v) for k, v in m.items() if k != "logits"} for _, m in interval]
   logits = np.concatenate([_local_rows(m["logits"]) for _, m in interval])
   raw = float(sum(m["raw_bytes"] for m in ms))
   frame = float(sum(m["frame_bytes"] for m in ms))
