@@ -848,7 +848,7 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
     out[1] = (uint8_t)((kVersion << 4) | kFormRaw);
     out[2] = (uint8_t)D;
     out[3] = 0;
-    memcpy(o, in, (size_t)n * isz);
+    if (n) memcpy(o, in, (size_t)n * isz);  // `in` may be null for an empty chunk
     o += (size_t)n * isz;
   } else {
     // A dictionary form with every row distinct and packed codes is the fixed-rate frame.
@@ -1045,7 +1045,7 @@ LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, 
     const uint8_t* src = r.take((size_t)n * isz);
     if (!src) st = kTruncated;
     else if (r.p != r.end) st = kTrailingBytes;
-    else if (kWrite) memcpy(out, src, (size_t)n * isz);
+    else if (kWrite && n) memcpy(out, src, (size_t)n * isz);
   } else if (st == kOk) {
     h.eb_abs = u2f(r.u32());
     h.base = u2f(r.u32());
