@@ -210,7 +210,7 @@ def main(argv=None) -> int:
         lines.append(f"      codec on one device: compress {codec['compress_gbps']:.2f} GB/s, "
                      f"decompress {codec['decompress_gbps']:.2f} GB/s (of raw float32)")
     print("\n".join(lines))
-    out = {"env": bu.environment_record(),
+    out = {"env": bu.environment_record({"load_average_1_5_15min": list(os.getloadavg())}),
            "params": {"devices": p, "tables": args.tables, "slots_per_device": L, "dim": dim,
                       "batch_per_device": B, "chunk": [rows, dim], "eb_rel": args.eb,
                       "bandwidths_gbps": args.bandwidths, "spec_margin": args.spec_margin,
