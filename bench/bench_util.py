@@ -373,12 +373,13 @@ def environment_record(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def write_json(obj: Any, path: str | os.PathLike[str]) -> Path:
-    """Write `obj` as indented JSON atomically (via a `.tmp` file); returns the path."""
+    """Write `obj` as compact JSON atomically (via a `.tmp` file); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, default=_json_default, allow_nan=True)
+        json.dump(obj, f, indent=None, separators=(",", ":"), default=_json_default,
+                  allow_nan=True)
         f.write("\n")
     os.replace(tmp, path)
     return path

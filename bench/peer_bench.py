@@ -94,8 +94,7 @@ def bench_codec(codec: peers.PeerCodec, x: np.ndarray, eb_abs: float, *, warmup:
     """
     row: dict[str, Any] = {
         "codec": codec.name, "family": codec.family, "error_bounded": codec.error_bounded,
-        "package": codec.package, "notes": codec.notes,
-    }
+    }  # package and notes are listed once per codec in the result's "codecs"
     if not codec.available:
         row.update(status="skipped", skip_reason=codec.skip_reason)
         return row
