@@ -142,3 +142,21 @@ def test_one_training_step_decreases_the_loss():
   state, m0 = step(state, gbatch)
   _, m1 = step(state, gbatch)
   assert float(m1["loss"]) < float(m0["loss"])
+
+
+def test_compressed_exchange_stays_close_and_reports_stats():
+  pytest.importorskip("jax_lossy_comm")
+  cfg, mesh, ctx, state, shard, batch = _setup(lr=1.0)
+  cfg_on = dataclasses.replace(cfg, compression="on")
+  ctx_on, _, shard_on = train.setup(cfg_on, mesh)
+  gbatch = train._to_global(batch, mesh, cfg.batch_size)
+  step_on = jax.jit(train.make_train_step(ctx_on), in_shardings=(shard_on, None))
+  step_off = jax.jit(train.make_train_step(ctx), in_shardings=(shard, None))
+  _, m_on = step_on(jax.tree.map(jnp.copy, state), gbatch)
+  _, m_off = step_off(jax.tree.map(jnp.copy, state), gbatch)
+  assert abs(float(m_on["loss"]) - float(m_off["loss"])) < 1e-2
+  ratio = np.asarray(m_on["compression_ratio"])
+  assert ratio.shape == (26,) and (ratio > 1.0).all()
+  assert float(m_on["frame_bytes"]) < float(m_on["raw_bytes"])
+  eb = np.asarray(m_on["error_bound"])
+  assert eb.shape == (26,) and (eb > 0).all()

@@ -60,7 +60,7 @@ class Config:
   # Global batch size (all devices, all processes); must divide by the device count.
   batch_size: int = 1024
   # Training steps.
-  steps: int = 1000
+  steps: int = 500
   # Optimizer: "sgd" (reference DLRM) or "adagrad".
   optimizer: str = "sgd"
   # Peak learning rate.
