@@ -27,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
       prog="python -m models.dlrm.train",
       description="Embedding-parallel DLRM with the compressed embedding all-to-all "
-                  "(jax_lossy_comm). Without --data it trains on SYNTHETIC Criteo-like data.",
+                  "(jax_lossy_comm). Without --data it trains on SYNTHETIC Criteo-like data. "
+                  "Flags shown with default None take the preset's value (configs/).",
       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
   g = p.add_argument_group("run")
   g.add_argument("--preset", default="kaggle", choices=["kaggle", "terabyte", "tiny"],
@@ -119,7 +120,7 @@ def run(argv=None) -> dict:
   from models.dlrm import train
   cfg = config_from_args(args)
   kw = dict(resume=args.resume, eb_args=args, kill_at_step=args.kill_at_step,
-            progress=not args.no_progress)
+            progress=not args.no_progress, devices_per_process=args.devices)
   if not args.compare:
     res = train.train_and_evaluate(cfg, args.out, **kw)
     results = {cfg.compression: res}
