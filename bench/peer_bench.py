@@ -50,32 +50,98 @@ DEFAULT_OUT = bu.RESULTS_DIR / "peers.json"
 # --------------------------------------------------------------------------------------------
 # Hook: the library's own codec as more entries
 # --------------------------------------------------------------------------------------------
-def library_codecs(codec_names: Sequence[str] = ("auto",)) -> list[peers.PeerCodec]:
-    """Entries for jax_lossy_comm's codec, one per `codec=` name, jitted.
+#: Library codec forms benchmarked by default: the automatic choice, the fixed-rate codes
+#: (static size, what the dense exchange sends), the dictionary of distinct code rows, and
+#: dictionary + Huffman.
+LIBRARY_CODECS = ("auto", "fixed", "dedup", "entropy")
 
-    Calls `jax_lossy_comm.compress(x, eb_abs, mode="abs", codec=name)` -> (frames uint8[cap],
-    nbytes int32[]) and `jax_lossy_comm.decompress(frames, nbytes, shape=, dtype=float32)`,
-    with the whole `[rows, dim]` input as one chunk; the eb is a traced scalar. Wire bytes are
-    the sum of `nbytes` (what a variable-size exchange moves). If the library cannot be
-    imported, one skipped entry with the reason is returned instead.
+
+def rel_bound_within(x_min: float, x_max: float, eb_abs: float) -> float:
+    """REL bound whose float32 `eb_abs` (as the library computes it) is <= `eb_abs`.
+
+    The library computes, in float32, `range = max - min` and `eb_abs32 = eb_rel * range`
+    (xla_ffi/frame.h). The harness checks `max |x - x_hat| <= eb_abs` in float64, so the
+    REL bound passed is the largest float32 `eb_rel` with `float32(eb_rel * range) <= eb_abs`
+    (it differs from `eb_abs / range` by at most a few float32 ulps).
+
+    Returns:
+      float eb_rel (0.0 for a constant input or a non-positive bound).
+    """
+    rng = np.float32(np.float32(x_max) - np.float32(x_min))
+    if not (rng > 0) or not (eb_abs > 0):
+        return 0.0
+    r = np.float32(eb_abs / float(rng))
+    while float(np.float32(r * rng)) > eb_abs:
+        r = np.nextafter(r, np.float32(0))
+    return float(r)
+
+
+def library_codecs(codec_names: Sequence[str] = LIBRARY_CODECS) -> list[peers.PeerCodec]:
+    """Entries for jax_lossy_comm's codec, one per `codec=` name, jitted, REL mode.
+
+    Calls `jax_lossy_comm.compress(x, eb_rel, mode="rel", codec=name)` -> (frames
+    uint8[capacity], nbytes int32[]) and `jax_lossy_comm.decompress(frames, nbytes,
+    shape=, dtype=float32)`, with the whole `[rows, dim]` input as one chunk, as the exchange
+    calls it. The harness's absolute bound is turned into the REL bound the library takes
+    (`rel_bound_within`: never looser than eb_abs); it is a traced scalar (no recompile per
+    bound). The compress time includes the library's own range scan. `codec="fixed"` gets
+    `capacity` = the raw frame size (it writes the fixed-rate form whose width the bound
+    needs). Wire bytes are `nbytes` (what a variable-size exchange moves; the dense exchange
+    moves the static capacity, see exchange.py). If the library cannot be imported, one
+    skipped entry per name with the reason is returned instead.
     """
     try:
+        import jax
         import jax.numpy as jnp
         import jax_lossy_comm as jlc
+        from jax_lossy_comm import frame as jlc_frame
         jlc.compress, jlc.decompress  # noqa: B018 - fail here if the API is not there yet
     except Exception as e:  # noqa: BLE001
-        return [peers.unavailable("jax_lossy_comm", "jax_lossy_comm", True,
-                                  f"{type(e).__name__}: {e}"[:300], "jax_lossy_comm")]
+        return [peers.unavailable(f"jlc-{n}", "jax_lossy_comm", True,
+                                  f"{type(e).__name__}: {e}"[:300], "jax_lossy_comm")
+                for n in codec_names]
+    version = bu.package_versions(("jax_lossy_comm",)).get("jax_lossy_comm") or ""
+    package = f"jax_lossy_comm {version}".strip()
+
+    def prepare(x: np.ndarray):
+        fin = x[np.isfinite(x)]
+        lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 0.0)
+        return jax.device_put(np.ascontiguousarray(x, dtype=np.float32)), lo, hi
+
+    def to_numpy(y):
+        return np.asarray(jax.device_get(y), dtype=np.float32)
+
+    def nbytes(blob) -> int:
+        return int(np.sum(np.abs(np.asarray(blob[1]))))
+
     out = []
     for name in codec_names:
-        out.append(peers.jax_codec(
-            f"jlc-{name}", "jax_lossy_comm", True,
-            lambda x, eb, _n=name: jlc.compress(x, eb, mode="abs", codec=_n),
-            lambda blob, shape: jlc.decompress(blob[0], blob[1], shape=shape,
-                                               dtype=jnp.float32),
-            nbytes=lambda blob: int(np.sum(np.asarray(blob[1]))),
-            package=bu.package_versions(("jax_lossy_comm",)).get("jax_lossy_comm") or "",
-            notes=f"jax_lossy_comm.compress(codec={name!r}, mode='abs'), one chunk"))
+        if name not in jlc.CODECS:
+            out.append(peers.unavailable(f"jlc-{name}", "jax_lossy_comm", True,
+                                         f"unknown codec {name!r}", package))
+            continue
+
+        @jax.jit
+        def cfn(x, eb_rel, _n=name):
+            cap = (jlc_frame.raw_frame_bytes(x.shape[-2], x.shape[-1], np.float32)
+                   if _n == "fixed" else None)
+            return jlc.compress(x, eb_rel, mode="rel", codec=_n, capacity=cap)
+
+        dfn = jax.jit(lambda blob, shape: jlc.decompress(blob[0], blob[1], shape=shape,
+                                                         dtype=jnp.float32),
+                      static_argnums=1)
+
+        def compress(xp, eb_abs, _c=cfn):
+            x, lo, hi = xp
+            return _c(x, jnp.float32(rel_bound_within(lo, hi, eb_abs)))
+
+        out.append(peers.PeerCodec(
+            f"jlc-{name}", "jax_lossy_comm", True, True, package=package,
+            compress=compress, decompress=lambda b, s, _d=dfn: _d(b, tuple(s)),
+            nbytes=nbytes, prepare=prepare, to_numpy=to_numpy,
+            notes=f"jax_lossy_comm.compress(codec={name!r}, mode='rel'), whole input one "
+                  "chunk, jitted, eb_rel traced" + (", capacity = raw frame size"
+                                                    if name == "fixed" else "")))
     return out
 
 

@@ -6,6 +6,7 @@ Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
 
 from jax_lossy_comm.codec import compress, decompress, frame_status
 from jax_lossy_comm.exchange import ExchangeStats, compressed_all_to_all
+from jax_lossy_comm.qcomm import bf16_all_to_all, int8_rowwise_all_to_all
 from jax_lossy_comm.frame import CODECS, STATUS, FrameInfo, describe_status, frame_capacity, frame_info
 
 __version__ = "0.1.0"
@@ -15,6 +16,7 @@ __all__ = [
     "ExchangeStats",
     "STATUS",
     "FrameInfo",
+    "bf16_all_to_all",
     "compress",
     "compressed_all_to_all",
     "decompress",
@@ -22,4 +24,5 @@ __all__ = [
     "frame_capacity",
     "frame_info",
     "frame_status",
+    "int8_rowwise_all_to_all",
 ]
