@@ -1,0 +1,324 @@
+"""CUDA handlers of the codec: error bound, edge cases, CPU <-> GPU agreement, fuzzed frames.
+
+Every test here carries the ``gpu`` marker (``pytest -m gpu``) and is skipped, with the reason,
+when JAX sees no CUDA device or the extension was built without the CUDA handlers. The contract
+checked is the one of ``xla_ffi/frame.h``: the GPU writes the same frames as the CPU, byte for
+byte (so each side decodes the other's frames to the same values), every finite value comes back
+within ``eb_abs``, NaN and Inf come back bit-exact, and a corrupt frame yields the same per-frame
+status on both sides, never a fault (run this file under ``compute-sanitizer --tool memcheck``
+to check the last point; ``bench/gpu_check.sh`` does).
+
+``JLC_GPU_TESTS_ON_CPU=1`` runs the same tests with the CPU standing in for the GPU: a dry run of
+the test logic on machines without a GPU (it proves nothing about the CUDA code).
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_lossy_comm as jlc
+from jax_lossy_comm import _ffi
+from jax_lossy_comm.frame import frame_capacity, frame_info, raw_frame_bytes
+
+CPU = jax.devices("cpu")[0]
+
+
+def _gpu_device():
+    if os.environ.get("JLC_GPU_TESTS_ON_CPU") == "1":
+        return CPU, None
+    try:
+        devs = jax.devices("gpu")
+    except RuntimeError as e:  # no GPU backend in this jaxlib, or no device
+        return None, f"no CUDA device visible to JAX (jax.devices('gpu'): {e})"
+    if not devs:
+        return None, "no CUDA device visible to JAX"
+    if not _ffi.has_cuda():
+        return None, ("jax_lossy_comm was built without the CUDA handlers (nvcc not found at build "
+                      "time, or JLC_CUDA=OFF); rebuild with JLC_CUDA=ON")
+    return devs[0], None
+
+
+GPU, _SKIP = _gpu_device()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None, reason=_SKIP or "")]
+
+DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+CODECS = ("auto", "raw", "fixed", "dedup", "entropy")
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _put(a, dev):
+    return jax.device_put(a, dev)
+
+
+def compress_on(dev, x, eb, **kw):
+    with jax.default_device(dev):
+        f, nb = jlc.compress(_put(x, dev), _put(np.asarray(eb, np.float32), dev), **kw)
+    return np.asarray(f), np.asarray(nb)
+
+
+def decompress_on(dev, frames, nbytes, shape, dtype):
+    with jax.default_device(dev):
+        x, st = jlc.decompress(_put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype,
+                               return_status=True)
+    return np.asarray(x), np.asarray(st)
+
+
+def status_on(dev, frames, nbytes, shape, dtype):
+    with jax.default_device(dev):
+        return np.asarray(jlc.frame_status(_put(frames, dev), _put(nbytes, dev), shape=shape,
+                                           dtype=dtype))
+
+
+def bits_of(a) -> np.ndarray:
+    a = np.asarray(a)
+    return a.view(np.uint32 if a.dtype.itemsize == 4 else np.uint16)
+
+
+def _fmix32(h: np.ndarray) -> np.ndarray:
+    m = np.uint64(0xFFFFFFFF)
+    h = h ^ (h >> np.uint64(16))
+    h = (h * np.uint64(0x85EBCA6B)) & m
+    h = h ^ (h >> np.uint64(13))
+    h = (h * np.uint64(0xC2B2AE35)) & m
+    return h ^ (h >> np.uint64(16))
+
+
+def frame_checksum(b: bytes) -> int:
+    """lc_checksum of frame.h: sum of fmix32(word_i ^ i * 0x9E3779B9), word 1 read as zero."""
+    n = len(b)
+    w = np.frombuffer(b + bytes(-n % 4), "<u4").astype(np.uint64)
+    if w.size > 1:
+        w[1] = 0
+    i = np.arange(w.size, dtype=np.uint64)
+    x = w ^ ((i * np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF))
+    seed = _fmix32(np.array([(n * 0x27D4EB2F + 0x165667B1) & 0xFFFFFFFF], np.uint64))[0]
+    return int((int(seed) + int(_fmix32(x).sum())) & 0xFFFFFFFF)
+
+
+def reseal(frame: np.ndarray, nbytes: int) -> np.ndarray:
+    """Rewrites the checksum of a (corrupted) frame so the decoder reads its sections."""
+    f = frame.copy()
+    if 8 <= nbytes <= f.size:
+        f[4:8] = np.frombuffer(frame_checksum(f[:nbytes].tobytes()).to_bytes(4, "little"), np.uint8)
+    return f
+
+
+def make_data(kind: str, shape, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    if kind == "dup":  # hot ids: few distinct rows per chunk
+        idx = rng.integers(0, 4, size=shape[:-1])
+        x = np.take_along_axis(x, idx[..., None].repeat(shape[-1], -1), axis=-2)
+    elif kind == "special":
+        flat = x.reshape(-1)
+        flat[rng.integers(0, flat.size, 7)] = np.nan
+        flat[rng.integers(0, flat.size, 3)] = np.inf
+        flat[rng.integers(0, flat.size, 3)] = -np.inf
+        flat[rng.integers(0, flat.size, 5)] = -0.0
+    elif kind == "constant":
+        x[...] = 1.25
+    elif kind == "zeros":
+        x[...] = 0.0
+        x.reshape(-1)[::3] = -0.0
+    elif kind == "nan":
+        x[...] = np.nan
+    elif kind == "wide":  # large range, tiny and huge magnitudes
+        x = (x * 10.0 ** rng.integers(-30, 30, shape)).astype(np.float32)
+    return x
+
+
+def _check_same(cpu, gpu, what):
+    np.testing.assert_array_equal(gpu, cpu, err_msg=f"GPU and CPU differ: {what}")
+
+
+# ------------------------------------------------------------------------------------ tests
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("kind", ["normal", "dup", "special", "constant", "zeros", "nan", "wide"])
+def test_frames_identical_and_cross_decode(dtype, codec, kind):
+    shape = (3, 40, 24)
+    x = jnp.asarray(make_data(kind, shape, seed=1), dtype)
+    cap = raw_frame_bytes(40, 24, dtype)
+    for eb in (0.01, 0.05, 1e-6):
+        fc, nc = compress_on(CPU, x, eb, codec=codec, capacity=cap)
+        fg, ng = compress_on(GPU, x, eb, codec=codec, capacity=cap)
+        _check_same(nc, ng, f"nbytes {codec} {kind} eb={eb}")
+        _check_same(fc, fg, f"frames {codec} {kind} eb={eb}")
+        # Each side decodes the other's frames (identical here, so also the same values).
+        yc, sc = decompress_on(CPU, fg, ng, (40, 24), dtype)
+        yg, sg = decompress_on(GPU, fc, nc, (40, 24), dtype)
+        _check_same(sc, sg, "status")
+        _check_same(bits_of(yc), bits_of(yg), "decoded values")
+        assert np.all(sg == 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("mode,eb", [("rel", 0.01), ("rel", 0.05), ("rel", 1e-7), ("abs", 0.003)])
+def test_error_bound_on_gpu(dtype, codec, mode, eb):
+    x = jnp.asarray(make_data("special", (4, 64, 32), seed=2), dtype)
+    cap = raw_frame_bytes(64, 32, dtype)
+    f, nb = compress_on(GPU, x, eb, mode=mode, codec=codec, capacity=cap)
+    y, st = decompress_on(GPU, f, nb, (64, 32), dtype)
+    assert np.all(st == 0) and np.all(nb > 0)
+    x64 = np.asarray(x).astype(np.float64)
+    y64 = y.astype(np.float64)
+    fin = np.isfinite(x64)
+    for c, info in enumerate(frame_info(f, nb)):
+        err = np.abs(x64[c][fin[c]] - y64[c][fin[c]])
+        bound = 0.0 if info.form == "raw" else info.eb_abs
+        assert err.max(initial=0.0) <= bound, (c, info)
+    xb, yb = bits_of(np.asarray(x)), bits_of(y)
+    _check_same(xb[~fin], yb[~fin], "non-finite values must round-trip bit-exactly")
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (5, 1, 7), (1, 1000, 33), (2, 64, 129),
+                                   (1, 2048, 64)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_shapes_fixed_and_auto(shape, dtype):
+    x = jnp.asarray(make_data("special", shape, seed=3), dtype)
+    cap = raw_frame_bytes(shape[-2], shape[-1], dtype)
+    for codec in ("fixed", "raw", "auto"):
+        fc, nc = compress_on(CPU, x, 0.02, codec=codec, capacity=cap)
+        fg, ng = compress_on(GPU, x, 0.02, codec=codec, capacity=cap)
+        _check_same(nc, ng, f"nbytes {shape} {codec}")
+        _check_same(fc, fg, f"frames {shape} {codec}")
+        yg, sg = decompress_on(GPU, fc, nc, shape[-2:], dtype)
+        yc, sc = decompress_on(CPU, fc, nc, shape[-2:], dtype)
+        _check_same(sc, sg, "status")
+        _check_same(bits_of(yc), bits_of(yg), "decoded values")
+
+
+def test_many_outliers_two_byte_count():
+    # >= 128 outliers: the outlier count takes two varint bytes and the codes shift by one.
+    x = make_data("normal", (2, 64, 64), seed=4)
+    x.reshape(2, -1)[:, ::17] = np.nan
+    x[1, :, :] = np.where(np.arange(64) % 2 == 0, np.inf, x[1])
+    cap = raw_frame_bytes(64, 64, np.float32)
+    for codec in ("fixed", "auto", "entropy"):
+        fc, nc = compress_on(CPU, x, 0.01, codec=codec, capacity=cap)
+        fg, ng = compress_on(GPU, x, 0.01, codec=codec, capacity=cap)
+        assert all(i.n_outliers >= 128 for i in frame_info(fc, nc) if i.form == "quantized")
+        _check_same(nc, ng, codec)
+        _check_same(fc, fg, codec)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_overflow_matches_cpu(codec):
+    x = make_data("special", (3, 32, 16), seed=5)
+    for cap in (12, 40, 200):
+        fc, nc = compress_on(CPU, x, 0.01, codec=codec, capacity=cap)
+        fg, ng = compress_on(GPU, x, 0.01, codec=codec, capacity=cap)
+        _check_same(nc, ng, f"nbytes cap={cap}")
+        _check_same(fc, fg, f"frames cap={cap}")
+        yg, sg = decompress_on(GPU, fg, ng, (32, 16), np.float32)
+        assert np.all((ng >= 0) | (sg == 1))
+        assert np.all(np.isnan(yg[sg != 0]))
+
+
+def test_fixed_capacity_and_dlrm_exchange_shape():
+    # The DLRM exchange: 26 tables x 8 peers chunks of [256, 64], one launch per call.
+    x = make_data("normal", (26 * 8, 256, 64), seed=6)
+    x[::5] = make_data("dup", (42, 256, 64), seed=7)
+    for codec, cap in (("fixed", frame_capacity((256, 64), np.float32, "fixed", 0.01, outliers=8)),
+                       ("auto", None), ("entropy", None)):
+        fc, nc = compress_on(CPU, x, 0.01, codec=codec, capacity=cap)
+        fg, ng = compress_on(GPU, x, 0.01, codec=codec, capacity=cap)
+        _check_same(nc, ng, codec)
+        _check_same(fc, fg, codec)
+        yc, sc = decompress_on(CPU, fg, ng, (256, 64), np.float32)
+        yg, sg = decompress_on(GPU, fc, nc, (256, 64), np.float32)
+        _check_same(sc, sg, "status")
+        _check_same(bits_of(yc), bits_of(yg), "values")
+
+
+def test_bad_nbytes_and_shape_statuses():
+    x = make_data("normal", (2, 16, 8), seed=8)
+    f, nb = compress_on(CPU, x, 0.01, codec="fixed", capacity=raw_frame_bytes(16, 8, np.float32))
+    cases = {"negative": np.array([-5, nb[1]], np.int32), "zero": np.array([0, 3], np.int32),
+             "past capacity": np.array([f.shape[-1] + 1, nb[1]], np.int32),
+             "short": np.array([nb[0] - 1, nb[1] + 1], np.int32)}
+    for name, n in cases.items():
+        for shape, dt in (((16, 8), np.float32), ((8, 16), np.float32), ((16, 8), np.float16)):
+            sc = status_on(CPU, f, n, shape, dt)
+            sg = status_on(GPU, f, n, shape, dt)
+            _check_same(sc, sg, f"status {name} {shape} {np.dtype(dt).name}")
+            yc, _ = decompress_on(CPU, f, n, shape, dt)
+            yg, _ = decompress_on(GPU, f, n, shape, dt)
+            _check_same(bits_of(yc), bits_of(yg), f"values {name}")
+
+
+def _fuzz(n_frames: int, seed: int):
+    rng = np.random.default_rng(seed)
+    rows, dim = 24, 16
+    xs = [make_data(k, (1, rows, dim), seed=seed + i)
+          for i, k in enumerate(["normal", "dup", "special", "constant", "wide"])]
+    x = np.concatenate(xs)
+    cap = raw_frame_bytes(rows, dim, np.float32) + 16
+    frames, nbytes = [], []
+    for codec in CODECS:
+        f, nb = compress_on(CPU, x, 0.02, codec=codec, capacity=cap)
+        frames.append(f)
+        nbytes.append(nb)
+    frames, nbytes = np.concatenate(frames), np.concatenate(nbytes)
+    out_f = np.zeros((n_frames, cap), np.uint8)
+    out_n = np.zeros(n_frames, np.int32)
+    for k in range(n_frames):
+        j = rng.integers(0, len(frames))
+        f, nb = frames[j].copy(), int(nbytes[j])
+        how = rng.integers(0, 5)
+        if how == 0:  # flip bytes, checksum left stale
+            f[rng.integers(0, max(nb, 1), rng.integers(1, 4))] ^= rng.integers(1, 256, dtype=np.uint8)
+        elif how == 1:  # flip bytes past the header and re-seal: the sections get parsed
+            pos = rng.integers(8, max(nb, 9), rng.integers(1, 6))
+            f[pos % cap] ^= rng.integers(1, 256, dtype=np.uint8)
+            f = reseal(f, nb)
+        elif how == 2:  # wrong length, re-sealed
+            nb = int(np.clip(nb + rng.integers(-12, 12), 0, cap))
+            f = reseal(f, nb)
+        elif how == 3:  # random header bytes, re-sealed
+            f[rng.integers(0, 16, 2)] = rng.integers(0, 256, 2, dtype=np.uint8)
+            f = reseal(f, nb)
+        else:  # garbage with a valid checksum
+            nb = int(rng.integers(0, cap + 1))
+            f[:nb] = rng.integers(0, 256, nb, dtype=np.uint8)
+            f[0] = 0xE5
+            f = reseal(f, nb)
+        out_f[k], out_n[k] = f, nb
+    return out_f, out_n, (rows, dim)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fuzzed_frames_same_status_and_values(seed):
+    f, nb, shape = _fuzz(300, seed)
+    sc = status_on(CPU, f, nb, shape, np.float32)
+    sg = status_on(GPU, f, nb, shape, np.float32)
+    _check_same(sc, sg, "frame_status of fuzzed frames")
+    yc, dc = decompress_on(CPU, f, nb, shape, np.float32)
+    yg, dg = decompress_on(GPU, f, nb, shape, np.float32)
+    _check_same(dc, dg, "decompress status of fuzzed frames")
+    _check_same(bits_of(yc), bits_of(yg), "decoded fuzzed frames")
+    assert len(set(sc.tolist())) > 3  # the fuzzer reached several kinds of failure
+
+
+def test_fuzz_small():
+    """A short fuzz run, the one bench/gpu_check.sh runs under compute-sanitizer memcheck."""
+    f, nb, shape = _fuzz(60, 11)
+    _ = status_on(GPU, f, nb, shape, np.float32)
+    _ = decompress_on(GPU, f, nb, shape, np.float32)
+    x = make_data("special", (4, 24, 16), seed=12)
+    for codec in CODECS:
+        compress_on(GPU, x, 0.02, codec=codec, capacity=raw_frame_bytes(24, 16, np.float32))
+        compress_on(GPU, x, 0.02, codec=codec, capacity=30)
+
+
+def test_checksum_helper_matches_frames():
+    # The test's own checksum (used to re-seal fuzzed frames) agrees with the codec's.
+    f, nb = compress_on(CPU, make_data("normal", (3, 8, 8)), 0.01, codec="entropy")
+    for row, n in zip(f, nb):
+        assert frame_checksum(row[:n].tobytes()) == int.from_bytes(row[4:8].tobytes(), "little")
