@@ -39,9 +39,25 @@ def test_plan_tables_places_every_table_once_and_balances():
                                 tabs[7])
 
 
+def test_plan_tables_splits_big_tables_row_wise():
+  rows = (1000, 30, 20, 10)
+  pl = sharding.plan_tables(rows, 4, 4)  # fair share 265 rows -> table 0 in 4 pieces
+  assert pl.num_pieces == 7 and (pl.piece_table == 0).sum() == 4
+  assert len({int(pl.device_of[v]) for v in np.flatnonzero(pl.piece_table == 0)}) == 4
+  assert pl.imbalance() < 1.2 and "split row-wise" in pl.describe()
+  np.testing.assert_array_equal(pl.table_pieces[1:, 1:], -1)
+  tabs = [np.random.default_rng(t).normal(size=(r, 4)).astype(np.float32)
+          for t, r in enumerate(rows)]
+  for a, b in zip(sharding.split_tables(pl, sharding.join_tables(pl, tabs)), tabs):
+    np.testing.assert_array_equal(a, b)
+  assert sharding.plan_tables(rows, 4, 4, split_rows=0).num_pieces == 4
+
+
 def test_plan_tables_more_devices_than_tables_and_errors():
-  pl = sharding.plan_tables([5, 3], 4, 4)
+  pl = sharding.plan_tables([5, 3], 4, 4, split_rows=0)
   assert pl.local_tables == 1 and (pl.slot_table >= 0).sum() == 2
+  pl = sharding.plan_tables([5, 3], 4, 4)  # fair share 2 rows: both tables split
+  assert pl.num_pieces == 5 and pl.slot_rows.sum() == 8
   with pytest.raises(ValueError):
     sharding.plan_tables([], 4, 2)
   with pytest.raises(ValueError):
@@ -61,15 +77,16 @@ def test_interact_matches_explicit_pairs():
 
 
 @functools.lru_cache(maxsize=None)
-def _built(lr):
-  cfg = dataclasses.replace(get_config("tiny"), compression="off", learning_rate=lr)
+def _built(lr, split_rows=-1):
+  cfg = dataclasses.replace(get_config("tiny"), compression="off", learning_rate=lr,
+                            split_rows=split_rows)
   mesh = train.make_mesh()
   ctx, init_state, shard = train.setup(cfg, mesh)
   return cfg, mesh, ctx, jax.jit(init_state, out_shardings=shard)(), shard
 
 
-def _setup(multi_hot=1, lr=1.0):
-  cfg, mesh, ctx, state, shard = _built(lr)
+def _setup(multi_hot=1, lr=1.0, split_rows=-1):
+  cfg, mesh, ctx, state, shard = _built(lr, split_rows)
   state = jax.tree.map(jnp.copy, state)  # steps donate nothing here, but stay safe
   gen = synthetic.SyntheticCriteo(cfg.table_rows(), multi_hot=multi_hot, seed=1)
   batch = gen.batch(0, cfg.batch_size)
@@ -85,9 +102,11 @@ def _reference_logits(ctx, params, batch):
   return head(jnp.asarray(batch["dense"]), ref(jnp.asarray(batch["ids"])))
 
 
-@pytest.mark.parametrize("multi_hot", [1, 3])
-def test_sharded_forward_equals_single_device_reference(multi_hot):
-  cfg, mesh, ctx, state, shard, batch = _setup(multi_hot)
+@pytest.mark.parametrize("multi_hot,split_rows", [(1, -1), (3, -1), (1, 200)])
+def test_sharded_forward_equals_single_device_reference(multi_hot, split_rows):
+  cfg, mesh, ctx, state, shard, batch = _setup(multi_hot, split_rows=split_rows)
+  if split_rows > 0 and jax.device_count() > 1:
+    assert ctx.placement.num_pieces > 26  # row-wise split tables are exercised
   assert mesh.size == jax.device_count()
   eval_step = jax.jit(train.make_eval_step(ctx), in_shardings=(shard, None))
   got = eval_step(state, train._to_global(batch, mesh, cfg.batch_size))
@@ -95,8 +114,9 @@ def test_sharded_forward_equals_single_device_reference(multi_hot):
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
-def test_sharded_gradient_equals_reference_and_one_step_decreases_loss():
-  cfg, mesh, ctx, state, shard, batch = _setup(lr=1.0)
+@pytest.mark.parametrize("split_rows", [-1, 200])
+def test_sharded_gradient_equals_reference(split_rows):
+  cfg, mesh, ctx, state, shard, batch = _setup(lr=1.0, split_rows=split_rows)
   params0 = jax.device_get(state.params)
 
   def ref_loss(params):

@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                  help="skip and count malformed lines instead of stopping")
   d.add_argument("--max-ind-range", type=int, default=None,
                  help="cap on table rows (ids modulo it)")
+  d.add_argument("--split-rows", type=int, default=None, help="split tables with more rows "
+                 "than this row-wise over devices (-1: a device's fair share; 0: never)")
   d.add_argument("--eval-rows", type=int, default=None, help="rows of the evaluation set")
   d.add_argument("--holdout-every", type=int, default=None,
                  help="with file data and no --eval-data: every N-th line is held out")

@@ -97,21 +97,25 @@ def pooled_lookup(table: jax.Array, rows: jax.Array, valid: jax.Array) -> jax.Ar
 
 
 def _init_buffer(key, placement: TablePlacement) -> jax.Array:
-  """Uniform(-1/sqrt(rows_t), 1/sqrt(rows_t)) per table (reference DLRM), zero padding."""
+  """Uniform(-1/sqrt(rows_t), 1/sqrt(rows_t)) per table (reference DLRM), zero padding.
+
+  ``rows_t`` is the whole table's rows, also for a piece of a row-wise split table.
+  """
   p, r, dim = placement.num_devices, placement.rows_per_device, placement.dim
   scale = np.zeros((p, r), np.float32)
   for d in range(p):
     for j in range(placement.local_tables):
-      n = placement.slot_rows[d, j]
+      n, t = placement.slot_rows[d, j], placement.slot_table[d, j]
       if n:
         o = placement.offsets[d, j]
-        scale[d, o:o + n] = 1.0 / np.sqrt(n)
+        scale[d, o:o + n] = 1.0 / np.sqrt(placement.table_rows[t])
   u = jax.random.uniform(key, (p, r, dim), jnp.float32, -1.0, 1.0)
   return u * jnp.asarray(scale)[..., None]
 
 
 class ShardedEmbedding(nnx.Module):
-  """All tables of a ``TablePlacement`` in one parameter ``float32[P, R, dim]``.
+  """All tables (or their row-wise pieces) of a ``TablePlacement`` in one parameter
+  ``float32[P, R, dim]``.
 
   Shard the parameter on axis 0 over the table axis of the mesh; inside ``shard_map``
   each device sees ``float32[1, R, dim]`` and calls ``lookup``.
@@ -127,8 +131,9 @@ class ShardedEmbedding(nnx.Module):
     """Pooled lookup of this device's L local tables for the whole global batch.
 
     Args:
-      ids: int32[B, L, H], per-slot ids in ``[0, rows)``; -1 = empty (padding or a dummy
-        slot).
+      ids: int32[B, L, H], per-slot ids relative to the slot's first row; ids outside
+        ``[0, slot rows)`` count as empty (-1: padding, a dummy slot, or an id in another
+        piece of a row-wise split table).
       device_index: int32 scalar, this device's index on the table axis
         (``jax.lax.axis_index``).
 

@@ -174,7 +174,7 @@ def _slots_from_tables(ctx: StepContext, x_t, fill):
 
 
 def _tables_from_slots(ctx: StepContext, x_slots):
-  """[P * L, ...] slot order -> [T, ...] table order."""
+  """[P * L, ...] slot order -> [T, ...] table order (a split table: its first piece)."""
   return x_slots[ctx.placement.gather_index]
 
 
@@ -196,7 +196,16 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
   st = pl.slot_table_flat
   src = np.maximum(st, 0)
   dummy = jnp.asarray(st < 0)
-  gather_index = pl.gather_index
+  slot_lo = jnp.asarray(pl.slot_lo_flat)
+  table_pieces = pl.table_pieces                                          # [T, K]
+
+  def gather_tables(y):
+    """[b, P*L, dim] exchanged slots -> [b, T, dim]: the sum of each table's pieces."""
+    out = y[:, table_pieces[:, 0]]
+    for k in range(1, table_pieces.shape[1]):
+      col = table_pieces[:, k]
+      out = out + jnp.where(jnp.asarray(col >= 0)[None, :, None], y[:, np.maximum(col, 0)], 0.0)
+    return out
 
   def body(head_p, table, eb_slots, dense, ids, label):
     # dense float32[b, 13], ids int32[b, T, H], label float32[b], table float32[1, R, dim],
@@ -204,7 +213,10 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     b = dense.shape[0]
     global_b = b * p
     di = jax.lax.axis_index(AXIS)
-    ids_slots = jnp.where(dummy[None, :, None], -1, ids[:, src])          # [b, P*L, H]
+    ids_src = ids[:, src]                                                 # [b, P*L, H]
+    # Relative to the slot's piece (row-wise split); the lookup masks ids past its end.
+    ids_slots = jnp.where(dummy[None, :, None] | (ids_src < slot_lo[None, :, None]), -1,
+                          ids_src - slot_lo[None, :, None])
     ids_local = jax.lax.all_to_all(ids_slots, AXIS, 1, 0, tiled=True)     # [B, L, H]
 
     def local_loss(head_p, table, probe):
@@ -212,7 +224,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
       pooled = emb.lookup(ids_local, di) + probe                          # [B, L, dim]
       y, stats = exchange.embedding_exchange(
           pooled, eb_slots, compression=cfg.compression, codec=cfg.codec, axis_name=AXIS)
-      emb_all = y[:, gather_index]                                        # [b, T, dim]
+      emb_all = gather_tables(y)                                          # [b, T, dim]
       logits = nnx.merge(head_gd, head_p)(dense, emb_all)                 # [b]
       loss = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, label)) / global_b
       return loss, (logits, stats, pooled)
@@ -272,9 +284,11 @@ def make_train_step(ctx: StepContext):
     # Per-table ratio over all peers: harmonic mean of the per-(peer, table) ratios
     # (every chunk has the same raw size).
     ratio = slot_stats["compression_ratio"]                                  # [P, P, L]
-    per_slot = ratio.shape[1] / jnp.sum(1.0 / jnp.maximum(ratio, 1e-12), axis=1)
-    metrics = dict(byte_stats, loss=loss, error_bound=eb_t,
-                   compression_ratio=_tables_from_slots(ctx, per_slot.reshape(-1)),
+    inv = jnp.mean(1.0 / jnp.maximum(ratio, 1e-12), axis=1).reshape(-1)   # [P*L]
+    tp = ctx.placement.table_pieces                                          # [T, K]
+    inv_t = jnp.sum(jnp.where(jnp.asarray(tp >= 0), inv[np.maximum(tp, 0)], 0.0), axis=1)
+    ratio_t = jnp.sum(tp >= 0, axis=1) / inv_t   # split tables: over all their pieces
+    metrics = dict(byte_stats, loss=loss, error_bound=eb_t, compression_ratio=ratio_t,
                    **{f"stat_{k}": v for k, v in table_stats.items()})
     # Replicated, so every process can read them (multi-host: see _host).
     replicated = NamedSharding(ctx.mesh, P())
@@ -311,7 +325,8 @@ def setup(config: Config, mesh, eb_args=None):
     ``(ctx, init_state, shardings)``: the StepContext, a function ``() -> TrainState``
     (jit it with ``out_shardings=shardings``) and the TrainState's NamedShardings.
   """
-  placement = sharding.plan_tables(config.table_rows(), config.embedding_dim, mesh.size)
+  placement = sharding.plan_tables(config.table_rows(), config.embedding_dim, mesh.size,
+                                   None if config.split_rows < 0 else config.split_rows)
   graphdefs, _ = create_model(config, placement, config.seed, abstract=True)
   tx = create_optimizer(config)
   eb_hook = ErrorBoundHook(config.num_tables, eb_args, config.placeholder_eb_rel)

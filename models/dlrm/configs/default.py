@@ -35,6 +35,9 @@ class Config:
   cardinalities: tuple[int, ...] = KAGGLE_CARDINALITIES
   # Cap on the rows of every table (ids are taken modulo it, as in the reference DLRM).
   max_ind_range: int = 100_000
+  # Split tables with more rows than this row-wise over devices (-1: one device's fair
+  # share of all rows; 0: never). See sharding.plan_tables.
+  split_rows: int = -1
   # Number of dense (integer) features.
   num_dense: int = 13
 
