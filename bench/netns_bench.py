@@ -1,0 +1,378 @@
+"""DLRM step time over a rate-limited link: exact vs compressed embedding all-to-all (issue 6).
+
+Creates a private network namespace (``ip netns add``), brings up its own loopback
+(``ip link set lo up``) and limits that interface's rate with ``tc`` (``netem rate R delay D``
+where the kernel has sch_netem, else a token bucket ``tbf rate R``). Two training processes
+(``jax.distributed`` + gloo, 4 virtual CPU devices each) run inside the namespace and talk
+over 127.0.0.1 only: every gloo and coordinator byte crosses the limited loopback (gloo also
+connects the devices of one process through TCP). For each rate the DLRM trainer runs
+``--compression off`` (exact ``jax.lax.all_to_all``) and ``--compression on``
+(``jax_lossy_comm.compressed_all_to_all``, paper tiers + schedule) from the same seed and data;
+the median step time after the compile interval, samples/s, bytes moved per step, final
+AUC and log loss are read from the trainer's ``metrics.jsonl`` and the speedup
+``step_time(exact) / step_time(compressed)`` is reported. An unlimited run of the same pair
+separates compute from communication. The namespace is deleted in a ``finally`` block;
+nothing leaves it and no address other than 127.0.0.1 is used.
+
+Needs root (``CAP_SYS_ADMIN``/``CAP_NET_ADMIN``) and iproute2; otherwise it reports
+``skipped`` with the reason. Bounded in time: every run has a timeout.
+
+Usage (from the repo root)::
+
+    sudo python bench/netns_bench.py                     # 1 and 10 Gbit/s, terabyte preset
+    python bench/netns_bench.py --rates 1gbit --steps 12 --modes exact compressed int8-rowwise
+
+Results: bench/results/netns.json.
+
+References:
+  Feng et al., SC24, arXiv 2407.04272, sec. 6 (1.38x end-to-end speedup on their cluster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_util as bu  # noqa: E402
+
+DEFAULT_OUT = bu.RESULTS_DIR / "netns.json"
+DEFAULT_RATES = ("1gbit", "10gbit")
+#: exchange modes: name -> trainer flags
+MODES = {
+    "exact": ("--compression", "off"),
+    "compressed": ("--compression", "on", "--codec", "auto"),
+    # same bytes on the dense (CPU) path, less CPU: fixed-rate codes only
+    "compressed-fixed": ("--compression", "on", "--codec", "fixed"),
+    "int8-rowwise": ("--compression", "on", "--codec", "int8-rowwise"),
+    "bf16": ("--compression", "on", "--codec", "bf16"),
+}
+
+
+# ------------------------------------------------------------------------------- namespace
+def _run(cmd: Sequence[str], timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=check)
+
+
+def rate_bits(rate: str) -> float:
+    """``"1gbit"`` -> 1e9, ``"500mbit"`` -> 5e8, ``"unlimited"`` -> inf (tc's units, SI)."""
+    if rate in ("unlimited", "none", "0"):
+        return float("inf")
+    m = re.fullmatch(r"([0-9.]+)\s*([kmgt]?)bit", rate.strip().lower())
+    if not m:
+        raise ValueError(f"rate must look like 1gbit, 500mbit or 'unlimited', got {rate!r}")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
+
+
+def why_unavailable() -> str | None:
+    """Why namespaces cannot be made here (None: they can, as far as cheap checks go)."""
+    if os.name != "posix" or not hasattr(os, "geteuid"):
+        return "not a POSIX system"
+    if os.geteuid() != 0:
+        return "not root: creating a network namespace needs CAP_SYS_ADMIN (run as root)"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found: install iproute2"
+    return None
+
+
+class Namespace:
+    """A network namespace with its loopback up; deleted on ``close`` (context manager).
+
+    Raises:
+      RuntimeError: ``ip netns add`` failed (message from ip).
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        res = _run(["ip", "netns", "add", name], check=False)
+        if res.returncode:
+            raise RuntimeError(f"ip netns add {name}: {res.stderr.strip()}")
+        self.shaping = "none"
+        _run(self.prefix() + ["ip", "link", "set", "lo", "up"])
+
+    def prefix(self) -> list[str]:
+        return ["ip", "netns", "exec", self.name]
+
+    def limit(self, rate: str, delay_ms: float) -> str:
+        """Limits lo's egress to ``rate`` (tc units) with ``delay_ms`` one-way delay where
+        netem exists; returns the qdisc actually installed (as ``tc qdisc show`` prints)."""
+        _run(self.prefix() + ["tc", "qdisc", "del", "dev", "lo", "root"], check=False)
+        if rate_bits(rate) == float("inf"):
+            self.shaping = "none"
+            return self.shaping
+        netem = ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "rate", rate]
+        if delay_ms > 0:
+            netem += ["delay", f"{delay_ms}ms"]
+        netem += ["limit", "100000"]
+        res = _run(self.prefix() + netem, check=False)
+        if res.returncode:
+            # no sch_netem in this kernel: token bucket, burst = 1 ms at the rate (>= 64 KiB)
+            burst = max(64 << 10, int(rate_bits(rate) / 8 / 1000))
+            _run(self.prefix() + ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
+                                  rate, "burst", str(burst), "latency", "200ms"])
+        self.shaping = _run(self.prefix() + ["tc", "qdisc", "show", "dev", "lo"]).stdout.strip()
+        if res.returncode:
+            self.shaping += f" (netem unavailable: {res.stderr.strip()[:120]}; no added delay)"
+        return self.shaping
+
+    def close(self) -> None:
+        _run(["ip", "netns", "del", self.name], check=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+_PROBE = r"""
+import socket, threading, time, sys
+n = int(sys.argv[1]); s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+def sink():
+    c, _ = s.accept(); got = 0
+    while got < n:
+        d = c.recv(1 << 20)
+        if not d: break
+        got += len(d)
+t = threading.Thread(target=sink); t.start()
+c = socket.create_connection(s.getsockname()); buf = b"x" * (1 << 20); t0 = time.perf_counter()
+for _ in range(n // len(buf)): c.sendall(buf)
+c.close(); t.join(); print(n * 8 / (time.perf_counter() - t0) / 1e9)
+"""
+
+
+def probe_gbits(ns: Namespace, nbytes: int = 64 << 20, timeout: float = 60) -> float | None:
+    """Measured TCP throughput over the namespace's 127.0.0.1 (Gbit/s, one stream)."""
+    try:
+        out = _run(ns.prefix() + [sys.executable, "-c", _PROBE, str(nbytes)], timeout=timeout)
+        return float(out.stdout.strip().splitlines()[-1])
+    except Exception:  # noqa: BLE001 - the probe is informative only
+        return None
+
+
+# ---------------------------------------------------------------------------------- one run
+def _free_port(ns: Namespace) -> int:
+    out = _run(ns.prefix() + [sys.executable, "-c", "import socket; s=socket.socket(); "
+                              "s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"])
+    return int(out.stdout.strip())
+
+
+def train_cmd(out_dir: Path, mode: str, process_id: int, port: int, args) -> list[str]:
+    """The trainer command of one process (run inside the namespace)."""
+    return [sys.executable, "-m", "models.dlrm.train", "--preset", args.preset,
+            "--devices", str(args.devices_per_process), "--coordinator", f"127.0.0.1:{port}",
+            "--num-processes", "2", "--process-id", str(process_id), *MODES[mode],
+            "--steps", str(args.steps), "--log-every", str(args.log_every),
+            "--eval-every", "0", "--checkpoint-every", "0", "--eval-rows",
+            str(args.eval_rows), "--seed", str(args.seed), "--no-progress",
+            "--out", str(out_dir), *args.extra]
+
+
+def summarize_metrics(records: Sequence[dict[str, Any]], global_batch: int,
+                      log_every: int) -> dict[str, Any]:
+    """Step time etc. from a trainer's metrics.jsonl records.
+
+    The first ``train`` interval (it includes the jit compile) is dropped; the step time is
+    ``global_batch / samples_per_s`` of each later interval, median over them. Bytes per step
+    are the interval's ``moved_bytes`` (all devices, forward exchange) / ``log_every``.
+    """
+    train = [r for r in records if r.get("kind") == "train"]
+    final = next((r for r in reversed(records) if r.get("kind") == "final"), {})
+    timed = train[1:] if len(train) > 1 else train
+    step_s = [global_batch / r["samples_per_s"] for r in timed if r.get("samples_per_s")]
+    out = {"intervals": len(timed), "step_times_s": step_s,
+           "step_time_s": statistics.median(step_s) if step_s else None,
+           "samples_per_s": global_batch / statistics.median(step_s) if step_s else None,
+           "auc": final.get("auc"), "logloss": final.get("logloss"),
+           "final_step": final.get("step")}
+    if timed:
+        last = timed[-1]
+        out.update(moved_bytes_per_step=last["moved_bytes"] / log_every,
+                   raw_bytes_per_step=last["raw_bytes"] / log_every,
+                   exchange_ratio=last.get("compression_ratio"),
+                   moved_ratio=last.get("moved_ratio"),
+                   fallback_steps=sum(r.get("fallback_steps", 0) for r in train))
+    return out
+
+
+def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
+    """Two processes x ``devices_per_process`` devices of one exchange mode; their summary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    port = _free_port(ns)
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)          # --devices decides
+    env["PYTHONPATH"] = str(bu.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    logs = [open(out_dir / f"process{i}.log", "w") for i in range(2)]
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(ns.prefix() + train_cmd(out_dir, mode, i, port, args),
+                              cwd=bu.REPO_ROOT, env=env, stdout=logs[i],
+                              stderr=subprocess.STDOUT, start_new_session=True)
+             for i in range(2)]
+    rcs: list[int | None] = [None, None]
+    try:
+        deadline = time.monotonic() + args.run_timeout
+        for i, p in enumerate(procs):
+            rcs[i] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for f in logs:
+            f.close()
+    wall = time.perf_counter() - t0
+    res: dict[str, Any] = {"mode": mode, "returncodes": rcs, "wall_s": wall,
+                           "out": str(out_dir)}
+    if any(rc != 0 for rc in rcs):
+        tail = (out_dir / "process0.log").read_text(errors="replace")[-1500:]
+        res.update(status="error" if None not in rcs else "timeout", log_tail=tail)
+        return res
+    recs = [json.loads(l) for l in open(out_dir / "metrics.jsonl") if l.strip()]
+    cfg = next((r["config"] for r in recs if r.get("kind") == "config"), {})
+    res.update(status="ok", **summarize_metrics(recs, int(cfg.get("batch_size", 0)),
+                                                args.log_every))
+    return res
+
+
+def speedups(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """``{rate: {mode: step_time(exact) / step_time(mode)}}`` for the successful runs."""
+    out: dict[str, dict[str, float]] = {}
+    for rate in dict.fromkeys(r["rate"] for r in runs):
+        by = {r["mode"]: r for r in runs if r["rate"] == rate and r.get("status") == "ok"}
+        ex = by.get("exact", {}).get("step_time_s")
+        if ex:
+            out[rate] = {m: ex / r["step_time_s"] for m, r in by.items()
+                         if m != "exact" and r.get("step_time_s")}
+    return out
+
+
+# ---------------------------------------------------------------------------------- the run
+def run(args) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "benchmark": "DLRM step time over a rate-limited loopback in a network namespace "
+                     "(issue 6)",
+        "environment": bu.environment_record(),
+        "params": {k: v for k, v in vars(args).items() if k not in ("out",)},
+        "runs": [],
+    }
+    reason = why_unavailable()
+    ns = None
+    if reason is None:
+        try:
+            ns = Namespace(f"jlcbench{os.getpid()}")
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            reason = f"cannot create a network namespace: {e}"
+    if ns is None:
+        print(f"netns benchmark SKIPPED: {reason}")
+        result.update(status="skipped", skip_reason=reason)
+        return result
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="jlc_netns_"))
+    t_start = time.monotonic()
+    try:
+        for rate in args.rates:
+            shaping = ns.limit(rate, args.delay_ms)
+            gbits = probe_gbits(ns) if args.probe else None
+            print(f"# {rate}: {shaping}" + (f"; measured {gbits:.2f} Gbit/s (1 TCP stream)"
+                                            if gbits else ""), flush=True)
+            for rnd in range(args.rounds):
+                for mode in args.modes:
+                    if time.monotonic() - t_start > args.total_timeout:
+                        print("# total time budget spent: stopping", flush=True)
+                        raise TimeoutError
+                    r = run_pair(ns, mode, work / f"{rate}_{mode}_{rnd}", args)
+                    r.update(rate=rate, rate_bits=rate_bits(rate), round=rnd, qdisc=shaping,
+                             probe_gbits=gbits)
+                    result["runs"].append(r)
+                    print(format_run(r), flush=True)
+    except TimeoutError:
+        result["stopped_early"] = True
+    finally:
+        ns.close()
+        result["namespace_deleted"] = ns.name not in _run(["ip", "netns", "list"],
+                                                           check=False).stdout
+    result["status"] = "ok"
+    result["speedup"] = speedups(_median_runs(result["runs"]))
+    return result
+
+
+def _median_runs(runs):
+    """One entry per (rate, mode): the run with the median step time over rounds."""
+    out = []
+    for key in dict.fromkeys((r["rate"], r["mode"]) for r in runs):
+        ok = sorted((r for r in runs if (r["rate"], r["mode"]) == key and r.get("status") == "ok"),
+                    key=lambda r: r["step_time_s"] or float("inf"))
+        if ok:
+            out.append(ok[len(ok) // 2])
+    return out
+
+
+def format_run(r: dict[str, Any]) -> str:
+    if r.get("status") != "ok":
+        return f"{r['rate']:>9} {r['mode']:<13} {r.get('status')}: {r.get('log_tail', '')[-300:]}"
+    return (f"{r['rate']:>9} {r['mode']:<13} step {r['step_time_s'] * 1e3:8.1f} ms  "
+            f"{r['samples_per_s']:8.0f} samples/s  moved/step {r['moved_bytes_per_step'] / 2**20:7.2f}"
+            f" MiB (x{r.get('moved_ratio') or 0:.2f})  AUC {r['auc']:.5f}  logloss "
+            f"{r['logloss']:.5f}")
+
+
+def format_summary(result: dict[str, Any]) -> str:
+    if result.get("status") == "skipped":
+        return f"netns benchmark skipped: {result['skip_reason']}"
+    lines = ["rate       mode          step ms   samples/s  MiB/step  AUC      log loss  speedup"]
+    sp = result.get("speedup", {})
+    for r in _median_runs(result["runs"]):
+        s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])
+        lines.append(f"{r['rate']:<10} {r['mode']:<13} {r['step_time_s'] * 1e3:8.1f} "
+                     f"{r['samples_per_s']:10.0f} {r['moved_bytes_per_step'] / 2**20:9.2f}  "
+                     f"{r['auc']:.5f}  {r['logloss']:.5f}  "
+                     + (f"{s:.3f}x" if s else "-"))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rates", nargs="+", default=list(DEFAULT_RATES) + ["unlimited"],
+                    help="tc rates (1gbit, 10gbit, ...) and/or 'unlimited'")
+    ap.add_argument("--delay-ms", type=float, default=0.1, help="one-way delay (netem only)")
+    ap.add_argument("--modes", nargs="+", default=["exact", "compressed", "compressed-fixed"],
+                    choices=list(MODES))
+    ap.add_argument("--preset", default="terabyte")
+    ap.add_argument("--devices-per-process", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--log-every", type=int, default=3)
+    ap.add_argument("--eval-rows", type=int, default=8192)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=1, help="repeat every (rate, mode) run")
+    ap.add_argument("--run-timeout", type=float, default=420, help="seconds per 2-process run")
+    ap.add_argument("--total-timeout", type=float, default=1800, help="seconds for everything")
+    ap.add_argument("--no-probe", dest="probe", action="store_false",
+                    help="skip the TCP throughput probe of each rate")
+    ap.add_argument("--workdir", default=None, help="trainer outputs (default: a temp dir)")
+    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                    help="more trainer flags (after everything else)")
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    args = ap.parse_args(argv)
+    result = run(args)
+    result["argv"] = list(sys.argv if argv is None else argv)
+    print(format_summary(result))
+    print(f"wrote {bu.write_json(result, args.out)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Fast smoke tests of the issue-6 benchmark scripts' pure functions (no timing, no JAX).
+
+Pareto front on fixed numbers, the jlc-auto verdict, Markdown rendering and the README marker
+replacement, the trainer-metrics summaries of the training and netns benchmarks, the REL
+bound conversion of the peer comparison, and the netns rate parser.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import make_results  # noqa: E402
+import netns_bench  # noqa: E402
+import plots  # noqa: E402
+import train_compare  # noqa: E402
+
+
+def test_pareto_front_fixed_points():
+    pts = [(1.0, 10.0), (2.0, 5.0), (0.5, 20.0), (0.4, 15.0), (2.0, 5.0), (3.0, 1.0),
+           (1.0, 9.0), (float("nan"), 100.0)]
+    assert plots.pareto_front(pts) == [True, True, True, False, True, True, False, False]
+    assert plots.pareto_front([]) == []
+    assert plots.pareto_front([(1.0, 1.0)]) == [True]
+
+
+def _row(codec, family, ratio, gbps, ok=True, bounded=True, dump="kaggle_table08", eb=0.01,
+         nbytes=16384, seconds=1e-4):
+    return {"status": "ok", "codec": codec, "family": family, "error_bounded": bounded,
+            "ratio": ratio, "compress_gbps": gbps, "decompress_gbps": gbps * 2,
+            "max_err_over_eb": 0.9 if ok else 2.0, "bound_ok": ok,
+            "bound_violated": bounded and not ok, "dump": dump, "tiled": False,
+            "shape": [128, 32], "eb_rel": eb, "raw_bytes": nbytes,
+            "compress": {"median_s": seconds}}
+
+
+PEERS = {
+    "params": {"eb_rels": [0.01]},
+    "environment": {"utc": "2026-01-01T00:00:00+00:00", "cpu_model": "cpu", "cpu_count": 2,
+                    "git_commit": "abc"},
+    "codecs": [{"name": "sz3-default", "available": False, "skip_reason": "no pysz"}],
+    "rows": [
+        _row("zstd-1", "lossless", 50.0, 1.5),
+        _row("quant-codes+zstd-1", "quantization", 110.0, 0.3),
+        _row("fbgemm-mx4", "fbgemm-qcomm", 7.5, 0.04, ok=False, bounded=False),
+        _row("jax-bf16", "cast", 2.0, 0.3, seconds=5e-5),
+        _row("jlc-auto", "jax_lossy_comm", 190.0, 0.2),
+        _row("jlc-entropy", "jax_lossy_comm", 190.0, 0.25),
+        _row("zstd-1", "lossless", 2.0, 0.6, dump="terabyte_table01", nbytes=1 << 19),
+        _row("jlc-auto", "jax_lossy_comm", 21.0, 0.5, dump="terabyte_table01", nbytes=1 << 19),
+        _row("sz3-nopred", "sz3", 25.0, 0.6, dump="terabyte_table01"),
+        {"status": "skipped", "codec": "sz3-default", "skip_reason": "no pysz",
+         "dump": "kaggle_table08", "eb_rel": 0.01, "tiled": False},
+    ],
+}
+
+
+def test_pareto_analysis_verdicts():
+    by = {a["dump"]: a for a in plots.pareto_analysis(PEERS["rows"], 0.01)}
+    k = by["kaggle_table08"]
+    # the library's other forms do not compete with auto on the front
+    assert k["front_bounded"] == ["zstd-1", "quant-codes+zstd-1", "jlc-auto"]
+    assert "jlc-entropy" in k["front_bounded_with_forms"]
+    assert "jlc-auto" not in k["front_bounded_with_forms"]
+    assert k["auto"]["on_front"] and k["auto"]["dominated_by_library_forms"] == ["jlc-entropy"]
+    assert [p["codec"] for p in k["auto"]["faster_peers"]] == ["zstd-1", "quant-codes+zstd-1",
+                                                               "jax-bf16"]
+    assert k["violations"] == [{"codec": "fbgemm-mx4", "max_err_over_eb": 2.0,
+                                "error_bounded": False}]
+    t = by["terabyte_table01"]
+    assert not t["auto"]["on_front"] and t["auto"]["dominated_by"] == ["sz3-nopred"]
+    assert t["auto"]["higher_ratio_peers"] == ["sz3-nopred"]
+
+
+def test_markdown_and_summary():
+    train = {"params": {"preset": "kaggle", "steps": 10}, "environment": PEERS["environment"],
+             "runs": [{"name": "exact", "status": "ok", "auc": 0.7, "logloss": 0.5,
+                       "moved_bytes_per_step": 2**20, "moved_ratio": 1.0,
+                       "frame_bytes_per_step": 2**20, "samples_per_s": 1000.0},
+                      {"name": "jlc-paper", "status": "ok", "auc": 0.699, "logloss": 0.501,
+                       "moved_bytes_per_step": 2**18, "moved_ratio": 4.0,
+                       "frame_bytes_per_step": 2**16, "samples_per_s": 900.0},
+                      {"name": "bf16", "status": "error", "log_tail": "boom"}]}
+    netns = {"status": "skipped", "skip_reason": "not root"}
+    md = make_results.render_markdown(PEERS, train, netns, full=True)
+    assert "| kaggle_table08 | [128, 32] | 190.0 |" in md
+    assert "**yes**" in md and "| NO |" in md
+    assert "-0.00100" in md and "4.00x" in md
+    assert "Skipped: not root" in md
+    assert "sz3-default (no pysz)" in md
+    assert "none.**" in md                       # no error-bounded codec violated its bound
+    assert "why: 50 us of jlc-auto's 100 us" in md
+    short = make_results.render_markdown(PEERS, train, netns, full=False)
+    assert "RESULTS.md" in short and "#### " not in short
+    s = make_results.summary(PEERS, train, netns)
+    assert "kaggle_table08" in s and "ON the front" in s and "NOT on the front" in s
+    assert "fbgemm-mx4" in s
+
+
+def test_replace_between_markers():
+    text = f"# T\n\nbefore\n{make_results.BEGIN}\nold\n{make_results.END}\nafter\n"
+    new = make_results.replace_between_markers(text, "NEW\n")
+    assert new == f"# T\n\nbefore\n{make_results.BEGIN}\nNEW\n{make_results.END}\nafter\n"
+    assert make_results.replace_between_markers(new, "NEW") == new
+    with pytest.raises(ValueError):
+        make_results.replace_between_markers("no markers", "x")
+
+
+def test_trainer_metrics_summaries(tmp_path):
+    import json
+    recs = [{"kind": "config", "step": 0, "config": {"batch_size": 1024}},
+            {"kind": "train", "step": 3, "samples_per_s": 100.0, "moved_bytes": 30.0,
+             "raw_bytes": 60.0, "frame_bytes": 15.0, "loss": 0.7, "auc": 0.5,
+             "compression_ratio": 4.0, "moved_ratio": 2.0, "fallback_steps": 0},
+            {"kind": "train", "step": 6, "samples_per_s": 1024.0, "moved_bytes": 30.0,
+             "raw_bytes": 60.0, "frame_bytes": 15.0, "loss": 0.6, "auc": 0.6,
+             "compression_ratio": 4.0, "moved_ratio": 2.0, "fallback_steps": 1},
+            {"kind": "train", "step": 9, "samples_per_s": 512.0, "moved_bytes": 30.0,
+             "raw_bytes": 60.0, "frame_bytes": 15.0, "loss": 0.5, "auc": 0.6,
+             "compression_ratio": 4.0, "moved_ratio": 2.0, "fallback_steps": 0},
+            {"kind": "eval", "step": 9, "auc": 0.61, "logloss": 0.55},
+            {"kind": "final", "step": 9, "auc": 0.61, "logloss": 0.55, "accuracy": 0.7}]
+    s = netns_bench.summarize_metrics(recs, 1024, 3)
+    assert s["intervals"] == 2 and s["step_times_s"] == [1.0, 2.0]
+    assert s["step_time_s"] == 1.5 and s["moved_bytes_per_step"] == 10.0
+    assert s["auc"] == 0.61 and s["fallback_steps"] == 1
+    p = tmp_path / "metrics.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    m = train_compare.read_metrics(p, 3)
+    assert m["moved_bytes_per_step"] == 10.0 and m["moved_ratio"] == 2.0
+    assert m["exchange_ratio"] == 4.0 and m["curves"]["eval_auc"] == [0.61]
+    assert m["samples_per_s"] == 1024.0
+    assert "jlc-paper" in train_compare.RUNS
+    assert train_compare.run_flags("jlc-auto", 100, 0.5)[-4:] == [
+        "--eb-early-stage", "50", "--eb-update-every", "10"]
+    with pytest.raises(ValueError):
+        train_compare.run_flags("nope", 10, 0.5)
+    sp = netns_bench.speedups([
+        {"rate": "1gbit", "mode": "exact", "status": "ok", "step_time_s": 3.0},
+        {"rate": "1gbit", "mode": "compressed", "status": "ok", "step_time_s": 2.0}])
+    assert sp == {"1gbit": {"compressed": 1.5}}
+
+
+def test_rate_bits():
+    assert netns_bench.rate_bits("1gbit") == 1e9
+    assert netns_bench.rate_bits("500mbit") == 5e8
+    assert math.isinf(netns_bench.rate_bits("unlimited"))
+    with pytest.raises(ValueError):
+        netns_bench.rate_bits("fast")
+
+
+def test_rel_bound_within():
+    """The REL bound handed to the library never gives a float32 eb_abs above the harness's."""
+    import os
+    saved = dict(os.environ)
+    try:  # peer_bench sets single-thread env vars at import: keep this process's as they were
+        import peer_bench
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lo, hi = sorted(rng.standard_normal(2).astype(np.float32) * rng.uniform(0.01, 100))
+        eb = float(rng.uniform(1e-4, 0.1)) * (float(hi) - float(lo))
+        r = peer_bench.rel_bound_within(lo, hi, eb)
+        got = float(np.float32(np.float32(r) * np.float32(np.float32(hi) - np.float32(lo))))
+        assert got <= eb and got >= eb * (1 - 1e-6)
+    assert peer_bench.rel_bound_within(1.0, 1.0, 0.1) == 0.0
