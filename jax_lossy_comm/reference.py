@@ -8,8 +8,9 @@ by a single-chunk function vmapped over the flattened leading dimensions.
 
 Bit-identical to the C++ codec (``encode_chunk`` / ``decode_frame`` in ``frame.h``):
 
-* ``codec="raw"`` and ``codec="fixed"``: the same frame bytes and byte counts, overflow included
-  (``nbytes = -needed``, an all-zero frame).
+* ``codec="raw"`` and ``codec="fixed"``: the same frame bytes and byte counts, capacity handling
+  included (a frame over capacity falls back to raw when raw fits, else ``nbytes = -needed``
+  and an all-zero frame).
 * Decoding raw and fixed-rate frames: the same values (NaN/Inf bit-exact) and, on a bad frame,
   the same status, with every output value NaN.
 
@@ -24,9 +25,9 @@ Differences, by design:
   ``decode_frame`` makes before those sections still gives the C++ status.
 * Subnormal (denormal) float32 and bfloat16 inputs are outside the bit-identity guarantee:
   XLA:CPU runs with flush-to-zero and denormals-are-zero, and so does the C++ handler called from
-  XLA's threads, but which bit pattern a min/max instruction returns for a flushed operand
-  depends on the instructions the C++ compiler chose. Subnormal *intermediates* (a tiny
-  ``eb_abs``, a tiny step) are flushed alike on both sides.
+  XLA's threads, but which bit pattern a min/max or select returns for a flushed operand depends
+  on the instructions each compiler chose (and the CUDA build keeps subnormals). Subnormal
+  *intermediates* of normal inputs (a tiny ``eb_abs`` or step) are flushed alike on both sides.
 * Offsets are int32: a chunk needs ``24 * rows * dim < 2**31``.
 
 Floating point: frame.h is built with ``-ffp-contract=off``, but XLA:CPU and XLA:GPU contract
@@ -307,7 +308,7 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     v = _to_f32(xbits, code)
     finite = jnp.isfinite(v)
 
-    # 1-2. Range, feasibility, quantization.
+    # 1. Range over finite values. 2. Feasibility. 3. Quantize and verify.
     vmin, vmax = _value_range(v, finite)
     value_range = vmax - vmin
     eb_abs = jnp.where(mode == frame.MODES["rel"], eb * value_range, eb)
@@ -315,8 +316,7 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     inv = jnp.float32(1) / step
     mc = lax.round(value_range * inv, lax.RoundingMethod.TO_NEAREST_EVEN)
     constant = value_range == 0
-    spans = (jnp.isfinite(step) & (step > 0) & jnp.isfinite(inv) & (mc >= 0)
-             & (mc < 2.0**frame.MAX_BITS))
+    spans = jnp.isfinite(step) & (step > 0) & jnp.isfinite(inv) & (mc < 2.0**frame.MAX_BITS)
     quant_ok = ((codec != frame.CODECS["raw"]) & jnp.bool_(n > 0) & (eb >= 0) & jnp.isfinite(eb)
                 & (constant | spans) & jnp.isfinite(eb_abs))
     maxcode = jnp.where(quant_ok & ~constant, mc, jnp.float32(0))
@@ -326,16 +326,16 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     n_out = jnp.sum(outlier, dtype=_I32)
     bits = (32 - lax.clz(maxcode.astype(_U32))).astype(_I32)
 
-    # 3. Sizes and the form.
+    # 4. Sizes and the form (raw when the chosen form does not fit but raw does).
     raw_bytes = frame.raw_frame_bytes(rows, dim, dt)
     packed = _packed_bytes(n, bits)
     fixed_bytes = (frame.header_bytes(rows, dim) + 8 + _varint_size(n_out.astype(_U32)) + packed
                    + n_out * (pb + isz))
     quant = quant_ok & ((codec != frame.CODECS["auto"]) | (fixed_bytes < raw_bytes))
-    quant = quant & ((fixed_bytes <= capacity) | (raw_bytes > capacity))  # else raw fits
+    quant = quant & ((fixed_bytes <= capacity) | (raw_bytes > capacity))
     best = jnp.where(quant, fixed_bytes, raw_bytes)
 
-    # 4. Write it (each piece has length 0 when its form is not chosen).
+    # 5. Write it (each piece has length 0 when its form is not chosen).
     form = quant.astype(_U32)
     abs_flag = jnp.where(mode == frame.MODES["abs"], 4, 0)
     flags = jnp.where(quant, code | abs_flag, code).astype(_U32)

@@ -77,7 +77,8 @@ def make_chunks(specs, rows: int, dim: int, dtype: np.dtype, seed: int):
         elif kind == "zeros":
             flat[:] = rng.choice([0.0, -0.0], flat.size)
         flat[np.abs(flat) < TINY] *= 0.0  # flush subnormals, keep the sign of zero
-        xs.append(x.astype(dtype))
+        with np.errstate(over="ignore"):  # float16: large values become +-Inf
+            xs.append(x.astype(dtype))
         ebs.append(eb)
         eb_abs.append(eb * spread)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -142,7 +143,7 @@ SPEC = st.tuples(
 
 
 @needs_ext
-@settings(max_examples=5, deadline=None)  # each example compiles for its shape (about 3 s)
+@settings(max_examples=4, deadline=None)  # each example compiles for its shape (about 3 s)
 @given(rows=st.integers(0, 64), dim=st.integers(0, 64), dtype=st.sampled_from(DTYPES),
        specs=st.lists(SPEC, min_size=6, max_size=6), seed=st.integers(0, 2**32 - 1))
 @example(rows=0, dim=5, dtype=DTYPES[0], specs=[(0.0, 0.0, 1.0, "normal", 0.01)] * 6, seed=0)
@@ -277,6 +278,10 @@ def corrupt_variants(frames: np.ndarray, nbytes: np.ndarray, rng) -> tuple[np.nd
             g = f.copy()
             g[byte] = value & 0xFF
             add(g, n)
+            add(seal(g, n), n)
+        for at, value in ((8, [0x80] * 9), (8, [0xFF] * 4 + [0x0F]), (8, [0x80, 0x00])):
+            g = f.copy()  # rows varint: 9 continuation bytes, > 2^31 - 1, overlong
+            g[at:at + len(value)] = value
             add(seal(g, n), n)
         for _ in range(24):  # random bit flips, raw and re-sealed
             g = f.copy()
