@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import glob
-import io
 import os
 import re
 import zlib

@@ -28,10 +28,8 @@ Reference: Naumov et al., arXiv 1906.00091 (DLRM); Feng et al., SC24, arXiv 2407
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
-import math
 import os
 import signal
 import time
