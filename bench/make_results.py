@@ -194,8 +194,9 @@ def netns_table(netns: dict[str, Any]) -> str:
         return f"Skipped: {netns.get('skip_reason')}"
     import netns_bench
     runs = netns_bench._median_runs(netns.get("runs", []))
-    sp = netns.get("speedup", {})
-    lines = ["| link | exchange | step time | samples/s | bytes moved / step | speedup "
+    sp = netns_bench.speedups(runs)
+    per_round = netns_bench.speedups_per_round(netns.get("runs", []))
+    lines = ["| link | exchange | step time | samples/s | forward bytes moved / step | speedup "
              "| AUC | log loss |", "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])
@@ -203,6 +204,16 @@ def netns_table(netns: dict[str, Any]) -> str:
         lines.append(f"| {r['rate']}{probe} | {r['mode']} | {r['step_time_s'] * 1e3:.0f} ms | "
                      f"{r['samples_per_s']:.0f} | {r['moved_bytes_per_step'] / 2**20:.2f} MiB | "
                      f"{_f(s, '.3f')}x | {_f(r['auc'], '.5f')} | {_f(r['logloss'], '.5f')} |")
+    lt = netns_bench.link_times(runs)
+    if lt:
+        lines += ["", "Time the limited link adds to a step (step time minus the unlimited run's): "
+                  + "; ".join(f"{rate}: " + ", ".join(f"{mode} {t * 1e3:.0f} ms"
+                                                      for mode, t in m.items())
+                              for rate, m in lt.items()) + "."]
+    if any(len(v) > 1 for m in per_round.values() for v in m.values()):
+        lines += ["", "Speedup in each interleaved round: " + "; ".join(
+            f"{rate} {mode}: " + ", ".join(f"{x:.3f}x" for x in v)
+            for rate, m in per_round.items() for mode, v in m.items())]
     bad = [r for r in netns.get("runs", []) if r.get("status") != "ok"]
     for r in bad:
         lines.append(f"| {r['rate']} | {r['mode']} | {r.get('status')} | | | | | |")

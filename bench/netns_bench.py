@@ -307,17 +307,49 @@ def run(args) -> dict[str, Any]:
                                                            check=False).stdout
     result["status"] = "ok"
     result["speedup"] = speedups(_median_runs(result["runs"]))
+    result["speedup_per_round"] = speedups_per_round(result["runs"])
     return result
 
 
 def _median_runs(runs):
-    """One entry per (rate, mode): the run with the median step time over rounds."""
+    """One entry per (rate, mode) over its rounds: the first successful run's record with
+    ``step_time_s`` = median of the rounds' step times (``round_step_times_s`` lists them)."""
     out = []
     for key in dict.fromkeys((r["rate"], r["mode"]) for r in runs):
-        ok = sorted((r for r in runs if (r["rate"], r["mode"]) == key and r.get("status") == "ok"),
-                    key=lambda r: r["step_time_s"] or float("inf"))
+        ok = [r for r in runs if (r["rate"], r["mode"]) == key and r.get("status") == "ok"
+              and r.get("step_time_s")]
         if ok:
-            out.append(ok[len(ok) // 2])
+            times = [r["step_time_s"] for r in ok]
+            m = dict(ok[0], step_time_s=statistics.median(times), round_step_times_s=times)
+            m["samples_per_s"] = ok[0]["samples_per_s"] * ok[0]["step_time_s"] / m["step_time_s"]
+            out.append(m)
+    return out
+
+
+def link_times(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """``{rate: {mode: step_time(rate) - step_time(unlimited)}}`` in seconds: the part of
+    the step the limited link adds (needs an ``unlimited`` run of the same mode)."""
+    by = {(r["rate"], r["mode"]): r["step_time_s"] for r in runs
+          if r.get("status") == "ok" and r.get("step_time_s")}
+    out: dict[str, dict[str, float]] = {}
+    for (rate, mode), t in by.items():
+        base = by.get(("unlimited", mode))
+        if rate != "unlimited" and base is not None:
+            out.setdefault(rate, {})[mode] = t - base
+    return out
+
+
+def speedups_per_round(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
+    """``{rate: {mode: [exact / mode step time of each round]}}`` (interleaved rounds)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in runs:
+        if r.get("status") != "ok" or r["mode"] == "exact":
+            continue
+        ex = next((e for e in runs if e["rate"] == r["rate"] and e["mode"] == "exact"
+                   and e.get("round") == r.get("round") and e.get("status") == "ok"), None)
+        if ex and r.get("step_time_s"):
+            out.setdefault(r["rate"], {}).setdefault(r["mode"], []).append(
+                ex["step_time_s"] / r["step_time_s"])
     return out
 
 
@@ -333,14 +365,24 @@ def format_run(r: dict[str, Any]) -> str:
 def format_summary(result: dict[str, Any]) -> str:
     if result.get("status") == "skipped":
         return f"netns benchmark skipped: {result['skip_reason']}"
-    lines = ["rate       mode          step ms   samples/s  MiB/step  AUC      log loss  speedup"]
-    sp = result.get("speedup", {})
-    for r in _median_runs(result["runs"]):
+    lines = ["rate       mode              step ms  samples/s  MiB/step  AUC      log loss  speedup"]
+    runs = _median_runs(result["runs"])
+    sp = speedups(runs)
+    for r in runs:
         s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])
-        lines.append(f"{r['rate']:<10} {r['mode']:<13} {r['step_time_s'] * 1e3:8.1f} "
+        lines.append(f"{r['rate']:<10} {r['mode']:<16} {r['step_time_s'] * 1e3:8.1f} "
                      f"{r['samples_per_s']:10.0f} {r['moved_bytes_per_step'] / 2**20:9.2f}  "
                      f"{r['auc']:.5f}  {r['logloss']:.5f}  "
                      + (f"{s:.3f}x" if s else "-"))
+    for rate, m in link_times(runs).items():
+        if "exact" in m:
+            lines.append(f"  {rate}: time the link adds to a step (vs unlimited): " + ", ".join(
+                f"{mode} {t * 1e3:.0f} ms" for mode, t in m.items()))
+    for rate, m in speedups_per_round(result["runs"]).items():
+        for mode, v in m.items():
+            if len(v) > 1:
+                lines.append(f"  {rate} {mode}: per-round speedup "
+                             + ", ".join(f"{x:.3f}x" for x in v))
     return "\n".join(lines)
 
 

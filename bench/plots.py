@@ -180,10 +180,14 @@ def plot_pareto(peer_result: dict[str, Any], path: str | Path, eb_rel: float = 0
         front = set(analysis[dump]["front_bounded"])
         for r in rs:
             c = _FAMILY_COLORS.get(r["family"], "black")
-            ax.scatter(r["compress_gbps"], r["ratio"], s=60 if r["codec"] == AUTO else 30,
-                       facecolors=c if r["bound_ok"] else "none", edgecolors=c,
-                       marker="*" if r["codec"] == AUTO else ("s" if _is_library_form(
-                           r["codec"]) else "o"), zorder=3)
+            form = _is_library_form(r["codec"])
+            ax.scatter(r["compress_gbps"], r["ratio"], s=140 if r["codec"] == AUTO else
+                       (14 if form else 30), facecolors=c if r["bound_ok"] else "none",
+                       edgecolors=c, alpha=0.45 if form else 1.0,
+                       marker="*" if r["codec"] == AUTO else ("s" if form else "o"),
+                       zorder=4 if r["codec"] == AUTO else 3)
+            if _is_library_form(r["codec"]):
+                continue  # unlabelled: they sit on top of jlc-auto (see RESULTS.md tables)
             ax.annotate(r["codec"], (r["compress_gbps"], r["ratio"]), fontsize=6,
                         xytext=(3, 2), textcoords="offset points",
                         weight="bold" if r["codec"] in front else "normal")
@@ -192,6 +196,9 @@ def plot_pareto(peer_result: dict[str, Any], path: str | Path, eb_rel: float = 0
                 zorder=2, label="Pareto front (peers + jlc-auto, bound honoured)")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        from matplotlib.ticker import NullFormatter
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_title(f"{dump} {rs[0].get('shape')} REL {eb_rel}", fontsize=9)
         ax.set_xlabel("compress GB/s (single thread)")
         ax.set_ylabel("compression ratio")

@@ -20,7 +20,7 @@ capacity for the library on CPU) and the raw bytes. Results: bench/results/train
 
 Usage (from the repo root)::
 
-    python bench/train_compare.py                      # kaggle preset, 200 steps each
+    python bench/train_compare.py                      # kaggle preset, 150 steps each
     python bench/train_compare.py --steps 1000 --runs exact jlc-paper
 
 References:
@@ -165,11 +165,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     ap.add_argument("--preset", default="kaggle")
     ap.add_argument("--devices", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--eval-every", type=int, default=50)
-    ap.add_argument("--eval-rows", type=int, default=16384)
+    ap.add_argument("--eval-rows", type=int, default=8192)
     ap.add_argument("--early-stage-frac", type=float, default=0.5,
                     help="schedule early stage as a fraction of --steps")
     ap.add_argument("--data", default=None, help="trainer --data (default: synthetic)")
