@@ -346,3 +346,14 @@ def test_dumps_fixture_points_at_shared_data():
     if DUMPS is None:
         pytest.skip("../shared/data is absent")
     assert (DUMPS / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("mode", ["abs", "rel"])
+def test_subnormal_inputs_keep_the_bound(mode):
+    # XLA:CPU runs with flush-to-zero; the handler must still see IEEE subnormals
+    x = np.array([[1e-39, 3e-39, 5e-39, -2e-40]], np.float32)
+    for codec in ("auto", "fixed", "entropy"):
+        frames, nbytes, y, status = roundtrip(x, 0.0, mode=mode, codec=codec, capacity=64)
+        assert status == 0 and np.array_equal(x.view(np.uint32), y.view(np.uint32)), codec
+    frames, nbytes, y, status = roundtrip(x, 0.1, mode=mode, capacity=64)
+    assert_within_bound(x, y, lc.frame_info(frames, nbytes), 0.1, mode)

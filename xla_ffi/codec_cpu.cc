@@ -8,6 +8,10 @@
 #include "frame.h"
 #include "xla/ffi/api/ffi.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 namespace ffi = xla::ffi;
 
 namespace {
@@ -18,6 +22,20 @@ uint8_t* scratch(size_t bytes) {
   if (buf.size() < bytes) buf.resize(bytes);
   return buf.data();
 }
+
+// XLA:CPU runs its threads with flush-to-zero and denormals-are-zero; the codec needs IEEE
+// subnormals (else they compare as 0 and the error bound breaks for them). Saved, cleared for
+// the handler's body and restored.
+class IeeeSubnormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  IeeeSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }  // FTZ | DAZ
+  ~IeeeSubnormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned int saved_;
+#endif
+};
 
 int dtype_code(ffi::DataType t) {
   switch (t) {
@@ -54,6 +72,7 @@ ffi::Error CompressImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::F32> eb,
     return ffi::Error::InvalidArgument("lc_compress: error_bound, frames and nbytes must have one entry per chunk");
   if (mode != lc::kRel && mode != lc::kAbs) return ffi::Error::InvalidArgument("lc_compress: bad mode");
   if (codec < lc::kCodecAuto || codec > lc::kCodecEntropy) return ffi::Error::InvalidArgument("lc_compress: bad codec");
+  IeeeSubnormals ieee;
   const uint8_t* in = static_cast<const uint8_t*>(x.untyped_data());
   const size_t chunk_bytes = (size_t)(rows * dim) * lc::dtype_size(dtype);
   lc::Workspace w = lc::carve_workspace(scratch(lc::workspace_bytes(rows, dim)), rows, dim);
@@ -79,6 +98,7 @@ ffi::Error DecodeAll(const ffi::Buffer<ffi::U8>& frames, const ffi::Buffer<ffi::
   if ((int64_t)frames.element_count() != batch * cap)
     return ffi::Error::InvalidArgument(std::string(op) + ": frames must be [..., capacity] with nbytes [...]");
   const size_t chunk_bytes = (size_t)(rows * dim) * lc::dtype_size(dtype);
+  IeeeSubnormals ieee;
   lc::Workspace w = lc::carve_workspace(scratch(lc::workspace_bytes(rows, dim)), rows, dim);
   const uint8_t* f = frames.typed_data();
   const int32_t* nb = nbytes.typed_data();
