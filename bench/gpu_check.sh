@@ -73,7 +73,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 rc_all=0
 
 # ------------------------------------------------------------------ GPU tests
-t=$(( $(left) - 240 )); [ $t -gt 200 ] && t=200
+t=$(( $(left) - 200 )); [ $t -gt 200 ] && t=200
 if [ $t -gt 30 ]; then
   log "tests: pytest -m gpu tests/test_cuda.py (limit ${t}s)"
   xdist=""
@@ -88,7 +88,7 @@ else
 fi
 
 # ------------------------------------------------------------------ benchmark
-t=$(( $(left) - 90 )); [ $t -gt 180 ] && t=180
+t=$(( $(left) - 60 )); [ $t -gt 180 ] && t=180
 if [ $t -gt 30 ]; then
   quick=""
   [ $t -lt 120 ] && quick="--quick"
@@ -104,7 +104,7 @@ fi
 
 # ------------------------------------------------------------------ compute-sanitizer
 SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-t=$(( $(left) - 5 )); [ $t -gt 150 ] && t=150
+t=$(( $(left) - 5 )); [ $t -gt 120 ] && t=120
 if [ -z "$SAN" ]; then
   log "memcheck: SKIPPED, compute-sanitizer not found"
 elif [ $t -gt 30 ]; then

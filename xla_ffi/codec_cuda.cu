@@ -20,15 +20,20 @@
 //    one thread per chunk running lc::decode_frame.
 // Scratch memory comes from XLA's allocator (ScratchAllocator), kernels run on XLA's stream,
 // byte counts and statuses stay on the device; no synchronisation, no host round trip.
+// tests/cuda_emu runs the kernels on the CPU (LC_CUDA_EMULATION): host side left out there.
+#if !defined(LC_CUDA_EMULATION)
 #include <cuda_runtime.h>
+#endif
 
 #include <cstdint>
 #include <string>
 
 #include "frame.h"
+#if !defined(LC_CUDA_EMULATION)
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
+#endif
 
 namespace {
 
@@ -329,15 +334,36 @@ encode_fixed_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs
     }
     block_minmax(mn, mx, sh.rmin, sh.rmax);
     const QuantPlan p = plan_quant(mn, mx, ebs[c], mode, codec, n);
-    if (!p.ok) {
-      // Raw form: header and the values verbatim.
-      const size_t raw = hdr + (size_t)n * isz;
-      if (raw > cap) {
-        block_zero(out, cap);
-        if (tid == 0) nbytes[c] = raw > (size_t)INT32_MAX ? INT32_MIN : -(int32_t)raw;
-        __syncthreads();
-        continue;
+    const size_t raw = hdr + (size_t)n * isz;
+    bool use_raw = !p.ok;
+    size_t codes_off = hdr + 8 + 1, pos_off = 0, val_off = 0, total = raw;
+    uint64_t n_out = 0;
+    const int pb = lc::pos_bytes_for(n);
+    if (p.ok) {
+      // 2. Quantize, verify and pack; the codes section follows a one-byte outlier count
+      //    unless the count needs more, in which case the codes are written again further on.
+      if (tid == 0) sh.n_out = 0;
+      __syncthreads();
+      quantize_pack<D>(in, n, p, out, cap, codes_off, outl, true, sh);
+      n_out = sh.n_out;
+      const int nv = lc::varint_size(n_out);
+      if (nv != 1) {
+        codes_off = hdr + 8 + nv;
+        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, false, sh);
       }
+      pos_off = codes_off + lc::packed_bytes(n, p.bits);
+      val_off = pos_off + (size_t)n_out * pb;
+      total = val_off + (size_t)n_out * isz;
+      if (total > cap && raw <= cap) use_raw = true;  // as the CPU: raw when only raw fits
+    }
+    if (use_raw) total = raw;
+    if (total > cap) {  // overflow: zero frame, nbytes = -(bytes needed)
+      block_zero(out, cap);
+      if (tid == 0) nbytes[c] = total > (size_t)INT32_MAX ? INT32_MIN : -(int32_t)total;
+      __syncthreads();
+      continue;
+    }
+    if (use_raw) {  // raw form: header and the values verbatim
       if (tid == 0) {
         out[0] = lc::kMagic;
         out[1] = (uint8_t)((lc::kVersion << 4) | lc::kFormRaw);
@@ -353,28 +379,6 @@ encode_fixed_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs
       __syncthreads();
       const uint32_t cs = block_checksum(out, raw, sh.red);
       if (tid == 0) { lc::put_u32(out + 4, cs); nbytes[c] = (int32_t)raw; }
-      __syncthreads();
-      continue;
-    }
-    // 2. Quantize, verify and pack; the codes section follows a one-byte outlier count unless
-    //    the count needs more, in which case the codes are written again one slot further.
-    if (tid == 0) sh.n_out = 0;
-    __syncthreads();
-    size_t codes_off = hdr + 8 + 1;
-    quantize_pack<D>(in, n, p, out, cap, codes_off, outl, true, sh);
-    const uint64_t n_out = sh.n_out;
-    const int nv = lc::varint_size(n_out);
-    if (nv != 1) {
-      codes_off = hdr + 8 + nv;
-      quantize_pack<D>(in, n, p, out, cap, codes_off, outl, false, sh);
-    }
-    const int pb = lc::pos_bytes_for(n);
-    const size_t pos_off = codes_off + lc::packed_bytes(n, p.bits);
-    const size_t val_off = pos_off + (size_t)n_out * pb;
-    const size_t total = val_off + (size_t)n_out * isz;
-    if (total > cap) {  // overflow: zero frame, nbytes = -(bytes needed)
-      block_zero(out, cap);
-      if (tid == 0) nbytes[c] = total > (size_t)INT32_MAX ? INT32_MIN : -(int32_t)total;
       __syncthreads();
       continue;
     }
@@ -638,6 +642,7 @@ __global__ void decode_generic_kernel(const uint8_t* __restrict__ frames,
 }
 
 // ---------------------------------------------------------------- host side
+#if !defined(LC_CUDA_EMULATION)
 int dtype_code(ffi::DataType t) {
   switch (t) {
     case ffi::DataType::F32: return lc::kF32;
@@ -823,8 +828,10 @@ ffi::Error FrameStatusImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                           status->typed_data(), "lc_frame_status");
 }
 
+#endif  // !LC_CUDA_EMULATION
 }  // namespace
 
+#if !defined(LC_CUDA_EMULATION)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LcCompressCuda, CompressImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()  // XLA's stream
@@ -855,3 +862,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(LcFrameStatusCuda, FrameStatusImpl,
                                   .Attr<int64_t>("rows")
                                   .Attr<int64_t>("dim")
                                   .Attr<int32_t>("dtype"));        // lc::DType
+#endif  // !LC_CUDA_EMULATION
