@@ -194,7 +194,7 @@ def netns_table(netns: dict[str, Any]) -> str:
         return f"Skipped: {netns.get('skip_reason')}"
     import netns_bench
     runs = netns_bench._median_runs(netns.get("runs", []))
-    sp = netns_bench.speedups(runs)
+    sp = netns_bench.paired_speedups(netns.get("runs", []))
     per_round = netns_bench.speedups_per_round(netns.get("runs", []))
     lines = ["| link | exchange | step time | samples/s | forward bytes moved / step | speedup "
              "| AUC | log loss |", "|---|---|---|---|---|---|---|---|"]
@@ -284,7 +284,10 @@ def render_markdown(peers: dict[str, Any] | None, train: dict[str, Any] | None,
                 f"steps (first {p.get('log_every')} = compile, dropped), gloo over the "
                 "namespace's 127.0.0.1 limited with tc ("
                 + (netns["runs"][0]["qdisc"].split("\n")[0][:140] if netns.get("runs")
-                   else "-") + "). Speedup = exact step time / step time.", "",
+                   else "-") + "). Step time: median over rounds of each run's median step (compile interval "
+                "dropped); speedup: median over rounds of exact / compressed step time of the "
+                "same round (rounds interleave the modes); bytes: the forward exchange of all "
+                "devices (the backward exchange is exact, raw float32, in every mode).", "",
                 netns_table(netns), ""]
     if full:
         out += ["### Plots", "", "![Pareto](pareto_rel0.01.png)", "",
