@@ -127,6 +127,8 @@ def make_data(kind: str, shape, seed: int = 0) -> np.ndarray:
         x.reshape(-1)[::3] = -0.0
     elif kind == "nan":
         x[...] = np.nan
+    elif kind == "subnormal":  # below 2^-126: neither side may flush them to zero
+        x = (x * np.float32(1e-39)).astype(np.float32)
     elif kind == "wide":  # large range, tiny and huge magnitudes
         x = (x * 10.0 ** rng.integers(-30, 30, shape)).astype(np.float32)
     return x
@@ -139,7 +141,8 @@ def _check_same(cpu, gpu, what):
 # ------------------------------------------------------------------------------------ tests
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("codec", CODECS)
-@pytest.mark.parametrize("kind", ["normal", "dup", "special", "constant", "zeros", "nan", "wide"])
+@pytest.mark.parametrize("kind", ["normal", "dup", "special", "constant", "zeros", "nan", "wide",
+                                  "subnormal"])
 def test_frames_identical_and_cross_decode(dtype, codec, kind):
     shape = (3, 40, 24)
     x = jnp.asarray(make_data(kind, shape, seed=1), dtype)

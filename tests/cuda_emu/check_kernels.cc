@@ -62,6 +62,8 @@ std::vector<float> make_data(const std::string& kind, int64_t batch, uint64_t ro
     for (auto& v : x) v = lc::u2f(0x7fc00000u);
   } else if (kind == "wide") {
     for (auto& v : x) v = v * powf(10.0f, (float)((int)(r.next() % 60) - 30));
+  } else if (kind == "subnormal") {  // below 2^-126: no flush to zero on either side
+    for (auto& v : x) v *= 1e-39f;
   } else if (kind == "outliers") {  // >= 128 outliers per chunk: two-byte outlier count
     for (size_t i = 0; i < x.size(); i += 7) x[i] = lc::u2f(0x7fc00000u);
   }
@@ -200,7 +202,8 @@ void check_case(const std::string& kind, int64_t batch, uint64_t rows, uint64_t 
 
 template <int D>
 void run_dtype(bool quick) {
-  const char* kinds[] = {"normal", "dup", "special", "constant", "zeros", "nan", "wide", "outliers"};
+  const char* kinds[] = {"normal", "dup", "special", "constant", "zeros", "nan", "wide", "outliers",
+                         "subnormal"};
   uint64_t seed = 1;
   for (const char* kind : kinds)
     for (int codec : {lc::kCodecFixed, lc::kCodecRaw})
