@@ -90,17 +90,24 @@ def _verdict_note(a: dict[str, Any]) -> str:
         parts.append("higher ratio: " + ", ".join(au["higher_ratio_peers"]))
     if au["faster_peers"]:
         fp = au["faster_peers"]
-        parts.append("faster compress: " + ", ".join(
-            f"{p['codec']} ({_gbps(p['compress_gbps'])} GB/s at {_f(p['ratio'], '.1f')}x)"
-            for p in fp))
+        low = [p for p in fp if p["ratio"] <= 8]
+        high = [p for p in fp if p["ratio"] > 8]
+        if low:
+            parts.append(f"faster at <= 8x ratio: {', '.join(p['codec'] for p in low)} (up to "
+                         f"{_gbps(max(p['compress_gbps'] for p in low))} GB/s: casts, fixed-rate "
+                         "quantization or ZFP, without auto's range scan, per-value bound check "
+                         "and lossless stage)")
+        if high:
+            parts.append("faster at a lower ratio: " + ", ".join(
+                f"{p['codec']} ({_gbps(p['compress_gbps'])} GB/s at {_f(p['ratio'], '.1f')}x)"
+                for p in high))
         floor = a.get("jit_floor_us")
         if floor is not None and au.get("compress_us"):
             parts.append(f"why: {floor:.0f} us of jlc-auto's {au['compress_us']:.0f} us per "
                          "call is the fixed cost of any jitted call on this input (jax-bf16, a "
                          "jitted cast, takes that long); the peers are called directly")
-        else:
-            parts.append("why: they skip work auto does (" + "; ".join(
-                sorted({p["why"] for p in fp})) + ")")
+        elif high:
+            parts.append("why: " + "; ".join(sorted({p["why"] for p in high})))
     if au["dominated_by"]:
         parts.append("DOMINATED by " + ", ".join(au["dominated_by"]))
     if au["dominated_by_library_forms"]:
