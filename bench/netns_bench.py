@@ -101,7 +101,11 @@ class Namespace:
         if res.returncode:
             raise RuntimeError(f"ip netns add {name}: {res.stderr.strip()}")
         self.shaping = "none"
-        _run(self.prefix() + ["ip", "link", "set", "lo", "up"])
+        try:
+            _run(self.prefix() + ["ip", "link", "set", "lo", "up"])
+        except Exception:
+            self.close()
+            raise
 
     def prefix(self) -> list[str]:
         return ["ip", "netns", "exec", self.name]
