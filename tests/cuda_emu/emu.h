@@ -26,6 +26,7 @@
 #define __shared__ static
 #define __launch_bounds__(...)
 
+struct alignas(16) float4 { float x, y, z, w; };
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 inline emu_dim3 blockIdx, gridDim, blockDim;
 inline thread_local emu_dim3 threadIdx;
