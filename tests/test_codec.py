@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
@@ -357,3 +359,13 @@ def test_subnormal_inputs_keep_the_bound(mode):
         assert status == 0 and np.array_equal(x.view(np.uint32), y.view(np.uint32)), codec
     frames, nbytes, y, status = roundtrip(x, 0.1, mode=mode, capacity=64)
     assert_within_bound(x, y, lc.frame_info(frames, nbytes), 0.1, mode)
+
+
+def test_compiled_extension_is_what_runs():
+    from jax_lossy_comm import _ffi
+
+    if os.environ.get("JLC_REQUIRE_EXTENSION") != "1" and not _ffi.available():
+        pytest.skip(f"extension not built: {_ffi.IMPORT_ERROR}")
+    assert _ffi.available()
+    f, n = lc.compress(np.zeros((4, 4), np.float32) + np.arange(4, dtype=np.float32), 0.01, codec="entropy")
+    assert lc.frame_info(f, n)[0].form == "quantized"  # the reference has no entropy form

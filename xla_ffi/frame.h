@@ -91,11 +91,15 @@ LC_HD uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 LC_HD float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 LC_HD bool is_finite_bits(uint32_t u) { return (u & 0x7f800000u) != 0x7f800000u; }
 
-// Equality of two word arrays (memcmp is host-only under CUDA).
-LC_HD bool words_equal(const uint32_t* a, const uint32_t* b, uint64_t count) {
-  for (uint64_t j = 0; j < count; ++j)
+// Byte equality; memcmp is host-only under CUDA.
+LC_HD bool bytes_equal(const uint8_t* a, const uint8_t* b, size_t n) {
+#if defined(__CUDA_ARCH__)
+  for (size_t j = 0; j < n; ++j)
     if (a[j] != b[j]) return false;
   return true;
+#else
+  return memcmp(a, b, n) == 0;
+#endif
 }
 
 LC_HD int bits_for(uint32_t v) {  // bits to hold values 0..v
@@ -703,7 +707,7 @@ LC_HD uint64_t dedup_rows(const uint8_t* base, uint64_t nrows, size_t row_bytes,
         ++nu;
         break;
       }
-      if (memcmp(compact + (uint64_t)e * row_bytes, c, row_bytes) == 0) {
+      if (bytes_equal(compact + (uint64_t)e * row_bytes, c, row_bytes)) {
         id[r] = (uint32_t)e;
         break;
       }
