@@ -30,6 +30,7 @@
 
 #include "frame.h"
 #if !defined(LC_CUDA_EMULATION)
+#include "ffi_args.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -657,24 +658,7 @@ __global__ void decode_generic_kernel(const uint8_t* __restrict__ frames,
 
 // ---------------------------------------------------------------- host side
 #if !defined(LC_CUDA_EMULATION)
-int dtype_code(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F32: return lc::kF32;
-    case ffi::DataType::BF16: return lc::kBF16;
-    case ffi::DataType::F16: return lc::kF16;
-    default: return -1;
-  }
-}
-
-// Splits dims [..., a, b] into (batch, a, b); false when rank < 2.
-bool split_chunks(ffi::AnyBuffer::Dimensions d, int64_t& batch, int64_t& a, int64_t& b) {
-  if (d.size() < 2) return false;
-  batch = 1;
-  for (size_t i = 0; i + 2 < d.size(); ++i) batch *= d[i];
-  a = d[d.size() - 2];
-  b = d[d.size() - 1];
-  return true;
-}
+using lc::ffi_args::Chunks;
 
 ffi::Error cuda_error(const char* op, cudaError_t e) {
   return ffi::Error::Internal(std::string(op) + ": CUDA error: " + cudaGetErrorString(e));
@@ -766,67 +750,44 @@ ffi::Error LaunchDecode(cudaStream_t stream, ffi::ScratchAllocator& scratch, con
 ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer x,
                         ffi::Buffer<ffi::F32> eb, ffi::Result<ffi::Buffer<ffi::U8>> frames,
                         ffi::Result<ffi::Buffer<ffi::S32>> nbytes, int32_t mode, int32_t codec) {
-  int dtype = dtype_code(x.element_type());
-  if (dtype < 0) return ffi::Error::InvalidArgument("lc_compress: x must be float32, bfloat16 or float16");
-  int64_t batch, rows, dim;
-  if (!split_chunks(x.dimensions(), batch, rows, dim))
-    return ffi::Error::InvalidArgument("lc_compress: x must have rank >= 2 ([..., rows, dim])");
-  auto fd = frames->dimensions();
-  if (fd.size() == 0) return ffi::Error::InvalidArgument("lc_compress: frames must have rank >= 1");
-  const int64_t cap = fd.back();
-  if ((int64_t)eb.element_count() != batch || (int64_t)nbytes->element_count() != batch ||
-      (int64_t)frames->element_count() != batch * cap)
-    return ffi::Error::InvalidArgument("lc_compress: error_bound, frames and nbytes must have one entry per chunk");
-  if (mode != lc::kRel && mode != lc::kAbs) return ffi::Error::InvalidArgument("lc_compress: bad mode");
-  if (codec < lc::kCodecAuto || codec > lc::kCodecEntropy) return ffi::Error::InvalidArgument("lc_compress: bad codec");
+  Chunks c;
+  ffi::Error err = lc::ffi_args::check_compress(x, eb, frames, nbytes, mode, codec, c);
+  if (err.failure()) return err;
   const uint8_t* in = static_cast<const uint8_t*>(x.untyped_data());
   uint8_t* out = frames->typed_data();
   int32_t* nb = nbytes->typed_data();
   const float* ebs = eb.typed_data();
-  switch (dtype) {
+  switch (c.dtype) {
     case lc::kBF16:
-      return LaunchCompress<lc::kBF16>(stream, scratch, in, ebs, batch, rows, dim, mode, codec, out, cap, nb);
+      return LaunchCompress<lc::kBF16>(stream, scratch, in, ebs, c.batch, c.rows, c.dim, mode, codec, out, c.cap, nb);
     case lc::kF16:
-      return LaunchCompress<lc::kF16>(stream, scratch, in, ebs, batch, rows, dim, mode, codec, out, cap, nb);
+      return LaunchCompress<lc::kF16>(stream, scratch, in, ebs, c.batch, c.rows, c.dim, mode, codec, out, c.cap, nb);
     default:
-      return LaunchCompress<lc::kF32>(stream, scratch, in, ebs, batch, rows, dim, mode, codec, out, cap, nb);
+      return LaunchCompress<lc::kF32>(stream, scratch, in, ebs, c.batch, c.rows, c.dim, mode, codec, out, c.cap, nb);
   }
 }
 
 template <bool kWrite>
-ffi::Error DecodeAll(cudaStream_t stream, ffi::ScratchAllocator& scratch,
-                     const ffi::Buffer<ffi::U8>& frames, const ffi::Buffer<ffi::S32>& nbytes,
-                     int64_t rows, int64_t dim, int dtype, uint8_t* out, int32_t* status,
+ffi::Error DecodeAll(cudaStream_t stream, ffi::ScratchAllocator& scratch, const Chunks& c,
+                     const uint8_t* f, const int32_t* nb, uint8_t* out, int32_t* status,
                      const char* op) {
-  auto fd = frames.dimensions();
-  if (fd.size() == 0) return ffi::Error::InvalidArgument(std::string(op) + ": frames must have rank >= 1");
-  const int64_t cap = fd.back();
-  const int64_t batch = (int64_t)nbytes.element_count();
-  if ((int64_t)frames.element_count() != batch * cap)
-    return ffi::Error::InvalidArgument(std::string(op) + ": frames must be [..., capacity] with nbytes [...]");
-  const uint8_t* f = frames.typed_data();
-  const int32_t* nb = nbytes.typed_data();
-  switch (dtype) {
+  switch (c.dtype) {
     case lc::kBF16:
-      return LaunchDecode<lc::kBF16, kWrite>(stream, scratch, f, nb, batch, cap, rows, dim, out, status, op);
+      return LaunchDecode<lc::kBF16, kWrite>(stream, scratch, f, nb, c.batch, c.cap, c.rows, c.dim, out, status, op);
     case lc::kF16:
-      return LaunchDecode<lc::kF16, kWrite>(stream, scratch, f, nb, batch, cap, rows, dim, out, status, op);
+      return LaunchDecode<lc::kF16, kWrite>(stream, scratch, f, nb, c.batch, c.cap, c.rows, c.dim, out, status, op);
     default:
-      return LaunchDecode<lc::kF32, kWrite>(stream, scratch, f, nb, batch, cap, rows, dim, out, status, op);
+      return LaunchDecode<lc::kF32, kWrite>(stream, scratch, f, nb, c.batch, c.cap, c.rows, c.dim, out, status, op);
   }
 }
 
 ffi::Error DecompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                           ffi::Buffer<ffi::U8> frames, ffi::Buffer<ffi::S32> nbytes,
                           ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::Buffer<ffi::S32>> status) {
-  int dtype = dtype_code(x->element_type());
-  if (dtype < 0) return ffi::Error::InvalidArgument("lc_decompress: output must be float32, bfloat16 or float16");
-  int64_t batch, rows, dim;
-  if (!split_chunks(x->dimensions(), batch, rows, dim))
-    return ffi::Error::InvalidArgument("lc_decompress: output must have rank >= 2 ([..., rows, dim])");
-  if ((int64_t)nbytes.element_count() != batch || (int64_t)status->element_count() != batch)
-    return ffi::Error::InvalidArgument("lc_decompress: nbytes and status must have one entry per chunk");
-  return DecodeAll<true>(stream, scratch, frames, nbytes, rows, dim, dtype,
+  Chunks c;
+  ffi::Error err = lc::ffi_args::check_decompress(frames, nbytes, x, status, c);
+  if (err.failure()) return err;
+  return DecodeAll<true>(stream, scratch, c, frames.typed_data(), nbytes.typed_data(),
                          static_cast<uint8_t*>(x->untyped_data()), status->typed_data(), "lc_decompress");
 }
 
@@ -834,11 +795,10 @@ ffi::Error FrameStatusImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                            ffi::Buffer<ffi::U8> frames, ffi::Buffer<ffi::S32> nbytes,
                            ffi::Result<ffi::Buffer<ffi::S32>> status, int64_t rows, int64_t dim,
                            int32_t dtype) {
-  if (dtype < lc::kF32 || dtype > lc::kF16 || rows < 0 || dim < 0)
-    return ffi::Error::InvalidArgument("lc_frame_status: bad rows, dim or dtype");
-  if (nbytes.element_count() != status->element_count())
-    return ffi::Error::InvalidArgument("lc_frame_status: status must match nbytes");
-  return DecodeAll<false>(stream, scratch, frames, nbytes, rows, dim, dtype, nullptr,
+  Chunks c;
+  ffi::Error err = lc::ffi_args::check_frame_status(frames, nbytes, status, rows, dim, dtype, c);
+  if (err.failure()) return err;
+  return DecodeAll<false>(stream, scratch, c, frames.typed_data(), nbytes.typed_data(), nullptr,
                           status->typed_data(), "lc_frame_status");
 }
 

@@ -192,9 +192,9 @@ LC_HD uint32_t checksum_word(const uint8_t* f, size_t n, size_t i) {
 }
 LC_HD uint32_t lc_checksum(const uint8_t* f, size_t n) {
   uint32_t h = fmix32((uint32_t)n * 0x27d4eb2fu + 0x165667b1u);
-  const size_t full = n / 4;
   size_t i = 0;
 #if LC_CPU_SIMD
+  const size_t full = n / 4;
   typedef uint32_t u4 __attribute__((vector_size(16)));
   u4 acc = {0, 0, 0, 0}, idx = {0, 1, 2, 3};
   const u4 four = {4, 4, 4, 4};

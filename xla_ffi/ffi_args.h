@@ -1,0 +1,97 @@
+// Argument checks shared by the CPU and CUDA handlers. Misuse (wrong dtypes, shapes or
+// attributes) is an ffi::Error naming the target; bad frames are per-frame statuses instead.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "frame.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace lc {
+namespace ffi_args {
+
+namespace ffi = xla::ffi;
+
+// Geometry of one call: `batch` chunks of [rows, dim] values of `dtype`, frames of `cap` bytes.
+struct Chunks {
+  int dtype;
+  int64_t batch, rows, dim, cap;
+};
+
+inline int dtype_code(ffi::DataType t) {
+  switch (t) {
+    case ffi::DataType::F32: return kF32;
+    case ffi::DataType::BF16: return kBF16;
+    case ffi::DataType::F16: return kF16;
+    default: return -1;
+  }
+}
+
+// Splits dims [..., rows, dim] into (batch, rows, dim); false when rank < 2.
+inline bool split_chunks(ffi::AnyBuffer::Dimensions d, Chunks& c) {
+  if (d.size() < 2) return false;
+  c.batch = 1;
+  for (size_t i = 0; i + 2 < d.size(); ++i) c.batch *= d[i];
+  c.rows = d[d.size() - 2];
+  c.dim = d[d.size() - 1];
+  return true;
+}
+
+inline ffi::Error invalid(const char* op, const char* what) {
+  return ffi::Error::InvalidArgument(std::string(op) + ": " + what);
+}
+
+// frames [..., cap] against `batch` byte counts.
+inline ffi::Error check_frames(ffi::AnyBuffer::Dimensions fd, int64_t frame_elems, int64_t batch,
+                               Chunks& c, const char* op) {
+  if (fd.size() == 0) return invalid(op, "frames must have rank >= 1");
+  c.cap = fd.back();
+  if (frame_elems != batch * c.cap) return invalid(op, "frames must be [..., capacity] with nbytes [...]");
+  return ffi::Error::Success();
+}
+
+inline ffi::Error check_compress(const ffi::AnyBuffer& x, const ffi::Buffer<ffi::F32>& eb,
+                                 ffi::Result<ffi::Buffer<ffi::U8>>& frames,
+                                 ffi::Result<ffi::Buffer<ffi::S32>>& nbytes, int32_t mode,
+                                 int32_t codec, Chunks& c) {
+  const char* op = "lc_compress";
+  c.dtype = dtype_code(x.element_type());
+  if (c.dtype < 0) return invalid(op, "x must be float32, bfloat16 or float16");
+  if (!split_chunks(x.dimensions(), c)) return invalid(op, "x must have rank >= 2 ([..., rows, dim])");
+  if ((int64_t)eb.element_count() != c.batch || (int64_t)nbytes->element_count() != c.batch)
+    return invalid(op, "error_bound, frames and nbytes must have one entry per chunk");
+  if (mode != kRel && mode != kAbs) return invalid(op, "bad mode");
+  if (codec < kCodecAuto || codec > kCodecEntropy) return invalid(op, "bad codec");
+  return check_frames(frames->dimensions(), (int64_t)frames->element_count(), c.batch, c, op);
+}
+
+inline ffi::Error check_decompress(const ffi::Buffer<ffi::U8>& frames,
+                                   const ffi::Buffer<ffi::S32>& nbytes,
+                                   ffi::Result<ffi::AnyBuffer>& x,
+                                   ffi::Result<ffi::Buffer<ffi::S32>>& status, Chunks& c) {
+  const char* op = "lc_decompress";
+  c.dtype = dtype_code(x->element_type());
+  if (c.dtype < 0) return invalid(op, "output must be float32, bfloat16 or float16");
+  if (!split_chunks(x->dimensions(), c)) return invalid(op, "output must have rank >= 2 ([..., rows, dim])");
+  if ((int64_t)nbytes.element_count() != c.batch || (int64_t)status->element_count() != c.batch)
+    return invalid(op, "nbytes and status must have one entry per chunk");
+  return check_frames(frames.dimensions(), (int64_t)frames.element_count(), c.batch, c, op);
+}
+
+inline ffi::Error check_frame_status(const ffi::Buffer<ffi::U8>& frames,
+                                     const ffi::Buffer<ffi::S32>& nbytes,
+                                     ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t rows,
+                                     int64_t dim, int32_t dtype, Chunks& c) {
+  const char* op = "lc_frame_status";
+  if (dtype < kF32 || dtype > kF16 || rows < 0 || dim < 0) return invalid(op, "bad rows, dim or dtype");
+  if (nbytes.element_count() != status->element_count()) return invalid(op, "status must match nbytes");
+  c.dtype = dtype;
+  c.rows = rows;
+  c.dim = dim;
+  c.batch = (int64_t)nbytes.element_count();
+  return check_frames(frames.dimensions(), (int64_t)frames.element_count(), c.batch, c, op);
+}
+
+}  // namespace ffi_args
+}  // namespace lc
