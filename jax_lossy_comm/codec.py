@@ -12,7 +12,6 @@ References:
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import jax
@@ -32,15 +31,24 @@ def _check_dtype(dtype, what: str) -> np.dtype:
     return dt
 
 
-def _check_error_bound(error_bound, batch_shape: tuple[int, ...]) -> jax.Array:
-    """Broadcasts the bound to one float32 per chunk; checks concrete values eagerly."""
+def concrete_error_bound(error_bound, what: str = "error_bound") -> np.ndarray | None:
+    """The bound as float64 numpy when it is concrete, None when traced.
+
+    Raises:
+      ValueError: a concrete bound with a negative or non-finite value.
+    """
     try:
         concrete = np.asarray(error_bound, dtype=np.float64)
     except (TypeError, jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        concrete = None
-    if concrete is not None:
-        if not np.all(np.isfinite(concrete)) or np.any(concrete < 0):
-            raise ValueError(f"error_bound must be finite and >= 0, got {error_bound}")
+        return None
+    if not np.all(np.isfinite(concrete)) or np.any(concrete < 0):
+        raise ValueError(f"{what} must be finite and >= 0, got {error_bound}")
+    return concrete
+
+
+def _check_error_bound(error_bound, batch_shape: tuple[int, ...]) -> jax.Array:
+    """Broadcasts the bound to one float32 per chunk; checks concrete values eagerly."""
+    concrete_error_bound(error_bound)
     eb = jnp.asarray(error_bound, dtype=jnp.float32)
     try:
         return jnp.broadcast_to(eb, batch_shape)
@@ -78,8 +86,8 @@ def compress(x: jax.Array, error_bound, *, mode: str = "rel", codec: str = "auto
 
     Raises:
       TypeError: unsupported dtype. ValueError: rank < 2, unknown mode/codec, a concrete
-      negative or non-finite error bound, a capacity too small for any header, or a missing
-      ``min_error_bound`` for ``codec="fixed"``.
+      negative or non-finite error bound, a capacity too small for any header, a chunk over
+      2 GiB (``frame.MAX_FRAME_BYTES``), or a missing ``min_error_bound`` for ``codec="fixed"``.
     """
     x = jnp.asarray(x)
     dt = _check_dtype(x.dtype, "x")
@@ -89,11 +97,14 @@ def compress(x: jax.Array, error_bound, *, mode: str = "rel", codec: str = "auto
         raise ValueError(f"mode must be 'rel' or 'abs', got {mode!r}")
     if codec not in CODECS:
         raise ValueError(f"codec must be one of {sorted(CODECS)}, got {codec!r}")
-    if min_error_bound is not None and not (math.isfinite(min_error_bound) and min_error_bound > 0):
-        raise ValueError(f"min_error_bound must be finite and > 0, got {min_error_bound}")
+    if min_error_bound is not None:
+        frame.check_min_error_bound(min_error_bound)
+    frame.check_chunk_size(x.shape[-2], x.shape[-1], dt)
     if capacity is None:
         capacity = frame_capacity(x.shape, dt, codec, min_error_bound, mode)
     capacity = int(capacity)
+    if capacity > frame.MAX_FRAME_BYTES:
+        raise ValueError(f"capacity {capacity} exceeds {frame.MAX_FRAME_BYTES} bytes")
     if capacity < frame.header_bytes(x.shape[-2], x.shape[-1]):
         raise ValueError(f"capacity {capacity} is smaller than a frame header")
     batch = x.shape[:-2]

@@ -190,11 +190,19 @@ def step_schedule(
   if not _is_int(num_steps) or num_steps < 1:
     raise ValueError(f"num_steps must be an integer >= 1, got {num_steps!r}")
 
-  def shape(p, c):
-    stair = jnp.floor(p * num_steps)
-    return c * jnp.maximum(1.0 - stair * (1.0 - 1.0 / c) / num_steps, 1.0 / c)
+  _check_schedule_args(eb_constant, early_stage)
+  c, total = float(eb_constant), int(early_stage)
 
-  return _decay_schedule(shape, eb_constant, early_stage)
+  def schedule(step):
+    # The stair in integers: floor(n t / T) in float32 lands one stair low at exact multiples
+    # (t = T/10 gave stair 0). Needs n * T < 2**31.
+    step = jnp.asarray(step)
+    t = jnp.clip(step, 0, total).astype(jnp.int32)
+    stair = ((t * num_steps) // total).astype(jnp.float32)
+    value = c * jnp.maximum(1.0 - stair * (1.0 - 1.0 / c) / num_steps, 1.0 / c)
+    return jnp.where(step >= total, 1.0, value).astype(jnp.float32)
+
+  return schedule
 
 
 def constant_schedule(eb_constant: float = 2.0, early_stage: int = 65536) -> Schedule:
@@ -722,7 +730,10 @@ def error_bounds(state: ErrorBoundState, config: ErrorBoundConfig) -> jax.Array:
   schedule = make_schedule(config.schedule, eb_constant=config.eb_constant,
                            early_stage=config.early_stage)
   multiplier = jnp.asarray(schedule(state.step), jnp.float32)
-  return multiplier * state.table_bound
+  # Tiers come from the config, so a resumed run with changed tiers uses the new ones; the
+  # automatic policy's bounds are state (they depend on statistics seen so far).
+  table = state.table_bound if config.policy == "auto" else jnp.asarray(table_bounds(config))
+  return multiplier * table
 
 
 def _centred_log(x: jax.Array) -> jax.Array:

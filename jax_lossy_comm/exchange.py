@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_lossy_comm import frame as _frame
-from jax_lossy_comm.codec import compress, decompress
+from jax_lossy_comm.codec import compress, concrete_error_bound, decompress
 
 #: REL bound that sizes the dense capacity when ``error_bound`` is traced and no
 #: ``min_error_bound`` is given (the paper's tightest tier, sec. 5).
@@ -265,13 +265,6 @@ def _capacity(lay: _Layout, dtype, codec, mode, path, min_eb, capacity, concrete
                                  outliers=DEFAULT_OUTLIERS)
 
 
-def _concrete(v):
-    try:
-        return np.asarray(v, dtype=np.float64)
-    except (TypeError, jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        return None
-
-
 # ------------------------------------------------------------------------------ the exchange
 def _emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
                                 recv_sizes, *, axis_name, max_size: int):
@@ -457,9 +450,8 @@ def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, er
       Feng et al., SC24, arXiv 2407.04272, sec. 3 (exchange, straight-through backward) and
       sec. 4 (quantization without prediction, REL bound).
     """
-    if min_error_bound is not None and not (math.isfinite(min_error_bound)
-                                            and min_error_bound > 0):
-        raise ValueError(f"min_error_bound must be finite and > 0, got {min_error_bound}")
+    if min_error_bound is not None:
+        _frame.check_min_error_bound(min_error_bound)
     if path not in PATHS + ("_ragged_emulated",):
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if backward not in BACKWARDS:
@@ -476,7 +468,7 @@ def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, er
     cap_path = "dense" if path == "dense" else "ragged"
 
     def prep(bound, grid, what):
-        c = _concrete(bound)
+        c = concrete_error_bound(bound, what)  # raises on a negative or non-finite value
         e = jnp.asarray(bound, jnp.float32)
         try:
             np.broadcast_shapes(e.shape, grid)

@@ -99,6 +99,25 @@ def fixed_frame_bytes(rows: int, dim: int, bits: int, dtype=np.float32, outliers
             + outliers * (pos_bytes(n) + _dtype_size(dtype)))
 
 
+#: Largest frame: byte counts travel as int32 (and outlier positions as uint32).
+MAX_FRAME_BYTES = 2**31 - 1
+
+
+def check_min_error_bound(min_error_bound) -> float:
+    """``min_error_bound`` as a float; raises ValueError unless finite and > 0."""
+    eb = float(min_error_bound)
+    if not (math.isfinite(eb) and eb > 0):
+        raise ValueError(f"min_error_bound must be finite and > 0, got {min_error_bound}")
+    return eb
+
+
+def check_chunk_size(rows: int, dim: int, dtype) -> None:
+    """Raises ValueError when a ``[rows, dim]`` chunk's raw frame would not fit an int32 count."""
+    if raw_frame_bytes(rows, dim, dtype) > MAX_FRAME_BYTES:
+        raise ValueError(f"a chunk of [{rows}, {dim}] {np.dtype(dtype)} values exceeds the "
+                         f"{MAX_FRAME_BYTES}-byte frame limit: split it into smaller chunks")
+
+
 def frame_capacity(shape, dtype=np.float32, codec: str = "auto", min_error_bound: float | None = None,
                    mode: str = "rel", outliers: int = 0) -> int:
     """Static frame capacity in bytes for chunks of ``shape[-2:] = (rows, dim)``.
@@ -129,15 +148,14 @@ def frame_capacity(shape, dtype=np.float32, codec: str = "auto", min_error_bound
     if len(shape) < 2:
         raise ValueError(f"shape must end with (rows, dim), got {tuple(shape)}")
     rows, dim = int(shape[-2]), int(shape[-1])
+    check_chunk_size(rows, dim, dtype)
     raw = raw_frame_bytes(rows, dim, dtype)
     if min_error_bound is None or mode != "rel" or codec not in ("auto", "fixed"):
         if codec == "fixed":
             raise ValueError("codec='fixed' needs min_error_bound in mode='rel' to size its frames "
                              "statically (or pass capacity= explicitly)")
         return raw
-    eb = float(min_error_bound)
-    if not (math.isfinite(eb) and eb > 0):
-        raise ValueError(f"min_error_bound must be finite and > 0, got {min_error_bound}")
+    eb = check_min_error_bound(min_error_bound)
     fixed = fixed_frame_bytes(rows, dim, rel_code_bits(eb), dtype, outliers)
     return fixed if codec == "fixed" else min(raw, fixed)
 

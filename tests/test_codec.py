@@ -369,3 +369,22 @@ def test_compiled_extension_is_what_runs():
     assert _ffi.available()
     f, n = lc.compress(np.zeros((4, 4), np.float32) + np.arange(4, dtype=np.float32), 0.01, codec="entropy")
     assert lc.frame_info(f, n)[0].form == "quantized"  # the reference has no entropy form
+
+
+def test_chunks_over_two_gib_are_refused_up_front():
+    with pytest.raises(ValueError, match="2147483647-byte frame limit"):
+        lc.frame_capacity((1 << 16, 1 << 14), np.float32)
+    f = jnp.zeros((1, 64), jnp.uint8)
+    n = jnp.zeros((1,), jnp.int32)
+    with pytest.raises(Exception, match="smaller than 2 GiB"):
+        jax.block_until_ready(lc.frame_status(f, n, shape=(1 << 30, 1 << 30)))
+
+
+def test_exchange_rejects_a_concrete_negative_bound():
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    fn = jax.shard_map(lambda v: lc.compressed_all_to_all(v, "x", 0, 0, error_bound=-1.0),
+                       mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(ValueError, match="error_bound must be finite and >= 0"):
+        fn(jnp.zeros((4, 8), jnp.float32))

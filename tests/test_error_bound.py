@@ -440,3 +440,24 @@ def test_state_round_trips_through_orbax_checkpoint(tmp_path):
     assert a.dtype == b.dtype and a.shape == b.shape
     np.testing.assert_array_equal(a, b)
   np.testing.assert_array_equal(eb.error_bounds(got, config), eb.error_bounds(state, config))
+
+
+@pytest.mark.parametrize("early_stage", [100, 50000, 65536])
+def test_step_schedule_changes_stair_exactly_at_multiples_of_t_over_10(early_stage):
+  c = 2.0
+  for k in range(10):
+    for t in (k * early_stage // 10, max(k * early_stage // 10 - 1, 0)):
+      stair = (10 * t) // early_stage  # exact, in integers
+      want = c * max(1 - stair * (1 - 1 / c) / 10, 1 / c)
+      got = float(eb.schedule_multiplier("step", t, early_stage=early_stage))
+      assert got == pytest.approx(want, rel=1e-6), (t, got, want)
+
+
+def test_resumed_tier_state_follows_a_changed_config():
+  old = eb.paper_kaggle_config(26)
+  state = eb.init(old)
+  new = eb.ErrorBoundConfig(num_tables=26, base=0.02, schedule=old.schedule,
+                            early_stage=old.early_stage, tiers=old.tiers)
+  got = np.asarray(eb.error_bounds(state, new))
+  want = np.asarray(eb.error_bounds(eb.init(new), new))
+  assert np.array_equal(got, want)

@@ -2,6 +2,7 @@
 // attributes) is an ffi::Error naming the target; bad frames are per-frame statuses instead.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -42,9 +43,16 @@ inline ffi::Error invalid(const char* op, const char* what) {
   return ffi::Error::InvalidArgument(std::string(op) + ": " + what);
 }
 
+// Frames count their bytes in int32 and outlier positions in uint32: chunks stay below 2 GiB.
+inline bool chunk_fits(const Chunks& c) {
+  if (c.rows < 0 || c.dim < 0 || c.rows > INT32_MAX || c.dim > INT32_MAX) return false;
+  return raw_frame_bytes((uint64_t)c.rows, (uint64_t)c.dim, c.dtype) <= (size_t)INT32_MAX;
+}
+
 // frames [..., cap] against `batch` byte counts.
 inline ffi::Error check_frames(ffi::AnyBuffer::Dimensions fd, int64_t frame_elems, int64_t batch,
                                Chunks& c, const char* op) {
+  if (!chunk_fits(c)) return invalid(op, "chunks must be smaller than 2 GiB");
   if (fd.size() == 0) return invalid(op, "frames must have rank >= 1");
   c.cap = fd.back();
   if (frame_elems != batch * c.cap) return invalid(op, "frames must be [..., capacity] with nbytes [...]");
@@ -84,7 +92,7 @@ inline ffi::Error check_frame_status(const ffi::Buffer<ffi::U8>& frames,
                                      ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t rows,
                                      int64_t dim, int32_t dtype, Chunks& c) {
   const char* op = "lc_frame_status";
-  if (dtype < kF32 || dtype > kF16 || rows < 0 || dim < 0) return invalid(op, "bad rows, dim or dtype");
+  if (dtype < kF32 || dtype > kF16) return invalid(op, "bad dtype");
   if (nbytes.element_count() != status->element_count()) return invalid(op, "status must match nbytes");
   c.dtype = dtype;
   c.rows = rows;

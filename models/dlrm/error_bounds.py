@@ -71,6 +71,18 @@ class ErrorBoundHook:
     return (f"adaptive: base {c.base}, tiers {[(t.name, t.value, list(t.tables)) for t in c.tiers]}, "
             f"schedule {c.schedule} x{c.eb_constant} over {c.early_stage} steps, policy {c.policy}")
 
+  def min_error_bound(self) -> float | None:
+    """Static smallest relative bound the step can use: sizes the dense exchange's frames.
+
+    None when unknown (a callable schedule): the library then assumes its default.
+    """
+    if self.config is None:
+      return self.placeholder_eb_rel
+    try:
+      return _eb.min_error_bound(self.config)
+    except ValueError:
+      return None
+
   def init(self):
     """The initial state (a pytree of arrays)."""
     if self.config is None:

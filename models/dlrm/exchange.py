@@ -9,52 +9,15 @@ SC24, arXiv 2407.04272, Sec. 3), with ``"off"`` the exact ``jax.lax.all_to_all``
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 
-
-class ExchangeStats(NamedTuple):
-  """Per-device statistics of one forward exchange (all float32).
-
-  Attributes:
-    raw_bytes: scalar, this device's payload as raw float32 bytes.
-    frame_bytes: scalar, sum of the compressed frame sizes (== raw_bytes when exact).
-    moved_bytes: scalar, bytes the chosen path really moved.
-    compression_ratio: float32[P, L], raw / frame bytes of each (peer, local table) chunk.
-    fallback: float32 scalar, 1 when the library fell back to the exact exchange (a frame
-      overflowed its static capacity), else 0.
-  """
-
-  raw_bytes: jax.Array
-  frame_bytes: jax.Array
-  moved_bytes: jax.Array
-  compression_ratio: jax.Array
-  fallback: jax.Array
-
-
-def _compressed_all_to_all():
-  try:
-    from jax_lossy_comm import compressed_all_to_all
-  except ImportError as e:  # the library piece is not built/installed yet
-    raise ImportError(
-        "--compression on needs jax_lossy_comm.compressed_all_to_all, which could not be "
-        f"imported ({e}); run with --compression off for the exact exchange") from e
-  return compressed_all_to_all
-
-
-def compression_available() -> bool:
-  """True when ``jax_lossy_comm.compressed_all_to_all`` can be imported."""
-  try:
-    _compressed_all_to_all()
-    return True
-  except ImportError:
-    return False
+from jax_lossy_comm import ExchangeStats, compressed_all_to_all
 
 
 def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression: str,
-                       codec: str, axis_name: str) -> tuple[jax.Array, ExchangeStats]:
+                       codec: str, axis_name: str, min_error_bound: float | None = None
+                       ) -> tuple[jax.Array, ExchangeStats]:
   """Forward all-to-all of pooled embeddings; the backward is the transposed exchange.
 
   Call inside ``shard_map`` over ``axis_name`` (P devices).
@@ -67,30 +30,29 @@ def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression
     compression: "on" (``compressed_all_to_all``) or "off" (exact ``all_to_all``).
     codec: codec name for ``compressed_all_to_all`` ("auto" = library's choice).
     axis_name: mesh axis of the exchange.
+    min_error_bound: static smallest relative bound ``error_bound`` takes over the run; sizes
+      the frames of the dense (CPU) exchange (None: the library's default, 0.01). A bound
+      below it would send every step down the exact fallback.
 
   Returns:
     ``(y, stats)``: y float32[B / P, P * L, dim] (column ``d * L + j`` = slot j of device
-    d), and this device's ``ExchangeStats``.
+    d), and this device's ``jax_lossy_comm.ExchangeStats`` (the exact exchange reports raw
+    bytes and ratio 1).
 
   Raises:
-    ImportError: ``compression == "on"`` and the library is unavailable.
     ValueError: unknown ``compression``.
   """
   p = jax.lax.axis_size(axis_name)
   raw_bytes = jnp.float32(pooled.size * pooled.dtype.itemsize)
   if compression == "off":
     y = jax.lax.all_to_all(pooled, axis_name, 0, 1, tiled=True)
+    zero = jnp.int32(0)
     stats = ExchangeStats(raw_bytes, raw_bytes, raw_bytes,
-                          jnp.ones((p, pooled.shape[1]), jnp.float32), jnp.float32(0))
+                          jnp.ones((p, pooled.shape[1]), jnp.float32), zero, zero,
+                          jnp.float32(pooled.size * pooled.dtype.itemsize / p))
     return y, stats
   if compression != "on":
     raise ValueError(f"compression must be 'on' or 'off', got {compression!r}")
-  y, s = _compressed_all_to_all()(
+  return compressed_all_to_all(
       pooled, axis_name, 0, 1, error_bound=error_bound, table_axis=1, tiled=True, mode="rel",
-      codec=codec, backward="exact", return_stats=True)
-  stats = ExchangeStats(jnp.asarray(s.raw_bytes, jnp.float32),
-                        jnp.asarray(s.frame_bytes, jnp.float32),
-                        jnp.asarray(s.moved_bytes, jnp.float32),
-                        jnp.asarray(s.compression_ratio, jnp.float32),
-                        jnp.asarray(getattr(s, "fallback", 0), jnp.float32))
-  return y, stats
+      codec=codec, min_error_bound=min_error_bound, backward="exact", return_stats=True)

@@ -196,6 +196,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
   dummy = jnp.asarray(st < 0)
   slot_lo = jnp.asarray(pl.slot_lo_flat)
   table_pieces = pl.table_pieces                                          # [T, K]
+  min_eb = ctx.eb_hook.min_error_bound()  # static: sizes the dense exchange's frames
 
   def gather_tables(y):
     """[b, P*L, dim] exchanged slots -> [b, T, dim]: the sum of each table's pieces."""
@@ -221,7 +222,8 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
       emb = nnx.merge(emb_gd, {"table": table})
       pooled = emb.lookup(ids_local, di) + probe                          # [B, L, dim]
       y, stats = exchange.embedding_exchange(
-          pooled, eb_slots, compression=cfg.compression, codec=cfg.codec, axis_name=AXIS)
+          pooled, eb_slots, compression=cfg.compression, codec=cfg.codec, axis_name=AXIS,
+          min_error_bound=min_eb)
       emb_all = gather_tables(y)                                          # [b, T, dim]
       logits = nnx.merge(head_gd, head_p)(dense, emb_all)                 # [b]
       loss = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, label)) / global_b
@@ -244,7 +246,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     }
     byte_stats = {k: jax.lax.psum(getattr(stats, k), AXIS)
                   for k in ("raw_bytes", "frame_bytes", "moved_bytes")}
-    byte_stats["fallback"] = jax.lax.pmax(stats.fallback, AXIS)
+    byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), AXIS)
     return loss, logits, g_head, g_table, slot_stats, byte_stats
 
   return body
