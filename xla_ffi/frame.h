@@ -933,9 +933,57 @@ LC_HD bool read_huff_table(Reader& r, int max_nsym, uint8_t* len, uint16_t* code
   return true;
 }
 
+// One segment being decoded: its reader (positioned at the segment's first bit), the next
+// symbol index, the end index, and the bits consumed so far.
+struct SegCursor {
+  BitReader br;
+  uint64_t i, s1, bits;
+};
+
+LC_HD SegCursor seg_cursor(const uint8_t* sp, size_t bytes, uint64_t bit_off, uint64_t s0,
+                           uint64_t s1) {
+  SegCursor c = {{sp + bit_off / 8, sp + bytes, 0, 0, false}, s0, s1, 0};
+  c.br.peek(8);
+  c.br.skip((int)(bit_off % 8));
+  return c;
+}
+
+// Four symbols after one refill (4 x 12 bits fit in the 56 bits a refill guarantees).
+template <typename EmitFn>
+LC_HD bool seg_step4(SegCursor& c, const uint32_t* table, uint64_t mask, EmitFn& emit) {
+  c.br.refill();
+  for (int j = 0; j < 4; ++j) {
+    uint32_t e = table[c.br.acc & mask];
+    int l = (int)(e & 0xff);
+    if (l == 0) return false;
+    c.br.acc >>= l;
+    c.br.nacc -= l;
+    c.bits += (uint64_t)l;
+    emit(c.i + j, e >> 8);
+  }
+  c.i += 4;
+  return true;
+}
+
+template <typename EmitFn>
+LC_HD bool seg_finish(SegCursor& c, const uint32_t* table, int tb, uint64_t mask, EmitFn& emit) {
+  while (c.i + 4 <= c.s1 && c.br.end - c.br.p >= 8)
+    if (!seg_step4(c, table, mask, emit)) return false;
+  for (; c.i < c.s1; ++c.i) {
+    uint32_t e = table[c.br.peek(tb)];
+    int l = (int)(e & 0xff);
+    if (l == 0) return false;
+    c.br.skip(l);
+    c.bits += (uint64_t)l;
+    emit(c.i, e >> 8);
+  }
+  return !c.br.overrun;
+}
+
 // Decodes `count` Huffman symbols, calling emit(i, sym); false on a malformed stream (a hole in
-// the code table, a segment whose codes do not add up to its declared length, or a stream that
-// does not end in the section's last byte).
+// the code table, or a segment whose codes do not add up to its declared length). Segments
+// start at the sum of the lengths before them; two are decoded at a time, interleaved, so the
+// table-lookup chains of both overlap.
 template <typename EmitFn>
 LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, int tb,
                              EmitFn& emit) {
@@ -944,41 +992,28 @@ LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, i
   if (!seg_len) return false;
   uint64_t total = 0;
   for (uint64_t k = 0; k < nseg; ++k) total += (uint32_t)seg_len[2 * k] | ((uint32_t)seg_len[2 * k + 1] << 8);
-  const uint8_t* sp = r.take((size_t)((total + 7) / 8));
+  const size_t bytes = (size_t)((total + 7) / 8);
+  const uint8_t* sp = r.take(bytes);
   if (!sp) return false;
-  BitReader br = {sp, sp + (total + 7) / 8, 0, 0, false};
   const uint64_t mask = (1ull << tb) - 1;
-  uint64_t consumed = 0;  // bits
-  for (uint64_t k = 0; k < nseg; ++k) {
+  uint64_t off = 0;  // bit offset of segment k
+  for (uint64_t k = 0; k < nseg; k += 2) {
+    const uint64_t la = (uint32_t)seg_len[2 * k] | ((uint32_t)seg_len[2 * k + 1] << 8);
     const uint64_t s0 = k * kSeg, s1 = s0 + kSeg < count ? s0 + kSeg : count;
-    uint64_t seg_bits = 0;
-    uint64_t i = s0;
-    // Four symbols per refill: 4 x 12 bits fit in the 56 bits a refill guarantees.
-    for (; i + 4 <= s1 && br.end - br.p >= 8; i += 4) {
-      br.refill();
-      for (int j = 0; j < 4; ++j) {
-        uint32_t e = table[br.acc & mask];
-        int l = (int)(e & 0xff);
-        if (l == 0) return false;
-        br.acc >>= l;
-        br.nacc -= l;
-        seg_bits += (uint64_t)l;
-        emit(i + j, e >> 8);
-      }
+    SegCursor a = seg_cursor(sp, bytes, off, s0, s1);
+    if (k + 1 < nseg) {
+      const uint64_t lb = (uint32_t)seg_len[2 * k + 2] | ((uint32_t)seg_len[2 * k + 3] << 8);
+      const uint64_t t1 = s1 + kSeg < count ? s1 + kSeg : count;
+      SegCursor b = seg_cursor(sp, bytes, off + la, s1, t1);
+      while (a.i + 4 <= a.s1 && b.i + 4 <= b.s1 && a.br.end - a.br.p >= 8 && b.br.end - b.br.p >= 8)
+        if (!seg_step4(a, table, mask, emit) || !seg_step4(b, table, mask, emit)) return false;
+      if (!seg_finish(b, table, tb, mask, emit) || b.bits != lb) return false;
+      off += lb;
     }
-    for (; i < s1; ++i) {
-      uint32_t e = table[br.peek(tb)];
-      int l = (int)(e & 0xff);
-      if (l == 0) return false;
-      br.skip(l);
-      seg_bits += (uint64_t)l;
-      emit(i, e >> 8);
-    }
-    if (br.overrun || seg_bits != ((uint32_t)seg_len[2 * k] | ((uint32_t)seg_len[2 * k + 1] << 8)))
-      return false;
-    consumed += seg_bits;
+    if (!seg_finish(a, table, tb, mask, emit) || a.bits != la) return false;
+    off += la;
   }
-  return consumed == total;
+  return true;
 }
 
 template <typename EmitFn>
