@@ -12,7 +12,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_lossy_comm import ExchangeStats, compressed_all_to_all
+from jax_lossy_comm import (ExchangeStats, bf16_all_to_all, compressed_all_to_all,
+                            int8_rowwise_all_to_all)
+
+#: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
+#: no error bound; ``jax_lossy_comm.qcomm``) instead of the library's codec.
+QCOMM_CODECS = {"int8-rowwise": int8_rowwise_all_to_all, "bf16": bf16_all_to_all}
 
 
 def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression: str,
@@ -28,7 +33,8 @@ def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression
       of each chunk) of each local table; traced, so changing it does not recompile.
       Ignored when ``compression == "off"``.
     compression: "on" (``compressed_all_to_all``) or "off" (exact ``all_to_all``).
-    codec: codec name for ``compressed_all_to_all`` ("auto" = library's choice).
+    codec: codec name for ``compressed_all_to_all`` ("auto" = library's choice), or a
+      baseline of ``QCOMM_CODECS`` ("int8-rowwise", "bf16").
     axis_name: mesh axis of the exchange.
     min_error_bound: static smallest relative bound ``error_bound`` takes over the run; sizes
       the frames of the dense (CPU) exchange (None: the library's default, 0.01). A bound
@@ -53,6 +59,6 @@ def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression
     return y, stats
   if compression != "on":
     raise ValueError(f"compression must be 'on' or 'off', got {compression!r}")
-  return compressed_all_to_all(
+  return QCOMM_CODECS.get(codec, compressed_all_to_all)(
       pooled, axis_name, 0, 1, error_bound=error_bound, table_axis=1, tiled=True, mode="rel",
       codec=codec, min_error_bound=min_error_bound, backward="exact", return_stats=True)
