@@ -21,8 +21,8 @@ QCOMM_CODECS = {"int8-rowwise": int8_rowwise_all_to_all, "bf16": bf16_all_to_all
 
 
 def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression: str,
-                       codec: str, axis_name: str, min_error_bound: float | None = None
-                       ) -> tuple[jax.Array, ExchangeStats]:
+                       codec: str, axis_name: str, min_error_bound: float | None = None,
+                       backward: str = "exact") -> tuple[jax.Array, ExchangeStats]:
   """Forward all-to-all of pooled embeddings; the backward is the transposed exchange.
 
   Call inside ``shard_map`` over ``axis_name`` (P devices).
@@ -39,6 +39,8 @@ def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression
     min_error_bound: static smallest relative bound ``error_bound`` takes over the run; sizes
       the frames of the dense (CPU) exchange (None: the library's default, 0.01). A bound
       below it would send every step down the exact fallback.
+    backward: "exact" (the cotangents travel raw through the transposed exchange) or
+      "compressed" (that exchange is compressed too, with ``error_bound``).
 
   Returns:
     ``(y, stats)``: y float32[B / P, P * L, dim] (column ``d * L + j`` = slot j of device
@@ -61,4 +63,4 @@ def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression
     raise ValueError(f"compression must be 'on' or 'off', got {compression!r}")
   return QCOMM_CODECS.get(codec, compressed_all_to_all)(
       pooled, axis_name, 0, 1, error_bound=error_bound, table_axis=1, tiled=True, mode="rel",
-      codec=codec, min_error_bound=min_error_bound, backward="exact", return_stats=True)
+      codec=codec, min_error_bound=min_error_bound, backward=backward, return_stats=True)

@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--compression", choices=["on", "off"], default=None,
                  help="off = exact all_to_all (baseline)")
   c.add_argument("--codec", default=None, help="codec for compressed_all_to_all")
+  c.add_argument("--exchange-backward", choices=["exact", "compressed"], default=None,
+                 help="backward exchange of the embedding cotangents (default exact)")
   c.add_argument("--error-bound-config", default="", help="JSON/YAML error-bound config "
                  "(same as --eb-config)")
   c.add_argument("--placeholder-eb-rel", type=float, default=None, help=argparse.SUPPRESS)

@@ -223,7 +223,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
       pooled = emb.lookup(ids_local, di) + probe                          # [B, L, dim]
       y, stats = exchange.embedding_exchange(
           pooled, eb_slots, compression=cfg.compression, codec=cfg.codec, axis_name=AXIS,
-          min_error_bound=min_eb)
+          min_error_bound=min_eb, backward=cfg.exchange_backward)
       emb_all = gather_tables(y)                                          # [b, T, dim]
       logits = nnx.merge(head_gd, head_p)(dense, emb_all)                 # [b]
       loss = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, label)) / global_b

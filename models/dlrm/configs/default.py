@@ -82,6 +82,9 @@ class Config:
   compression: str = "on"
   # Codec name passed to compressed_all_to_all ("auto" lets the library choose).
   codec: str = "auto"
+  # Backward (cotangent) exchange: "exact" (straight-through, as in the paper) or
+  # "compressed" (the transposed exchange compressed too, with the same per-table bounds).
+  exchange_backward: str = "exact"
   # YAML/JSON error-bound config for jax_lossy_comm.error_bound ("" = paper defaults).
   error_bound_config: str = ""
   # Relative error bound of every table while jax_lossy_comm.error_bound is unavailable.
