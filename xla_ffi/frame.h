@@ -194,19 +194,9 @@ LC_HD uint32_t lc_checksum(const uint8_t* f, size_t n) {
   uint32_t h = fmix32((uint32_t)n * 0x27d4eb2fu + 0x165667b1u);
   size_t i = 0;
 #if LC_CPU_SIMD
-  const size_t full = n / 4;
-  typedef uint32_t u4 __attribute__((vector_size(16)));
-  u4 acc = {0, 0, 0, 0}, idx = {0, 1, 2, 3};
-  const u4 four = {4, 4, 4, 4};
-  for (; i + 4 <= full; i += 4, idx += four) {
-    u4 x;
-    memcpy(&x, f + 4 * i, 16);
-    if (i == 0) x[1] = 0;  // the checksum field
-    x ^= idx * 0x9E3779B9u;
-    x ^= x >> 16; x *= 0x85ebca6bu; x ^= x >> 13; x *= 0xc2b2ae35u; x ^= x >> 16;
-    acc += x;
-  }
-  h += acc[0] + acc[1] + acc[2] + acc[3];
+  uint32_t part = 0;
+  i = (size_t)simd::checksum_prefix(f, n / 4, &part);
+  h += part;
 #endif
   for (; i < (n + 3) / 4; ++i) h += checksum_word(f, n, i);
   return h;
@@ -516,6 +506,12 @@ LC_HD uint8_t* pack_fixed(uint8_t* o, const uint32_t* c, uint64_t count) {
   return bw.flush();
 }
 LC_HD uint8_t* write_packed(uint8_t* o, const uint32_t* c, uint64_t count, int bits) {
+#if LC_CPU_SIMD
+  const uint64_t m = simd::pack_codes_prefix(o, c, count, bits);  // whole bytes: m % 8 == 0
+  o += m / 8 * bits;
+  c += m;
+  count -= m;
+#endif
   switch (bits) {
     case 0: return o;
     case 1: return pack_fixed<1>(o, c, count);
@@ -535,6 +531,16 @@ LC_HD uint8_t* write_packed(uint8_t* o, const uint32_t* c, uint64_t count, int b
   BitWriter bw = {o, 0, 0};
   for (uint64_t i = 0; i < count; ++i) bw.put(c[i], bits);
   return bw.flush();
+}
+
+// Replaces code i (bits <= 8, so within two bytes) of a bit-packed section.
+LC_HD void set_packed(uint8_t* sec, uint64_t i, int bits, uint32_t q) {
+  const uint64_t b = i * (uint64_t)bits;
+  const uint32_t mask = ((1u << bits) - 1u) << (b % 8);
+  uint32_t v = (uint32_t)sec[b / 8] | ((uint32_t)sec[b / 8 + 1] << 8);
+  v = (v & ~mask) | (q << (b % 8));
+  sec[b / 8] = (uint8_t)v;
+  sec[b / 8 + 1] = (uint8_t)(v >> 8);
 }
 
 // Unpacks count codes of width B and calls emit(i, code).
@@ -649,16 +655,16 @@ LC_HD void finite_range(const uint8_t* in, uint64_t n, float* lo, float* hi) {
   *hi = mx;
 }
 
-// Codes q = clamp(rint((x - vmin) * inv), 0, maxf) (0 for non-finite x); the positions whose
-// reconstruction vmin + q * step, rounded to the dtype, is not within eb_abs of x go to `bad`
-// in increasing order. Returns their count.
+// Codes q = clamp(rint((x - vmin) * inv), 0, maxf) (0 for non-finite x) of positions [i0, n);
+// the positions whose reconstruction vmin + q * step, rounded to the dtype, is not within eb_abs
+// of x go to `bad` in increasing order. Returns their count.
 template <int D>
 LC_HD uint64_t quantize_verify(const uint8_t* in, uint64_t n, float vmin, float inv, float step,
                                float eb_abs, float maxf, uint32_t* LC_RESTRICT codes,
-                               uint32_t* LC_RESTRICT bad) {
-  uint64_t i = 0, nbad = 0;
+                               uint32_t* LC_RESTRICT bad, uint64_t i0 = 0) {
+  uint64_t i = i0, nbad = 0;
 #if LC_CPU_SIMD
-  if (D == kF32)
+  if (D == kF32 && i0 == 0)
     i = simd::quantize_f32_prefix((const float*)in, n, vmin, inv, step, eb_abs, maxf, codes, bad, &nbad);
 #endif
   for (; i < n; ++i) {
@@ -766,10 +772,23 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   }
   // 3. Quantize and verify every value (branch-free, vectorisable), then collect outliers,
   //    trying the neighbouring code for values at a rounding midpoint. Positions are in src.
-  uint64_t n_sout = 0, n_out = 0;
+  //    The fixed-rate codec on the CPU packs the codes as it goes (into w.dict_vals, unused by
+  //    that codec) for the first `packed` values, keeping in w.codes only what the retry reads.
+  //    Straight into the frame, at the offset the codes have when n_outliers < 128, if it fits.
+  uint64_t n_sout = 0, n_out = 0, packed = 0;
+  const size_t psec_off = hdr + 8 + 1;
+  const bool psec_direct = quant_ok && psec_off + packed_bytes(n, bits_for(maxcode)) <= capacity;
+  uint8_t* const psec = psec_direct ? out + psec_off : (uint8_t*)w.dict_vals;
   if (quant_ok) {
     const float maxf = (float)maxcode;
-    const uint64_t n_bad = quantize_verify<D>(src, ns, vmin, inv, step, eb_abs, maxf, w.codes, w.outliers);
+    uint64_t n_bad = 0;
+#if LC_CPU_SIMD
+    if (D == kF32 && codec == kCodecFixed)
+      packed = simd::quantize_pack_f32_prefix((const float*)src, ns, vmin, inv, step, eb_abs, maxf,
+                                              bits_for(maxcode), psec, w.codes, w.outliers, &n_bad);
+#endif
+    n_bad += quantize_verify<D>(src, ns, vmin, inv, step, eb_abs, maxf, w.codes, w.outliers + n_bad,
+                                packed);
     for (uint64_t k = 0; k < n_bad; ++k) {  // compacts w.outliers in place
       const uint32_t i = w.outliers[k];
       float v = Val<D>::load(src, i);
@@ -779,6 +798,7 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
         float q2 = qf + (v > rec ? 1.0f : -1.0f);
         if (q2 >= 0.0f && q2 <= maxf && within_bound(v, Val<D>::round(vmin + q2 * step), eb_abs)) {
           w.codes[i] = (uint32_t)q2;
+          if (i < packed) set_packed(psec, i, bits_for(maxcode), (uint32_t)q2);
           continue;
         }
       }
@@ -863,6 +883,9 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
     out[2] = (uint8_t)(D | (mode == kAbs ? 4 : 0) | (dedup ? kFlagDedup : 0) |
                        (ch ? kFlagCodesHuff : 0) | (ih ? kFlagIndexHuff : 0));
     out[3] = (uint8_t)bits;
+    const uint64_t pre = best_kind == 1 ? packed : 0;  // codes packed already, moved into place
+    const size_t pre_bytes = (size_t)(pre / 8 * bits);
+    if (pre && out + qhdr != psec) memmove(out + qhdr, psec, pre_bytes);
     put_u32(o, f2u(eb_abs)); o += 4;
     put_u32(o, f2u(vmin)); o += 4;
     o += put_varint(o, n_out);
@@ -872,7 +895,7 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
     const uint32_t* codes = best_kind == 2 ? dcodes : w.codes;  // identity dictionary == codes
     const uint64_t nc = best_kind == 2 ? n_unique * dim : n;
     o = ch ? write_huff(o, codes, nc, (int)maxcode + 1, w.len_a, w.code_a)
-           : write_packed(o, codes, nc, bits);
+           : write_packed(o + pre_bytes, codes + pre, nc - pre, bits);
     if (dedup)
       o = ih ? write_huff(o, w.index, rows, (int)n_unique, w.len_b, w.code_b)
              : write_packed(o, w.index, rows, bits_for((uint32_t)(n_unique - 1)));
@@ -1037,6 +1060,24 @@ LC_HD bool read_packed(Reader& r, uint64_t count, int bits, EmitFn& emit) {
   return !br.overrun;
 }
 
+// read_packed into float32 values base + q * step, the bulk by the vector path where there is one.
+template <typename EmitFn>
+LC_HD bool read_packed_f32(Reader& r, uint64_t count, int bits, float base, float step, float* out,
+                           EmitFn& emit) {
+#if LC_CPU_SIMD
+  if (packed_bytes(count, bits) <= (size_t)(r.end - r.p)) {
+    const uint64_t m = simd::unpack_dequant_prefix(r.p, count, bits, base, step, out);
+    if (m) {
+      r.p += m / 8 * bits;
+      auto shifted = [&emit, m](uint64_t i, uint32_t q) { emit(m + i, q); };
+      return read_packed(r, count - m, bits, shifted);
+    }
+  }
+#endif
+  (void)base; (void)step; (void)out;
+  return read_packed(r, count, bits, emit);
+}
+
 // Parses and checks the fixed part of a frame (magic, version, flags, checksum, shape).
 LC_HD int32_t parse_header(const uint8_t* f, int64_t nbytes, size_t capacity, FrameHeader& h,
                            Reader& r) {
@@ -1115,6 +1156,8 @@ LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, 
     if (h.codes_huff) {  // symbols < nsym <= nlut: always in the table
       ok = read_huff_table(r, (int)nlut, w.len_a, w.code_a, w.tmp, &tb, &nsym) &&
            read_huff_symbols(r, nd, w.tmp, tb, emit_lut);
+    } else if (maxcode < nlut && D == kF32) {  // values computed, as in the table
+      ok = read_packed_f32(r, nd, h.bits, base, step, dv, emit_lut);
     } else if (maxcode < nlut) {
       ok = read_packed(r, nd, h.bits, emit_lut);
     } else {

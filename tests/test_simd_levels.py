@@ -1,0 +1,174 @@
+"""The CPU codec's vector kernels (xla_ffi/simd_cpu.h) against its portable path.
+
+The handlers pick the widest kernel set the CPU runs (AVX-512, AVX2 + BMI2, else SSE2/NEON);
+the environment variable ``JLC_SIMD`` caps it. Every level must write the same frames byte for
+byte and decode them to the same bits: the fast routes (no-clamp quantization with a strict
+``|x - x_hat| < eb_abs`` test, quantization fused with pext bit-packing straight into the frame,
+pdep unpacking) hand every vector they cannot prove to the exact code. The inputs here are made
+to reach those hand-overs: rounding midpoints (neighbour-code retries patched into packed
+codes), NaN/Inf inside the vector prefix, more than 127 outliers (the codes move by a byte),
+capacities too small to pack into the frame, lengths that are not multiples of the vector width.
+Each level runs in its own process (the level is fixed at first use).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax_lossy_comm as jlc
+from conftest import DUMPS, load_dump
+from jax_lossy_comm import _ffi, frame
+
+pytestmark = pytest.mark.skipif(not _ffi.available(), reason="compiled extension absent")
+
+LEVELS = ("sse2", "avx2", "avx512")  # capped by what this CPU has: avx512 may run as avx2
+CODECS = ("fixed", "auto", "dedup", "entropy", "raw")
+
+
+MID_LO, MID_HI, MID_EB = -1.0, 1.0, 0.02
+
+
+def _midpoints(rng) -> np.ndarray:
+    """Values at the midpoints of the REL 0.02 grid over [-1, 1]: lo + (k + 1/2) * step."""
+    step = np.float32(2 * np.float32(MID_EB * (MID_HI - MID_LO)))
+    k = rng.integers(0, 25, (512, 64)).astype(np.float32)
+    mid = (np.float32(MID_LO) + (k + np.float32(0.5)) * step).astype(np.float32)
+    mid[0, 0], mid[-1, -1] = MID_LO, MID_HI
+    return mid
+
+
+def _near_ties(x: np.ndarray, eb_abs: float) -> int:
+    """Values whose float32 |x - x_hat| is not below eb_abs: the exact code decides them."""
+    lo, eb = np.float32(x.min()), np.float32(eb_abs)
+    step = np.float32(eb * np.float32(2))
+    q = np.rint((x - lo) * (np.float32(1) / step)).astype(np.float32)
+    return int(np.sum(np.abs(x - (lo + q * step)) >= eb))
+
+
+def _cases() -> dict[str, tuple[np.ndarray, float, int | None]]:
+    """name -> (float32[rows, dim] chunk, REL error bound, capacity or None for the default)."""
+    rng = np.random.default_rng(7)
+    cases = {}
+    raw_cap = frame.frame_capacity((512, 64), np.float32, "raw")  # room for any outliers
+    x = rng.standard_normal((512, 64)).astype(np.float32)
+    cases["normal"] = (x, 0.01, None)
+    # Values at rounding midpoints of the quantization grid: |x - x_hat| lands on eb_abs, where
+    # the tie test and the neighbour-code retry decide.
+    cases["midpoints"] = (_midpoints(rng), MID_EB, raw_cap)
+    sp = x.copy().reshape(-1)
+    pos = rng.choice(4096, 80, replace=False)
+    sp[pos[:40]], sp[pos[40:60]], sp[pos[60:]] = np.nan, np.inf, -np.inf
+    cases["specials_in_prefix"] = (sp.reshape(512, 64), 0.01, raw_cap)
+    many = x.copy().reshape(-1)
+    many[rng.choice(many.size, 300, replace=False)] = np.nan  # n_outliers varint of 2 bytes
+    cases["many_outliers"] = (many.reshape(512, 64), 0.01,
+                              frame.frame_capacity((512, 64), np.float32, "fixed", 0.01, outliers=400))
+    cases["capacity_tight"] = (x, 0.01, frame.frame_capacity((512, 64), np.float32, "fixed", 0.01) - 40)
+    cases["odd_length"] = (rng.standard_normal((37, 29)).astype(np.float32), 0.03, None)
+    cases["just_vector"] = (rng.standard_normal((3, 32)).astype(np.float32), 0.05, None)
+    cases["wide_codes"] = (x, 0.0005, raw_cap)  # 10-bit codes: no fused packing
+    cases["constant"] = (np.full((64, 64), 3.5, np.float32), 0.01, None)
+    rep = x[rng.integers(0, 16, 512)]  # repeated rows: dictionary forms
+    cases["repeated_rows"] = (rep, 0.01, None)
+    if DUMPS is not None:
+        for name in sorted(p.name for p in DUMPS.glob("*.bin")):
+            for eb_rel in (0.01, 0.05):
+                cases[f"{name}@{eb_rel}"] = (load_dump(name), eb_rel, None)
+    return cases
+
+
+_WORKER = textwrap.dedent("""
+    import sys, numpy as np, jax, jax_lossy_comm as jlc
+    from jax_lossy_comm import frame
+    src, dst, codecs = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+    cases = dict(np.load(src, allow_pickle=True).items())
+    out = {}
+    for key in sorted(k[:-2] for k in cases if k.endswith(".x")):
+        x, eb, cap = cases[key + ".x"], float(cases[key + ".eb"]), int(cases[key + ".cap"])
+        for codec in codecs:
+            capacity = cap if cap > 0 else frame.frame_capacity(
+                x.shape, np.float32, codec, min_error_bound=eb if codec == "fixed" else None)
+            f, n = jlc.compress(x, eb, codec=codec, capacity=capacity)
+            v, s = jlc.decompress(f, n, shape=x.shape, return_status=True)
+            out[f"{key}|{codec}|frames"] = np.asarray(f)
+            out[f"{key}|{codec}|nbytes"] = np.asarray(n)
+            out[f"{key}|{codec}|values"] = np.asarray(v).view(np.uint32)
+            out[f"{key}|{codec}|status"] = np.asarray(s)
+    np.savez(dst, **out)
+""")
+
+
+@pytest.fixture(scope="module")
+def per_level(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("simd")
+    cases = _cases()
+    arrays = {}
+    for i, (name, (x, eb, cap)) in enumerate(cases.items()):
+        key = f"c{i:02d}"
+        arrays[key + ".x"], arrays[key + ".eb"], arrays[key + ".cap"] = x, eb, cap or -1
+        arrays[key + ".name"] = np.asarray(name)
+    src = tmp / "cases.npz"
+    np.savez(src, **arrays)
+    names = {f"c{i:02d}": n for i, n in enumerate(cases)}
+    results = {}
+    for level in LEVELS:
+        dst = tmp / f"{level}.npz"
+        env = dict(os.environ, JLC_SIMD=level, JLC_REQUIRE_EXTENSION="1", XLA_FLAGS="")
+        run = subprocess.run([sys.executable, "-c", _WORKER, str(src), str(dst), ",".join(CODECS)],
+                             env=env, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-3000:]
+        results[level] = dict(np.load(dst).items())
+    return names, cases, results
+
+
+@pytest.mark.parametrize("level", LEVELS[1:])
+def test_levels_write_identical_frames_and_values(per_level, level):
+    names, _, results = per_level
+    base, other = results["sse2"], results[level]
+    assert base.keys() == other.keys()
+    for k in sorted(base):
+        case, codec, what = k.split("|")
+        np.testing.assert_array_equal(other[k], base[k],
+                                      err_msg=f"{what} differ: {names[case]} codec={codec} "
+                                              f"JLC_SIMD={level} vs sse2")
+
+
+def test_cases_reach_the_hand_overs(per_level):
+    """The crafted inputs do what they are for (else the comparison above proves little)."""
+    names, cases, results = per_level
+    by_name = {n: c for c, n in names.items()}
+    r = results["sse2"]
+
+    def info(name, codec="fixed"):
+        c = by_name[name]
+        return jlc.frame_info(r[f"{c}|{codec}|frames"][None], r[f"{c}|{codec}|nbytes"][None])[0]
+
+    mid = info("midpoints")
+    assert mid.form == "quantized" and _near_ties(cases["midpoints"][0], mid.eb_abs) > 1000
+    assert info("specials_in_prefix").n_outliers == 80
+    many = info("many_outliers")
+    assert many.form == "quantized" and many.n_outliers >= 300
+    assert info("capacity_tight").form in ("raw", "overflow")
+    assert info("wide_codes").bits > 8
+    for name, (x, eb, _) in cases.items():  # the bound holds wherever values were quantized
+        c = by_name[name]
+        for codec in CODECS:
+            st = r[f"{c}|{codec}|status"]
+            if int(r[f"{c}|{codec}|nbytes"]) < 0:
+                assert int(st) == frame.STATUS_OVERFLOW
+                continue
+            assert int(st) == 0, (name, codec)
+            v = r[f"{c}|{codec}|values"].view(np.float32).astype(np.float64)
+            fin = np.isfinite(x)
+            eb_abs = info(name, codec).eb_abs or 0.0
+            assert np.all(np.abs(v[fin] - x[fin].astype(np.float64)) <= eb_abs), (name, codec)
+            np.testing.assert_array_equal(np.isnan(v), np.isnan(x))
+            np.testing.assert_array_equal(v[np.isinf(x)], x[np.isinf(x)])
