@@ -102,6 +102,8 @@ def block(out: Any) -> Any:
 
     numpy arrays, bytes and CPU torch tensors are already complete; they pass through.
     """
+    if isinstance(out, (np.ndarray, bytes)):  # synchronous: no pytree walk inside timings
+        return out
     jax = sys.modules.get("jax")
     if jax is not None:
         try:
@@ -166,6 +168,38 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 7, min_rep
         spent += dt
     return Timing(median_s=statistics.median(times), min_s=min(times), times_s=tuple(times),
                   warmup=max(1, warmup))
+
+
+def time_interleaved(fns: dict[str, Callable[[], Any]], *, rounds: int = 300,
+                     budget_s: float = 3.0, warmup: int = 3) -> dict[str, Timing]:
+    """Time several functions side by side: each round calls every one once, in turn.
+
+    On a shared, noisy machine a slow spell then hits all of them alike, so ratios of their
+    medians are steadier than those of functions timed one after the other.
+
+    Args:
+      fns: name -> callable with no arguments (results go through `block()`).
+      rounds: maximum number of rounds.
+      budget_s: seconds after which no further round starts (at least 5 rounds are made).
+      warmup: untimed rounds first (>= 1; the first includes any jit compile).
+
+    Returns:
+      name -> Timing over the rounds.
+    """
+    for _ in range(max(1, warmup)):
+        for fn in fns.values():
+            block(fn())
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    start = time.perf_counter()
+    for r in range(max(5, rounds)):
+        if r >= 5 and time.perf_counter() - start >= budget_s:
+            break
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            block(fn())
+            times[k].append(time.perf_counter() - t0)
+    return {k: Timing(median_s=statistics.median(v), min_s=min(v), times_s=tuple(v),
+                      warmup=max(1, warmup)) for k, v in times.items()}
 
 
 def gbps(raw_bytes: int, seconds: float) -> float:
@@ -354,6 +388,8 @@ def environment_record(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
     }
+    if isinstance(out, (np.ndarray, bytes)):  # synchronous: no pytree walk inside timings
+        return out
     jax = sys.modules.get("jax")
     if jax is not None:
         try:

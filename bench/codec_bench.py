@@ -11,6 +11,12 @@ eb_abs (float64), and compress and decompress GB/s of raw float32 for
   zstandard; the strongest simple peer measured here);
 * ``memcpy``: a numpy copy of the buffer (the speed of light for this machine).
 
+The fixed-rate form's target (a fraction of memcpy speed) is checked on times taken side by side
+(``bench_util.time_interleaved``: the fixed-rate compress, then its decompress, then a jitted
+copy of the buffer, each alternating with the numpy copy), so that the noise of a shared
+machine hits both sides alike. The jitted copy shows the floor any jitted call has: on the
+16 KiB Kaggle dumps that dispatch cost alone is several times a numpy copy.
+
 It prints a table per (dump, bound) and the targets of issue 2 as pass/fail with the measured
 ratios, writes ``bench/results/codec.json`` and the Markdown table ``bench/results/codec.md``,
 and refreshes the README's results section from it (between the ``codec-results`` markers).
@@ -79,10 +85,27 @@ def memcpy_entry() -> peers.PeerCodec:
                            nbytes=lambda b: int(b.nbytes), notes="numpy copy of the buffer")
 
 
+def paired_fixed_vs_copy(x: np.ndarray, eb_rel: float, budget_s: float) -> dict[str, Any]:
+    """Fixed-rate compress/decompress, numpy copy and jitted copy of x, timed interleaved."""
+    xj = jnp.asarray(x)
+    comp = jax.jit(lambda v: jlc.compress(v, eb_rel, codec="fixed", min_error_bound=eb_rel))
+    frames = bu.block(comp(xj))
+    dec = jax.jit(lambda f, n: jlc.decompress(f, n, shape=x.shape))
+    jcopy = jax.jit(jnp.copy)
+    out: dict[str, Any] = {"rounds": {}}
+    for name, fn in (("compress", lambda: comp(xj)), ("decompress", lambda: dec(*frames)),
+                     ("jit_copy", lambda: jcopy(xj))):  # pairwise: each keeps its inputs in cache
+        t = bu.time_interleaved({name: fn, "memcpy": x.copy}, budget_s=budget_s / 3)
+        out[f"{name}_over_memcpy"] = t["memcpy"].median_s / t[name].median_s
+        out[f"{name}_median_s"], out["memcpy_median_s"] = t[name].median_s, t["memcpy"].median_s
+        out["rounds"][name] = len(t[name].times_s)
+    return out
+
+
 def run(dump_names: Sequence[str] | None, eb_rels: Sequence[float], repeats: int,
         budget_s: float) -> dict[str, Any]:
     peer = [c for c in peers.registry([PEER])]
-    rows = []
+    rows, paired = [], []
     for dump in bu.iter_dumps(names=dump_names):
         x = dump.array
         for eb_rel in eb_rels:
@@ -99,9 +122,14 @@ def run(dump_names: Sequence[str] | None, eb_rels: Sequence[float], repeats: int
             rows.extend(block)
             print(peer_bench.format_table(block, title=f"{dump.name} {list(x.shape)} REL {eb_rel}"),
                   flush=True)
+            p = paired_fixed_vs_copy(x, eb_rel, budget_s)
+            paired.append(dict(dump=dump.name, eb_rel=eb_rel, **p))
+            print(f"  side by side: fixed compress {p['compress_over_memcpy']:.3f}"
+                  f" x memcpy speed, decompress {p['decompress_over_memcpy']:.3f}, jitted copy "
+                  f"{p['jit_copy_over_memcpy']:.3f}", flush=True)
     return {"benchmark": "codec (issue 2)", "environment": bu.environment_record(),
             "params": {"eb_rels": list(eb_rels), "repeats": repeats, "threads": "single"},
-            "rows": rows}
+            "rows": rows, "paired": paired}
 
 
 def _row(rows, dump, eb_rel, codec):
@@ -111,9 +139,13 @@ def _row(rows, dump, eb_rel, codec):
     return None
 
 
-def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 2's acceptance targets at REL 0.01, each with the measured value and pass/fail."""
+def check_targets(rows: list[dict[str, Any]], paired: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Issue 2's acceptance targets at REL 0.01, each with the measured value and pass/fail.
+
+    The fixed-rate vs memcpy check uses the side-by-side times in `paired` where present.
+    """
     checks = []
+    side = {p["dump"]: p for p in paired if p["eb_rel"] == 0.01}
     dumps = sorted({r["dump"] for r in rows})
     for dump in dumps:
         auto, peer = _row(rows, dump, 0.01, "jlc-auto"), _row(rows, dump, 0.01, PEER)
@@ -130,10 +162,17 @@ def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 v = auto[f"{side}_gbps"] / peer[f"{side}_gbps"]
                 checks.append(dict(dump=dump, what=f"{side} speed auto / int8+zstd-1", value=v,
                                    target=1.0, ok=v >= 1.0))
-        if fixed and copy:
-            for side in ("compress", "decompress"):
-                v = fixed[f"{side}_gbps"] / copy[f"{side}_gbps"]
-                checks.append(dict(dump=dump, what=f"{side} speed fixed / memcpy", value=v,
+        if dump in side:
+            p = side[dump]
+            for d in ("compress", "decompress"):
+                v = p[f"{d}_over_memcpy"]
+                checks.append(dict(dump=dump, what=f"{d} speed fixed / memcpy (side by side)", value=v,
+                                   target=FIXED_MEMCPY_FRACTION, ok=v >= FIXED_MEMCPY_FRACTION,
+                                   note=f"jitted copy: {p['jit_copy_over_memcpy']:.3g} x memcpy"))
+        elif fixed and copy:
+            for d in ("compress", "decompress"):
+                v = fixed[f"{d}_gbps"] / copy[f"{d}_gbps"]
+                checks.append(dict(dump=dump, what=f"{d} speed fixed / memcpy", value=v,
                                    target=FIXED_MEMCPY_FRACTION, ok=v >= FIXED_MEMCPY_FRACTION))
     for r in rows:
         if r["status"] == "ok" and r["family"] == "jax_lossy_comm" and r["max_err_over_eb"] > 1.0:
@@ -157,10 +196,10 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['dump']} | {r['eb_rel']} | {r['codec']} | {r['ratio']:.2f} | {err} | "
                      f"{r['compress_gbps']:.2f} | {r['decompress_gbps']:.2f} |")
     lines += ["", "Targets of issue 2 at REL 0.01 (measured in the same run):", "",
-              "| dump | check | measured | target | met |", "|---|---|---:|---:|---|"]
+              "| dump | check | measured | target | met | note |", "|---|---|---:|---:|---|---|"]
     for c in result["checks"]:
         lines.append(f"| {c['dump']} | {c['what']} | {c['value']:.3g} | {c['target']:g} | "
-                     f"{'yes' if c['ok'] else '**no**'} |")
+                     f"{'yes' if c['ok'] else '**no**'} | {c.get('note', '')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -187,10 +226,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-readme", action="store_true", help="do not refresh README.md")
     args = ap.parse_args(argv)
     result = run(args.dumps, args.eb_rel, 3 if args.quick else args.repeats, args.budget_s)
-    result["checks"] = check_targets(result["rows"])
+    result["checks"] = check_targets(result["rows"], result["paired"])
     for c in result["checks"]:
-        print(f"{'PASS' if c['ok'] else 'MISS'}  {c['dump']:<18} {c['what']:<34} "
-              f"{c['value']:.3g} (target {c['target']:g})")
+        print(f"{'PASS' if c['ok'] else 'MISS'}  {c['dump']:<18} {c['what']:<48} "
+              f"{c['value']:.3g} (target {c['target']:g}) {c.get('note', '')}")
     path = bu.write_json(result, args.out)
     table = markdown(result)
     Path(args.out).with_suffix(".md").write_text(table)
