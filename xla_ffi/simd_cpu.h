@@ -177,6 +177,16 @@ struct QuantAvx2 {
 
 LC_INLINE uint64_t byte_mask(int bits) { return 0x0101010101010101ull * ((1u << bits) - 1u); }
 
+// Four groups of 8 codes, one per byte of w[k], packed to B bits each by pext.
+LC_AVX2 LC_INLINE uint8_t* pext_store4(uint8_t* o, const uint64_t* w, uint64_t mask, int bits) {
+  for (int k = 0; k < 4; ++k) {
+    uint64_t p = _pext_u64(w[k], mask);
+    memcpy(o, &p, 8);
+    o += bits;
+  }
+  return o;
+}
+
 // Bit-packing of 32 codes < 2^B, B in 1..8, LSB first (8 codes become B bytes): narrowed to
 // bytes, then pext gathers the low B bits of 8 bytes at a time. Stores 8 bytes per group (the
 // extra ones are overwritten by the next group), so callers leave >= 64 codes to the scalar tail.
@@ -186,12 +196,7 @@ LC_AVX2 LC_INLINE uint8_t* pack32_avx2(uint8_t* o, __m256i c0, __m256i c1, __m25
   b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));  // in order
   uint64_t w[4];
   _mm256_storeu_si256((__m256i*)w, b);
-  for (int k = 0; k < 4; ++k) {
-    uint64_t p = _pext_u64(w[k], mask);
-    memcpy(o, &p, 8);
-    o += bits;
-  }
-  return o;
+  return pext_store4(o, w, mask, bits);
 }
 
 LC_AVX2 inline uint64_t quantize_f32_avx2(const float* in, uint64_t n8, float vmin, float inv,
@@ -310,14 +315,9 @@ struct QuantAvx512 {
 LC_AVX512 LC_INLINE uint8_t* pack32_avx512(uint8_t* o, __m512i c0, __m512i c1, uint64_t mask,
                                            int bits) {
   __m128i b0 = _mm512_cvtepi32_epi8(c0), b1 = _mm512_cvtepi32_epi8(c1);
-  uint64_t w[4] = {(uint64_t)_mm_cvtsi128_si64(b0), (uint64_t)_mm_extract_epi64(b0, 1),
-                   (uint64_t)_mm_cvtsi128_si64(b1), (uint64_t)_mm_extract_epi64(b1, 1)};
-  for (int k = 0; k < 4; ++k) {
-    uint64_t p = _pext_u64(w[k], mask);
-    memcpy(o, &p, 8);
-    o += bits;
-  }
-  return o;
+  const uint64_t w[4] = {(uint64_t)_mm_cvtsi128_si64(b0), (uint64_t)_mm_extract_epi64(b0, 1),
+                         (uint64_t)_mm_cvtsi128_si64(b1), (uint64_t)_mm_extract_epi64(b1, 1)};
+  return pext_store4(o, w, mask, bits);
 }
 
 LC_AVX512 inline uint64_t quantize_f32_avx512(const float* in, uint64_t n16, float vmin, float inv,
