@@ -388,8 +388,6 @@ def environment_record(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
     }
-    if isinstance(out, (np.ndarray, bytes)):  # synchronous: no pytree walk inside timings
-        return out
     jax = sys.modules.get("jax")
     if jax is not None:
         try:
