@@ -578,8 +578,20 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
                                bool allow_huff, Workspace& w, uint8_t* len, uint16_t* code) {
   SectionPlan p = {false, packed_bytes(count, bits)};
   if (!allow_huff || count == 0 || nsym < 2 || nsym > kMaxHuffSymbols) return p;
-  for (int s = 0; s < nsym; ++s) w.freq[s] = 0;
-  for (uint64_t i = 0; i < count; ++i) w.freq[sym[i]]++;
+  // Four interleaved histograms (in tmp and sorted, free until huff_lengths): few distinct
+  // symbols would otherwise chain every increment through the same counter.
+  uint32_t* h[4] = {w.freq, w.tmp, (uint32_t*)w.sorted, (uint32_t*)w.sorted + kMaxHuffSymbols};
+  for (int k = 0; k < 4; ++k)
+    for (int s = 0; s < nsym; ++s) h[k][s] = 0;
+  uint64_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    h[0][sym[i]]++;
+    h[1][sym[i + 1]]++;
+    h[2][sym[i + 2]]++;
+    h[3][sym[i + 3]]++;
+  }
+  for (; i < count; ++i) h[0][sym[i]]++;
+  for (int s = 0; s < nsym; ++s) w.freq[s] += h[1][s] + h[2][s] + h[3][s];
   huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
   int ml = 0;
   if (!huff_codes(len, nsym, code, &ml)) return p;
@@ -602,7 +614,13 @@ LC_HD uint8_t* write_huff(uint8_t* o, const uint32_t* sym, uint64_t count, int n
   for (uint64_t s0 = 0; s0 < count; s0 += kSeg, ++k) {
     uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
     uint32_t bits = 0;
-    for (uint64_t i = s0; i < s1; ++i) {
+    uint64_t i = s0;
+    for (; i + 2 <= s1; i += 2) {  // two codes (<= 24 bits) per put: half the carried chain
+      const uint32_t a = sym[i], b = sym[i + 1], la = len[a], lb = len[b];
+      bw.put(code[a] | ((uint32_t)code[b] << la), (int)(la + lb));
+      bits += la + lb;
+    }
+    for (; i < s1; ++i) {
       uint32_t v = sym[i];
       bw.put(code[v], len[v]);
       bits += len[v];
