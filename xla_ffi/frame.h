@@ -1021,13 +1021,82 @@ LC_HD bool seg_finish(SegCursor& c, const uint32_t* table, int tb, uint64_t mask
   return !c.br.overrun;
 }
 
+// Two-symbol decode table over the same tb-bit index as `table` ((sym << 8) | len entries):
+// len1 + len2 | (two ? 32 : 0) | sym1 << 6 | sym2 << 18, where `two` says that the bits after
+// the first code hold a whole second one within the tb-bit window (so len1 + len2 <= tb);
+// 0 for a hole. Returns how many entries hold two symbols.
+LC_HD uint32_t huff_pair_table(const uint32_t* table, int tb, uint32_t* pair) {
+  uint32_t twos = 0;
+  for (uint32_t x = 0; x < (1u << tb); ++x) {
+    const uint32_t e1 = table[x], l1 = e1 & 0xff;
+    uint32_t v = l1 ? l1 | ((e1 >> 8) << 6) : 0;
+    if (l1) {
+      const uint32_t e2 = table[x >> l1], l2 = e2 & 0xff;
+      if (l2 && l2 <= (uint32_t)tb - l1) {
+        v = (l1 + l2) | 32u | ((e1 >> 8) << 6) | ((e2 >> 8) << 18);
+        ++twos;
+      }
+    }
+    pair[x] = v;
+  }
+  return twos;
+}
+
+// Two segments decoded interleaved with the two-symbol table while each has 8 symbols and 8
+// readable bytes left: four lookups per refill (<= 4 * tb <= 48 bits), one or two symbols
+// each. A lone symbol's second emit lands on the next position, which the next lookup (or
+// seg_finish) overwrites with the right value. A hole is noted and reported at the end (it
+// consumes no bits; the symbol count bounds the loop). Leaves the cursors for seg_finish;
+// bits consumed = bit position - the segment's offset.
+template <typename EmitFn>
+LC_HD bool huff_pair_bulk(SegCursor& a, SegCursor& b, const uint8_t* sp, uint64_t off_a,
+                          uint64_t off_b, const uint32_t* pair, uint64_t mask, EmitFn& emit) {
+  const uint8_t* pa = a.br.p;
+  const uint8_t* pb = b.br.p;
+  const uint8_t* const end = a.br.end;
+  uint64_t acc_a = a.br.acc, acc_b = b.br.acc, i = a.i, j = b.i;
+  int na = a.br.nacc, nb = b.br.nacc;
+  uint32_t hole = 0;
+  while (i + 8 <= a.s1 && j + 8 <= b.s1 && end - pa >= 8 && end - pb >= 8) {
+    uint64_t wa, wb;  // branchless refill, as BitReader::refill
+    memcpy(&wa, pa, 8);
+    memcpy(&wb, pb, 8);
+    acc_a |= wa << na;
+    acc_b |= wb << nb;
+    pa += (63 - na) >> 3;
+    pb += (63 - nb) >> 3;
+    na |= 56;
+    nb |= 56;
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t ea = pair[acc_a & mask], eb = pair[acc_b & mask];
+      const int la = (int)(ea & 31), lb = (int)(eb & 31);
+      acc_a >>= la;
+      acc_b >>= lb;
+      na -= la;
+      nb -= lb;
+      hole |= (uint32_t)(la == 0) | (uint32_t)(lb == 0);
+      emit(i, (ea >> 6) & 0xfff);
+      emit(i + 1, ea >> 18);
+      emit(j, (eb >> 6) & 0xfff);
+      emit(j + 1, eb >> 18);
+      i += 1 + ((ea >> 5) & 1);
+      j += 1 + ((eb >> 5) & 1);
+    }
+  }
+  a.br.p = pa; a.br.acc = acc_a; a.br.nacc = na; a.i = i;
+  b.br.p = pb; b.br.acc = acc_b; b.br.nacc = nb; b.i = j;
+  a.bits = (uint64_t)(pa - sp) * 8 - (uint64_t)na - off_a;
+  b.bits = (uint64_t)(pb - sp) * 8 - (uint64_t)nb - off_b;
+  return hole == 0;
+}
+
 // Decodes `count` Huffman symbols, calling emit(i, sym); false on a malformed stream (a hole in
 // the code table, or a segment whose codes do not add up to its declared length). Segments
 // start at the sum of the lengths before them; two are decoded at a time, interleaved, so the
 // table-lookup chains of both overlap.
 template <typename EmitFn>
 LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, int tb,
-                             EmitFn& emit) {
+                             EmitFn& emit, uint32_t* pair_scratch = nullptr) {
   const uint64_t nseg = segments_for(count);
   const uint8_t* seg_len = r.take(2 * (size_t)nseg);
   if (!seg_len) return false;
@@ -1037,6 +1106,10 @@ LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, i
   const uint8_t* sp = r.take(bytes);
   if (!sp) return false;
   const uint64_t mask = (1ull << tb) - 1;
+  // Long sections of short codes (an optimal code's bits are near uniform, so the share of
+  // two-symbol entries is the share of lookups that yield two) take the two-symbol table.
+  const bool pairs = pair_scratch && count >= (4ull << tb) &&
+                     2 * huff_pair_table(table, tb, pair_scratch) >= (1u << tb);
   uint64_t off = 0;  // bit offset of segment k
   for (uint64_t k = 0; k < nseg; k += 2) {
     const uint64_t la = (uint32_t)seg_len[2 * k] | ((uint32_t)seg_len[2 * k + 1] << 8);
@@ -1046,6 +1119,7 @@ LC_HD bool read_huff_symbols(Reader& r, uint64_t count, const uint32_t* table, i
       const uint64_t lb = (uint32_t)seg_len[2 * k + 2] | ((uint32_t)seg_len[2 * k + 3] << 8);
       const uint64_t t1 = s1 + kSeg < count ? s1 + kSeg : count;
       SegCursor b = seg_cursor(sp, bytes, off + la, s1, t1);
+      if (pairs && !huff_pair_bulk(a, b, sp, off, off + la, pair_scratch, mask, emit)) return false;
       while (a.i + 4 <= a.s1 && b.i + 4 <= b.s1 && a.br.end - a.br.p >= 8 && b.br.end - b.br.p >= 8)
         if (!seg_step4(a, table, mask, emit) || !seg_step4(b, table, mask, emit)) return false;
       if (!seg_finish(b, table, tb, mask, emit) || b.bits != lb) return false;
@@ -1173,7 +1247,7 @@ LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, 
     int tb = 0, nsym = 0;
     if (h.codes_huff) {  // symbols < nsym <= nlut: always in the table
       ok = read_huff_table(r, (int)nlut, w.len_a, w.code_a, w.tmp, &tb, &nsym) &&
-           read_huff_symbols(r, nd, w.tmp, tb, emit_lut);
+           read_huff_symbols(r, nd, w.tmp, tb, emit_lut, w.freq);  // freq: unused by the decoder
     } else if (maxcode < nlut && D == kF32) {  // values computed, as in the table
       ok = read_packed_f32(r, nd, h.bits, base, step, dv, emit_lut);
     } else if (maxcode < nlut) {
