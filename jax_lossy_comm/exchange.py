@@ -23,6 +23,15 @@ Exchange paths (``path=``):
   chunks. ABS mode has no static code width: its dense capacity is the raw size unless
   ``capacity=`` is given.
 
+* ``"packed"``: dense collectives that move (about) the used bytes, for backends without
+  ``ragged_all_to_all``. Frames are compressed at the dense path's capacity; each device packs
+  its frames for a destination back to back behind their int32 byte counts; one scalar
+  ``pmax`` (the same one that detects overflow) agrees on the largest packed destination,
+  and ``lax.switch`` runs the dense ``all_to_all`` of the smallest static bucket that holds
+  it (buckets shrink by ``PACKED_BUCKET_STEP`` from the full capacity). Bucket rounding,
+  the spread between destinations and devices whose tables compress worse decide the
+  overhead over ``frame_bytes``; values are bit-identical to the dense path.
+
 Frames that do not fit (NaN/Inf beyond the outlier room, a bound below ``min_error_bound``, a
 too small ``capacity=``) are never dropped or truncated: the count of overflowed frames is
 ``pmax``-ed over the axis (one scalar, so every device agrees) and, if any, the whole exchange
@@ -64,7 +73,12 @@ DEFAULT_MIN_ERROR_BOUND = 0.01
 #: Exact outlier values reserved in each dense frame (7 bytes each for 2048x64 float32 chunks),
 #: so that the odd value at the quantizer's edge does not send the step down the fallback.
 DEFAULT_OUTLIERS = 16
-PATHS = ("auto", "dense", "ragged")
+#: Packed path: bucket sizes (bytes per destination) shrink from the full capacity by this
+#: factor per step (2 ** 0.5: at most 29% of a bucket is padding) ...
+PACKED_BUCKET_STEP = 2.0 ** 0.5
+#: ... down to this fraction of the full capacity (smaller needs use the smallest bucket).
+PACKED_MIN_FRACTION = 1.0 / 64
+PATHS = ("auto", "dense", "packed", "ragged")
 BACKWARDS = ("exact", "compressed")
 
 
@@ -313,6 +327,59 @@ def _exchange_frames(cfg: _Config, frames, nbytes):
     return recv.reshape(frames.shape), rnb
 
 
+def packed_buckets(tables: int, capacity: int) -> tuple:
+    """Static bucket sizes (bytes per destination, ascending) of the packed path.
+
+    A destination's packed buffer holds ``4 * tables`` header bytes (the int32 byte counts)
+    then the frames back to back; the largest bucket fits every frame at full ``capacity``,
+    the others shrink by ``PACKED_BUCKET_STEP`` down to ``PACKED_MIN_FRACTION`` of it.
+    Sizes are multiples of 64 bytes (at least the header plus 64).
+    """
+    hdr = 4 * tables
+    top = hdr + tables * int(capacity)
+    out, b = {top}, float(top)
+    floor = max(hdr + 64, top * PACKED_MIN_FRACTION)
+    while True:
+        b /= PACKED_BUCKET_STEP
+        if b < floor:
+            break
+        out.add(min(top, hdr + 64 * math.ceil((b - hdr) / 64)))
+    return tuple(sorted(out))
+
+
+def _pack(frames, nbytes, size: int):
+    """``uint8[P, T, cap]`` frames + ``int32[P, T]`` counts -> ``uint8[P, size]``: per
+    destination the counts (4 bytes each) then the used bytes of every frame back to back,
+    zero padded. ``size`` must be at least ``4 * T + T * cap`` (the largest bucket).
+
+    Each frame is written whole (its bytes and its zero-filled rest of the capacity) at its
+    offset, in table order, so the next frame overwrites the previous one's padding: P x T
+    in-place ``dynamic_update_slice`` copies instead of a byte-wise gather.
+    """
+    p, t, cap = frames.shape
+    used = jnp.clip(nbytes, 0, cap)
+    off = 4 * t + jnp.cumsum(used, axis=1) - used                           # [P, T]
+    header = jax.lax.bitcast_convert_type(nbytes.astype(jnp.int32), jnp.uint8).reshape(p, 4 * t)
+    buf = jnp.zeros((p, size), jnp.uint8).at[:, :4 * t].set(header)
+    for d in range(p):
+        for k in range(t):
+            buf = jax.lax.dynamic_update_slice(buf, frames[d, k][None], (d, off[d, k]))
+    return buf
+
+
+def _unpack(buf, t: int, cap: int):
+    """Inverse of :func:`_pack` on the receiver: ``uint8[P, size]`` -> frames
+    ``uint8[P, T, cap]`` (zero past each frame's bytes) and counts ``int32[P, T]``."""
+    p, size = buf.shape
+    nb = jax.lax.bitcast_convert_type(buf[:, :4 * t].reshape(p, t, 4), jnp.int32)
+    used = jnp.clip(nb, 0, cap)
+    off = 4 * t + jnp.cumsum(used, axis=1) - used                           # [P, T]
+    fr = jnp.stack([jnp.stack([jax.lax.dynamic_slice(buf, (d, off[d, k]), (1, cap))[0]
+                               for k in range(t)]) for d in range(p)])
+    i = jnp.arange(cap, dtype=jnp.int32)
+    return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
+
+
 def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
     lay = cfg.layout.transposed() if backward_pass else cfg.layout
     cap = cfg.backward_capacity if backward_pass else cfg.capacity
@@ -324,12 +391,41 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
     frames, nbytes = _match_varying(frames, x), _match_varying(nbytes, x)
     over = nbytes < 0
     n_over = over.sum().astype(jnp.int32)
-    any_over = jax.lax.pmax(n_over, ax) > 0
+    if cfg.path == "packed":
+        # Two phases in one step: a pmax of (overflows, largest packed destination) picks
+        # the smallest static bucket that holds every device's frames, then one dense
+        # all_to_all of that bucket carries counts and frames together.
+        p_, t_ = frames.shape[0], nbytes.size // frames.shape[0]
+        fr3, nb2 = frames.reshape(p_, t_, cap), nbytes.reshape(p_, t_)
+        need = (4 * t_ + jnp.maximum(nb2, 0).sum(axis=1)).max().astype(jnp.int32)
+        agg = jax.lax.pmax(jnp.stack([n_over, need]), ax)
+        any_over = agg[0] > 0
+        buckets = packed_buckets(t_, cap)
+        k = jnp.minimum(jnp.searchsorted(jnp.asarray(buckets, jnp.int32), agg[1]),
+                        len(buckets) - 1).astype(jnp.int32)
 
-    def compressed(_):
-        rf, rnb = _exchange_frames(cfg, frames, nbytes)
-        xr = decompress(rf, rnb, shape=(rows, dim), dtype=x.dtype)
-        return _match_varying(lay.from_chunks(xr), x)
+        top = buckets[-1]
+
+        def branch(size):
+            def go(buf):  # only the first `size` bytes per destination travel
+                got = jax.lax.all_to_all(buf[:, :size], ax, 0, 0, tiled=True)
+                return jnp.pad(got, ((0, 0), (0, top - size)))
+            return go
+
+        def compressed(_):
+            buf = _pack(fr3, nb2, top)
+            rbuf = jax.lax.switch(k, [branch(b) for b in buckets], buf)
+            rf, rnb = _unpack(rbuf, t_, cap)
+            rf, rnb = rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
+            xr = decompress(rf, rnb, shape=(rows, dim), dtype=x.dtype)
+            return _match_varying(lay.from_chunks(xr), x)
+    else:
+        any_over = jax.lax.pmax(n_over, ax) > 0
+
+        def compressed(_):
+            rf, rnb = _exchange_frames(cfg, frames, nbytes)
+            xr = decompress(rf, rnb, shape=(rows, dim), dtype=x.dtype)
+            return _match_varying(lay.from_chunks(xr), x)
 
     def exact(_):
         return jax.lax.all_to_all(x, ax, lay.split, lay.concat, tiled=lay.tiled)
@@ -343,6 +439,8 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
     nb_bytes = 4.0 * nbytes.size
     if cfg.path == "dense":
         comp_moved = jnp.float32(frames.size + nb_bytes)
+    elif cfg.path == "packed":
+        comp_moved = (jnp.asarray(buckets, jnp.float32)[k] * frames.shape[0])
     else:
         comp_moved = frame_bytes + nb_bytes
     moved = jnp.where(any_over, raw_bytes, comp_moved)
@@ -417,7 +515,8 @@ def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, er
         correct results, through the fallback when a frame does not fit.
       capacity: static bytes per frame, overriding the path's default (a speculative
         capacity; frames that do not fit trigger the exact fallback).
-      path: ``"auto"`` (ragged on GPU, dense elsewhere), ``"dense"`` or ``"ragged"``.
+      path: ``"auto"`` (ragged on GPU, dense elsewhere), ``"dense"``, ``"packed"`` (dense
+        collectives, used bytes in size buckets) or ``"ragged"``.
       backward: ``"exact"``: the cotangent goes back through the exact transposed
         ``all_to_all``; ``"compressed"``: through a compressed one with
         ``backward_error_bound`` (same mode, codec and path).
@@ -465,7 +564,7 @@ def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, er
     lay = _make_layout(x.shape, p, split_axis, concat_axis, table_axis, tiled)
     if path == "auto":
         path = "ragged" if _ragged_supported() else "dense"
-    cap_path = "dense" if path == "dense" else "ragged"
+    cap_path = "dense" if path in ("dense", "packed") else "ragged"
 
     def prep(bound, grid, what):
         c = concrete_error_bound(bound, what)  # raises on a negative or non-finite value

@@ -5,7 +5,8 @@ float64) for several split/concat axes, tiled and untiled; per-table bounds hold
 chunk; the gradient through ``shard_map`` (with a ``psum``, the vma trap) equals the exact
 one; the compressed backward stays within its bound's effect; NaN/Inf survive, frames that
 do not fit fall back to the exact exchange and are counted; changing the bound does not
-recompile; the packed (ragged) layout decodes to the same values as the dense one.
+recompile; the ragged layout (emulated) and the packed path decode to the same values as
+the dense one.
 """
 
 from __future__ import annotations
@@ -261,6 +262,65 @@ def test_ragged_path_decodes_like_dense(mesh):
     np.testing.assert_array_equal(np.asarray(sr.moved_bytes),
                                   np.asarray(sr.frame_bytes) + 4 * NDEV * 3)
     assert np.all(np.asarray(sr.moved_bytes) < np.asarray(sd.moved_bytes))
+
+
+def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
+    """The packed path (two phases: pmax of the largest packed destination, then a dense
+    all_to_all of the smallest bucket that holds it) gives the dense path's values bit for
+    bit, forward and compressed backward, and moves one bucket per destination."""
+    rows, L, dim = 32, 3, 16
+    xg = _data((NDEV * NDEV * rows, L, dim), seed=13)
+    xg[:, 1] = xg[:1, 1]      # repeated rows: small frames
+    xg[:, 2] = 0.0            # constant chunks: header-only frames
+    w = _weights((NDEV * rows, NDEV * L, dim))
+
+    def f(path):
+        def g(x, eb):
+            y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
+                                             path=path, backward="compressed",
+                                             return_stats=True)
+            return y, _expand(s)
+
+        def loss(x, eb):
+            return jnp.sum(_smap(mesh, g, 2, (P("i"), P("i")))(x, eb)[0] * w)
+
+        x, eb = jnp.asarray(xg), jnp.float32(0.01)
+        return _smap(mesh, g, 2, (P("i"), P("i")))(x, eb), jax.grad(loss)(x, eb)
+
+    ((yd, sd), gd), ((yp, sp), gp) = f("dense"), f("packed")
+    assert np.array_equal(np.asarray(yd), np.asarray(yp))
+    assert np.array_equal(np.asarray(gd), np.asarray(gp))
+    np.testing.assert_array_equal(np.asarray(sd.frame_bytes), np.asarray(sp.frame_bytes))
+    moved = np.asarray(sp.moved_bytes)
+    assert np.all(moved == moved[0])               # one agreed bucket for every device
+    assert moved[0] / NDEV in ex.packed_buckets(L, int(np.asarray(sd.capacity_bytes)[0]))
+    need = 4 * L + np.asarray(sp.frame_bytes).max() / NDEV   # a rough lower bound
+    assert need <= moved[0] < np.asarray(sd.moved_bytes)[0] / 2
+    assert int(np.asarray(sp.fallback).max()) == 0
+
+
+def test_packed_path_falls_back_exactly(mesh):
+    rows, L, dim = 16, 2, 8
+    xg = _data((NDEV * NDEV * rows, L, dim), seed=8)
+    xg[rows * NDEV * 2 + rows: rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
+
+    def f(x, e):
+        y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=e, table_axis=1,
+                                         path="packed", return_stats=True)
+        return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
+
+    y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(0.01))
+    assert np.array_equal(np.asarray(y).view(np.uint32), np.asarray(ye).view(np.uint32))
+    assert np.all(np.asarray(s.fallback) == 1)
+    assert np.array_equal(np.asarray(s.moved_bytes), np.asarray(s.raw_bytes))
+
+
+def test_packed_buckets():
+    b = ex.packed_buckets(4, 1000)
+    assert b[-1] == 4 * 4 + 4 * 1000 and list(b) == sorted(set(b))
+    assert all(x % 64 == 16 for x in b[:-1])
+    assert all(hi / lo <= ex.PACKED_BUCKET_STEP * 1.2 for lo, hi in zip(b, b[1:]))
+    assert b[0] <= b[-1] * ex.PACKED_MIN_FRACTION * ex.PACKED_BUCKET_STEP + 64
 
 
 def test_bfloat16(mesh):
