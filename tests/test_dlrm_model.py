@@ -195,3 +195,21 @@ def test_compressed_backward_exchange_is_used_and_stays_close():
   assert delta.max() > 0  # the cotangents really went through the codec
   moved = np.abs(new_params["exact"] - np.asarray(state.params["embedding"]["table"])).max()
   assert delta.max() < 0.2 * moved  # lossy cotangents, same update within the bound's effect
+
+
+def test_sparse_embedding_update_equals_dense_optax_update():
+  """SGD on the looked-up rows only (the default) gives the dense optax update's table and
+  head; multi-hot bags with repeated rows and row-wise split tables included."""
+  cfg, mesh, ctx, state, shard, batch = _setup(multi_hot=3, lr=0.5, split_rows=200)
+  gbatch = train._to_global(batch, mesh, cfg.batch_size)
+  out = {}
+  for sparse in (True, False):
+    c = dataclasses.replace(cfg, sparse_embedding_update=sparse)
+    ctx_s, _, shard_s = train.setup(c, mesh)
+    assert ctx_s.sparse_update == sparse
+    step = jax.jit(train.make_train_step(ctx_s), in_shardings=(shard_s, None))
+    out[sparse] = jax.device_get(step(jax.tree.map(jnp.copy, state), gbatch)[0].params)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+               out[True], out[False])
+  moved = np.abs(out[True]["embedding"]["table"] - np.asarray(state.params["embedding"]["table"]))
+  assert moved.max() > 0

@@ -83,6 +83,12 @@ class ErrorBoundHook:
     except ValueError:
       return None
 
+  @property
+  def needs_stats(self) -> bool:
+    """True when ``update`` uses the per-table statistics (the automatic policy); the tiers
+    policy and the fixed placeholder ignore them, so the step need not compute them."""
+    return self.config is not None and self.config.policy == "auto"
+
   def init(self):
     """The initial state (a pytree of arrays)."""
     if self.config is None:
@@ -95,10 +101,13 @@ class ErrorBoundHook:
       return state["eb_rel"]
     return _eb.error_bounds(state, self.config)
 
-  def update(self, state, stats: dict[str, jax.Array]):
-    """Next state from this step's per-table stats (each float32[T], replicated)."""
+  def update(self, state, stats: dict[str, jax.Array] | None):
+    """Next state from this step's per-table stats (each float32[T], replicated; None when
+    ``needs_stats`` is False)."""
     if self.config is None:
       return state
+    if stats is None:
+      return _eb.update(state, None, self.config)
     return _eb.update(state, _eb.TableStats(
         cotangent_abs_mean=stats["cotangent_abs_mean"], value_range=stats["value_range"],
         distinct_fraction=stats["distinct_fraction"]), self.config)

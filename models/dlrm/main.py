@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
   t.add_argument("--batch-size", type=int, default=None, help="global batch size")
   t.add_argument("--eval-batch-size", type=int, default=None)
   t.add_argument("--optimizer", choices=["sgd", "adagrad"], default=None)
+  t.add_argument("--sparse-embedding-update", action=argparse.BooleanOptionalAction,
+                 default=None, help="sgd: update only the looked-up table rows (default on)")
   t.add_argument("--learning-rate", "--lr", type=float, default=None)
   t.add_argument("--warmup-steps", type=int, default=None)
   t.add_argument("--decay-start-step", type=int, default=None)
@@ -78,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
   c.add_argument("--codec", default=None, help="codec for compressed_all_to_all")
   c.add_argument("--exchange-backward", choices=["exact", "compressed"], default=None,
                  help="backward exchange of the embedding cotangents (default exact)")
+  c.add_argument("--exchange-path", choices=["auto", "dense", "packed", "ragged"], default=None,
+                 help="wire path of the compressed exchange (auto: ragged on GPU, packed on "
+                      "CPU)")
   c.add_argument("--error-bound-config", default="", help="JSON/YAML error-bound config "
                  "(same as --eb-config)")
   c.add_argument("--placeholder-eb-rel", type=float, default=None, help=argparse.SUPPRESS)

@@ -157,6 +157,12 @@ class StepContext:
   graphdefs: Any
   tx: optax.GradientTransformation
   eb_hook: ErrorBoundHook
+  lr_schedule: Any = None
+
+  @property
+  def sparse_update(self) -> bool:
+    """Embedding rows are updated in place by sparse SGD (``Config.sparse_embedding_update``)."""
+    return self.config.optimizer == "sgd" and self.config.sparse_embedding_update
 
   @property
   def num_devices(self) -> int:
@@ -206,9 +212,22 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
       out = out + jnp.where(jnp.asarray(col >= 0)[None, :, None], y[:, np.maximum(col, 0)], 0.0)
     return out
 
-  def body(head_p, table, eb_slots, dense, ids, label):
+  sparse = compute_grads and ctx.sparse_update
+  need_stats = ctx.eb_hook.needs_stats
+  slot_offsets = jnp.asarray(pl.offsets, jnp.int32)                        # [P, L]
+  slot_rows = jnp.asarray(pl.slot_rows, jnp.int32)                         # [P, L]
+
+  def sparse_sgd(table, ids_local, di, g_pooled, lr):
+    """table float32[1, R, dim] minus lr x the row gradients of the looked-up rows (the
+    dense gradient is zero elsewhere; repeated rows accumulate, as in a scatter-add)."""
+    valid = (ids_local >= 0) & (ids_local < slot_rows[di][None, :, None])   # [B, L, H]
+    rows = jnp.where(valid, ids_local + slot_offsets[di][None, :, None], table.shape[1])
+    upd = jnp.broadcast_to((-lr * g_pooled)[:, :, None, :], rows.shape + (pl.dim,))
+    return table.at[0, rows.reshape(-1)].add(upd.reshape(-1, pl.dim), mode="drop")
+
+  def body(head_p, table, eb_slots, dense, ids, label, lr=None):
     # dense float32[b, 13], ids int32[b, T, H], label float32[b], table float32[1, R, dim],
-    # eb_slots float32[L].
+    # eb_slots float32[L], lr float32[] (sparse update only).
     b = dense.shape[0]
     global_b = b * p
     di = jax.lax.axis_index(AXIS)
@@ -223,27 +242,35 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
       pooled = emb.lookup(ids_local, di) + probe                          # [B, L, dim]
       y, stats = exchange.embedding_exchange(
           pooled, eb_slots, compression=cfg.compression, codec=cfg.codec, axis_name=AXIS,
-          min_error_bound=min_eb, backward=cfg.exchange_backward)
+          min_error_bound=min_eb, backward=cfg.exchange_backward, path=cfg.exchange_path)
       emb_all = gather_tables(y)                                          # [b, T, dim]
       logits = nnx.merge(head_gd, head_p)(dense, emb_all)                 # [b]
       loss = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, label)) / global_b
       return loss, (logits, stats, pooled)
 
-    probe = jnp.zeros((global_b, pl.local_tables, pl.dim), jnp.float32)
+    # Varying like the pooled embeddings it is added to: an invariant probe's cotangent
+    # would be summed over the devices (shard_map's transpose of an invariant input).
+    probe = jax.lax.pcast(jnp.zeros((global_b, pl.local_tables, pl.dim), jnp.float32), AXIS,
+                          to="varying")
     if not compute_grads:
       loss, (logits, stats, pooled) = local_loss(head_p, table, probe)
       return jax.lax.psum(loss, AXIS), logits
     head_v = jax.lax.pcast(head_p, AXIS, to="varying")
-    (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
-        local_loss, argnums=(0, 1, 2), has_aux=True)(head_v, table, probe)
+    if sparse:  # d loss / d pooled (the probe) gives the row gradients; no dense grad
+      (loss, (logits, stats, pooled)), (g_head, g_probe) = jax.value_and_grad(
+          local_loss, argnums=(0, 2), has_aux=True)(head_v, table, probe)
+      g_table = sparse_sgd(table, ids_local, di, g_probe, lr)  # the updated table
+    else:
+      (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
+          local_loss, argnums=(0, 1, 2), has_aux=True)(head_v, table, probe)
     g_head = jax.lax.psum(g_head, AXIS)
     loss = jax.lax.psum(loss, AXIS)
-    slot_stats = {  # per local slot, float32[1, L]
-        "value_range": (pooled.max(axis=(0, 2)) - pooled.min(axis=(0, 2)))[None],
-        "cotangent_abs_mean": jnp.mean(jnp.abs(g_probe), axis=(0, 2))[None],
-        "distinct_fraction": _distinct_fraction(ids_local)[None],
-        "compression_ratio": stats.compression_ratio[None],               # [1, P, L]
-    }
+    slot_stats = {"compression_ratio": stats.compression_ratio[None]}   # [1, P, L]
+    if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them
+      slot_stats.update(
+          value_range=(pooled.max(axis=(0, 2)) - pooled.min(axis=(0, 2)))[None],
+          cotangent_abs_mean=jnp.mean(jnp.abs(g_probe), axis=(0, 2))[None],
+          distinct_fraction=_distinct_fraction(ids_local)[None])
     byte_stats = {k: jax.lax.psum(getattr(stats, k), AXIS)
                   for k in ("raw_bytes", "frame_bytes", "moved_bytes")}
     byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), AXIS)
@@ -263,23 +290,33 @@ def make_train_step(ctx: StepContext):
   body = _sharded_forward_backward(ctx, compute_grads=True)
   head_spec = P()
   slot = P(AXIS)
+  sparse = ctx.sparse_update
   smap = jax.shard_map(
       body, mesh=ctx.mesh,
-      in_specs=(head_spec, P(AXIS), slot, P(AXIS), P(AXIS), P(AXIS)),
+      in_specs=(head_spec, P(AXIS), slot, P(AXIS), P(AXIS), P(AXIS)) + ((P(),) if sparse else ()),
       out_specs=(P(), P(AXIS), head_spec, P(AXIS), P(AXIS), P()),
       check_vma=True)
 
   def train_step(state: TrainState, batch):
     eb_t = ctx.eb_hook.bounds(state.eb_state)                              # [T]
     eb_slots = _slots_from_tables(ctx, eb_t, jnp.max(eb_t))
+    lr = (jnp.asarray(ctx.lr_schedule(state.step), jnp.float32),) if sparse else ()
     loss, logits, g_head, g_table, slot_stats, byte_stats = smap(
         state.params["head"], state.params["embedding"]["table"], eb_slots,
-        batch["dense"], batch["ids"], batch["label"])
-    grads = {"head": g_head, "embedding": {"table": g_table}}
-    updates, opt_state = ctx.tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    table_stats = {k: _tables_from_slots(ctx, slot_stats[k].reshape(-1))
-                   for k in ("value_range", "cotangent_abs_mean", "distinct_fraction")}
+        batch["dense"], batch["ids"], batch["label"], *lr)
+    if sparse:  # g_table is the table after its sparse SGD step; optax updates the head
+      # (SGD's state is the step count only, the same with or without the table)
+      updates, opt_state = ctx.tx.update({"head": g_head}, state.opt_state,
+                                         {"head": state.params["head"]})
+      params = {"head": optax.apply_updates(state.params["head"], updates["head"]),
+                "embedding": {"table": g_table}}
+    else:
+      grads = {"head": g_head, "embedding": {"table": g_table}}
+      updates, opt_state = ctx.tx.update(grads, state.opt_state, state.params)
+      params = optax.apply_updates(state.params, updates)
+    table_stats = ({k: _tables_from_slots(ctx, slot_stats[k].reshape(-1))
+                    for k in ("value_range", "cotangent_abs_mean", "distinct_fraction")}
+                   if ctx.eb_hook.needs_stats else None)
     eb_state = ctx.eb_hook.update(state.eb_state, table_stats)
     # Per-table ratio over all peers: harmonic mean of the per-(peer, table) ratios
     # (every chunk has the same raw size).
@@ -289,7 +326,7 @@ def make_train_step(ctx: StepContext):
     inv_t = jnp.sum(jnp.where(jnp.asarray(tp >= 0), inv[np.maximum(tp, 0)], 0.0), axis=1)
     ratio_t = jnp.sum(tp >= 0, axis=1) / inv_t   # split tables: over all their pieces
     metrics = dict(byte_stats, loss=loss, error_bound=eb_t, compression_ratio=ratio_t,
-                   **{f"stat_{k}": v for k, v in table_stats.items()})
+                   **{f"stat_{k}": v for k, v in (table_stats or {}).items()})
     # Replicated, so every process can read them (multi-host: see _host).
     replicated = NamedSharding(ctx.mesh, P())
     metrics = {k: jax.lax.with_sharding_constraint(v, replicated) for k, v in metrics.items()}
@@ -330,7 +367,8 @@ def setup(config: Config, mesh, eb_args=None):
   graphdefs, _ = create_model(config, placement, config.seed, abstract=True)
   tx = create_optimizer(config)
   eb_hook = ErrorBoundHook(config.num_tables, eb_args, config.placeholder_eb_rel)
-  ctx = StepContext(config, placement, mesh, graphdefs, tx, eb_hook)
+  ctx = StepContext(config, placement, mesh, graphdefs, tx, eb_hook,
+                    learning_rate_schedule(config))
   table_shape = (mesh.size, placement.rows_per_device, config.embedding_dim)
 
   def init_state():
@@ -565,6 +603,7 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
 
   interval: list[tuple[np.ndarray, np.ndarray, dict]] = []
   t_interval = time.perf_counter()
+  net0 = net_tx_bytes()
   bar = tqdm(total=config.steps, initial=start, disable=not (progress and is_main),
              desc=label or "train", dynamic_ncols=True)
   final_eval = None
@@ -575,10 +614,17 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
     interval.append((batch_local["label"], m))
     bar.update(1)
     if step % config.log_every == 0 or step == config.steps:
+      # Steps run asynchronously: wait for this one (state included) before reading the
+      # clock, so the interval's time covers the device work, not just its dispatch.
+      jax.block_until_ready((state, m))
       rec = _interval_record(step, interval, time.perf_counter() - t_interval,
                              config.batch_size)
       rec["bad_lines"] = int(getattr(stream, "bad_lines", 0))
       rec["exchange"] = config.compression
+      net1 = net_tx_bytes()
+      if net0 is not None and net1 is not None:
+        rec["net_tx_bytes"] = net1 - net0  # this namespace, all processes, the interval
+      net0 = net1
       bar.set_postfix(loss=f"{rec['loss']:.4f}", ratio=f"{rec['compression_ratio']:.1f}")
       say(f"{tag}step {step}: loss {rec['loss']:.4f} train-AUC {rec['auc']:.4f} "
           f"{rec['samples_per_s']:.0f} samples/s | exchange ratio {rec['compression_ratio']:.2f}x, "
@@ -595,11 +641,11 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
           f"accuracy {ev['accuracy']:.4f} ({ev['rows']} rows)")
       writer.write({"kind": "eval", "step": step, **ev})
       final_eval = ev
-      t_interval = time.perf_counter()
+      t_interval, net0 = time.perf_counter(), net_tx_bytes()
     if (config.checkpoint_every and step % config.checkpoint_every == 0) or step == config.steps:
       _save(mngr, state, {"data_position": stream.position(), "step": step})
       mngr.wait_until_finished()
-      t_interval = time.perf_counter()
+      t_interval, net0 = time.perf_counter(), net_tx_bytes()
     if kill_at_step and step == kill_at_step:
       mngr.wait_until_finished()
       os.kill(os.getpid(), signal.SIGKILL)
@@ -623,6 +669,22 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
   return result
 
 
+def net_tx_bytes() -> float | None:
+  """Bytes sent so far by all interfaces of this process's network namespace (Linux
+  ``/proc/net/dev``; loopback included), or None where that file does not exist.
+
+  A diagnostic of what really crosses the wire: in the netns benchmark every gloo byte of
+  both processes goes through the namespace's rate-limited loopback, so the difference over
+  an interval is the link traffic of all devices (other traffic of the namespace included).
+  """
+  try:
+    with open("/proc/net/dev") as f:
+      lines = f.readlines()[2:]
+  except OSError:
+    return None
+  return float(sum(int(l.split(":", 1)[1].split()[8]) for l in lines if ":" in l))
+
+
 def _interval_record(step, interval, seconds, global_batch) -> dict:
   """Aggregates the per-step metrics of one logging interval (syncs with the device)."""
   labels = np.concatenate([l for l, _ in interval])
@@ -643,6 +705,7 @@ def _interval_record(step, interval, seconds, global_batch) -> dict:
           "moved_ratio": raw / max(moved, 1e-9),
           "ratio_per_table": [float(x) for x in per_table],
           "fallback_steps": int(sum(float(m["fallback"]) > 0 for m in ms)),
+          "seconds": float(seconds), "unix_time": time.time(),
           "error_bound": [float(x) for x in ms[-1]["error_bound"]]}
 
 

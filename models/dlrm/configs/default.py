@@ -66,6 +66,10 @@ class Config:
   steps: int = 500
   # Optimizer: "sgd" (reference DLRM) or "adagrad".
   optimizer: str = "sgd"
+  # With optimizer "sgd": update only the table rows looked up in the step (scatter-add of
+  # -lr * row gradient, as the reference DLRM's sparse EmbeddingBag gradients) instead of a
+  # dense table-sized gradient and update. Same math; False: the dense optax update.
+  sparse_embedding_update: bool = True
   # Peak learning rate.
   learning_rate: float = 0.1
   # Linear warm-up steps from 0 to learning_rate (0 = none).
@@ -85,6 +89,9 @@ class Config:
   # Backward (cotangent) exchange: "exact" (straight-through, as in the paper) or
   # "compressed" (the transposed exchange compressed too, with the same per-table bounds).
   exchange_backward: str = "exact"
+  # Wire path of compressed_all_to_all: "auto" (ragged on GPU, packed elsewhere), "dense"
+  # (fixed-capacity frames), "packed" (used bytes in size buckets) or "ragged" (GPU).
+  exchange_path: str = "auto"
   # YAML/JSON error-bound config for jax_lossy_comm.error_bound ("" = paper defaults).
   error_bound_config: str = ""
   # Relative error bound of every table while jax_lossy_comm.error_bound is unavailable.
@@ -120,6 +127,9 @@ class Config:
       raise ValueError(f"top_mlp must end in 1, got {self.top_mlp}")
     if self.compression not in ("on", "off"):
       raise ValueError(f"compression must be 'on' or 'off', got {self.compression!r}")
+    if self.exchange_path not in ("auto", "dense", "packed", "ragged"):
+      raise ValueError(f"exchange_path must be auto, dense, packed or ragged, got "
+                       f"{self.exchange_path!r}")
     if self.optimizer not in ("sgd", "adagrad"):
       raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
     if self.data_format not in ("kaggle", "terabyte", "csv"):
