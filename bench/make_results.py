@@ -203,13 +203,16 @@ def netns_table(netns: dict[str, Any]) -> str:
     runs = netns_bench._median_runs(netns.get("runs", []))
     sp = netns_bench.paired_speedups(netns.get("runs", []))
     per_round = netns_bench.speedups_per_round(netns.get("runs", []))
-    lines = ["| link | exchange | step time | samples/s | forward bytes moved / step | speedup "
-             "| AUC | log loss |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| link | exchange | step time | samples/s | forward bytes moved / step | "
+             "link bytes / step | speedup | AUC | log loss |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])
         probe = f" (measured {r['probe_gbits']:.2f} Gbit/s)" if r.get("probe_gbits") else ""
+        link = r.get("link_bytes_per_step")
         lines.append(f"| {r['rate']}{probe} | {r['mode']} | {r['step_time_s'] * 1e3:.0f} ms | "
                      f"{r['samples_per_s']:.0f} | {r['moved_bytes_per_step'] / 2**20:.2f} MiB | "
+                     + (f"{link / 2**20:.2f} MiB" if link else "-") + " | "
                      f"{_f(s, '.3f')}x | {_f(r['auc'], '.5f')} | {_f(r['logloss'], '.5f')} |")
     lt = netns_bench.link_times(runs)
     if lt:
@@ -228,19 +231,40 @@ def netns_table(netns: dict[str, Any]) -> str:
 
 
 def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.5) -> str:
-    """The issue's target line: >= 1.5x step time at 1 Gbit/s (the paper: 1.38x)."""
+    """The issue's target line: >= 1.5x step time at 1 Gbit/s (the paper: 1.38x), for the
+    best compressed mode measured, with the link-time floor of each mode (link bytes / rate)
+    and the unlimited step (compute) that explain it."""
     if netns.get("status") == "skipped":
         return ""
     import netns_bench
-    sp = netns_bench.paired_speedups(netns.get("runs", [])).get(rate, {}).get("compressed")
-    if sp is None:
+    runs = netns.get("runs", [])
+    sp = netns_bench.paired_speedups(runs).get(rate, {})
+    sp = {m: v for m, v in sp.items() if m.startswith("compressed")}
+    if not sp:
         return f"Target (>= {target}x at {rate}): no measurement."
-    return (f"Target: >= {target}x step-time speedup at {rate} (the paper reports 1.38x on its "
-            f"cluster). Measured: {sp:.2f}x -- "
-            + ("met." if sp >= target else "MISSED: on this 2-core shared CPU the compute of "
-               "8 emulated devices dominates the step, compressing costs CPU time that a "
-               "GPU would not, and the backward exchange (as large as the forward) stays exact; "
-               "see the link-time line above for the communication part alone."))
+    best = max(sp, key=sp.get)
+    med = {(r["rate"], r["mode"]): r for r in netns_bench._median_runs(runs)}
+    bits = netns_bench.rate_bits(rate)
+
+    def floor(mode):
+        r = med.get((rate, mode), {})
+        b = r.get("link_bytes_per_step")
+        return f"{b * 8 / bits * 1e3:.0f} ms ({b / 2**20:.1f} MiB)" if b else "-"
+
+    def comp(mode):
+        r = med.get(("unlimited", mode))
+        return f"{r['step_time_s'] * 1e3:.0f} ms" if r else "-"
+
+    line = (f"Target: >= {target}x step-time speedup at {rate} (the paper reports 1.38x on its "
+            f"cluster). Measured: {sp[best]:.2f}x ({best}"
+            + "".join(f"; {m} {v:.2f}x" for m, v in sp.items() if m != best) + ") -- "
+            + ("met." if sp[best] >= target else "MISSED.")
+            + f" Link-time floor per step at {rate} (bytes that crossed the link / rate): "
+            f"exact {floor('exact')}, {best} {floor(best)}; step without a limit: exact "
+            f"{comp('exact')}, {best} {comp(best)}.")
+    if netns.get("breakdown_note"):
+        line += " " + netns["breakdown_note"]
+    return line
 
 
 def _env_line(res: dict[str, Any]) -> str:
@@ -302,7 +326,8 @@ def render_markdown(peers: dict[str, Any] | None, train: dict[str, Any] | None,
                 "automatic per-table policy.", "", train_table(train), ""]
     if netns:
         p = netns.get("params", {})
-        out += ["### Rate-limited link: 2 processes x 4 CPU devices in a network namespace",
+        out += [f"### Rate-limited link: 2 processes x {p.get('devices_per_process')} CPU "
+                f"device(s) in a network namespace",
                 "", f"Run: {_env_line(netns)}; preset {p.get('preset')}, {p.get('steps')} "
                 f"steps (first {p.get('log_every')} = compile, dropped), gloo over the "
                 "namespace's 127.0.0.1 limited with tc ("
@@ -310,8 +335,11 @@ def render_markdown(peers: dict[str, Any] | None, train: dict[str, Any] | None,
                    else "-") + "). " + (f"{netns['note'].capitalize()}. " if netns.get("note")
                                          else "") + "Step time: median over rounds of each run's median step (compile interval "
                 "dropped); speedup: median over rounds of exact / compressed step time of the "
-                "same round (rounds interleave the modes); bytes: the forward exchange of all "
-                "devices (the backward exchange is exact, raw float32, in every mode).", "",
+                "same round (rounds interleave the modes); forward bytes: the forward exchange "
+                "of all devices (compressed-bwd also compresses the backward exchange, the "
+                "other modes send it raw); link bytes: everything the namespace sent per step "
+                "(both exchanges, the ids all-to-all, the data-parallel gradient all-reduce), "
+                "from /proc/net/dev.", "",
                 netns_table(netns), "", _netns_target(netns), ""]
     if full:
         out += ["### Plots", "", "![Pareto](pareto_rel0.01.png)", "",
