@@ -1,16 +1,22 @@
 """The CUDA kernels, run on the CPU: frames, values and statuses identical to the CPU codec.
 
 ``tests/cuda_emu/check_kernels.cc`` includes ``xla_ffi/codec_cuda.cu`` with
-``LC_CUDA_EMULATION`` (``tests/cuda_emu/emu.h`` maps thread blocks to CPU threads, barriers and
-shuffles to a block-wide exchange) and compares every kernel with ``frame.h``'s CPU codec:
-encoded frames byte for byte (fixed/raw: the parallel kernel; auto/dedup/entropy: the serial
-one), decoded values and statuses of valid and corrupted frames, under AddressSanitizer and
-UBSan (which also flags misaligned word accesses). No GPU needed, so CI runs it; it checks the
-kernels' logic, not the GPU memory model or nvcc (``tests/test_cuda.py`` does that on a GPU).
+``LC_CUDA_EMULATION`` (``tests/cuda_emu/emu.h`` runs each thread of a block as a fiber, one
+barrier phase at a time in a shuffled order; shuffles and ballots go through a block-wide
+exchange) and compares every kernel with ``frame.h``'s CPU codec: encoded frames byte for byte
+(fixed/raw: ``encode_fixed_kernel``; auto/dedup/entropy: the parallel dictionary encoder
+``encode_dict_kernel``), decoded values and statuses of valid and corrupted frames
+(``decode_fast_kernel`` + ``decode_dict_kernel``), under AddressSanitizer and UBSan (which also
+flags misaligned word accesses). Shapes include empty chunks, one row, 2048 x 64 chunks, large
+code alphabets, hot-row data like the real dumps and, when the dumps are present, the dumps
+themselves and the DLRM exchange shape (26 x 8 chunks of 256 x 64) cut from them. No GPU needed,
+so CI runs it; it checks the kernels' logic, not the GPU memory model or nvcc
+(``tests/test_cuda.py`` does that on a GPU).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,6 +25,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CXX = shutil.which("g++") or shutil.which("clang++")
+DATA = Path(os.environ.get("JLC_DATA_DIR", ROOT.parent / "shared" / "data"))
+DUMPS = DATA / "emb_dumps"
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
@@ -30,7 +38,10 @@ def test_cuda_kernels_under_cpu_emulation(tmp_path):
            f"-I{ROOT / 'xla_ffi'}", str(ROOT / "tests/cuda_emu/check_kernels.cc"), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-4000:]
-    run = subprocess.run([str(exe), "quick"], capture_output=True, text=True, timeout=900,
+    args = [str(exe), "quick"]
+    if (DUMPS / "manifest.json").is_file():
+        args.append(str(DUMPS))
+    run = subprocess.run(args, capture_output=True, text=True, timeout=900,
                          env={"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-4000:])
     assert "0 failures" in run.stdout

@@ -1,15 +1,22 @@
 // Checks the CUDA kernels of xla_ffi/codec_cuda.cu, run on the CPU through emu.h, against the
-// CPU codec of frame.h: frames byte for byte (fixed and raw forms, fast kernel; auto form,
-// serial kernel), decoded values and statuses of valid and corrupted frames (fast and serial
-// decode kernels). Prints one line per failure and exits non-zero on any.
+// CPU codec of frame.h: frames byte for byte (fixed and raw forms: encode_fixed_kernel; auto,
+// dedup and entropy forms: encode_dict_kernel), decoded values and statuses of valid and
+// corrupted frames (decode_fast_kernel + decode_dict_kernel, decompress and frame status).
+// Prints one line per failure and exits non-zero on any.
 //
-//   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -pthread -DLC_CUDA_EMULATION \
-//       -include tests/cuda_emu/emu.h -Ixla_ffi tests/cuda_emu/check_kernels.cc -o check && ./check
-// (`./check quick` skips one of the three error bounds of the data-kind sweep.)
+//   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -pthread -DLC_CUDA_EMULATION
+//       -include tests/cuda_emu/emu.h -Ixla_ffi tests/cuda_emu/check_kernels.cc -o check
+//   ./check [quick] [DUMP_DIR]
+// `quick` skips one of the three error bounds of the data-kind sweeps and the bf16/f16 runs of
+// the largest shapes; DUMP_DIR (e.g. ../shared/data/emb_dumps) adds the real embedding dumps
+// (files *_ROWSxDIM_f32.bin), whole and cut into the DLRM exchange shape.
 #include "../../xla_ffi/codec_cuda.cu"
 
 #include <stdio.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +27,11 @@ size_t al256(size_t v) { return (v + 255) & ~(size_t)255; }
 
 int failures = 0;
 int checks = 0;
+// Coverage: frames per form (raw, quantized without a dictionary or Huffman, dictionary,
+// Huffman codes, Huffman index, >= 2 code segments, >= 2 index segments) and decode statuses of
+// dictionary/Huffman frames (original and corrupted).
+int seen_form[7] = {0};
+int seen_status[16] = {0};
 
 void fail(const std::string& what) {
   if (++failures <= 40) printf("FAIL %s\n", what.c_str());
@@ -42,6 +54,7 @@ std::vector<float> make_data(const std::string& kind, int64_t batch, uint64_t ro
   const uint64_t n = rows * dim;
   std::vector<float> x(batch * n);
   for (auto& v : x) v = r.normal();
+  if (x.empty()) return x;
   if (kind == "dup") {
     for (int64_t c = 0; c < batch; ++c)
       for (uint64_t i = 0; i < rows; ++i) {
@@ -66,6 +79,28 @@ std::vector<float> make_data(const std::string& kind, int64_t batch, uint64_t ro
     for (auto& v : x) v *= 1e-39f;
   } else if (kind == "outliers") {  // >= 128 outliers per chunk: two-byte outlier count
     for (size_t i = 0; i < x.size(); i += 7) x[i] = lc::u2f(0x7fc00000u);
+  } else if (kind == "hot" || kind == "hotnear" || kind == "hotspecial") {
+    // Pooled embeddings of hot ids: rows drawn from a pool of rows/8 + 2 (skewed towards the
+    // first), like the real dumps. hotnear: some copies one ulp off (different input rows, the
+    // same codes); hotspecial: NaN/Inf inside pool rows (outliers repeated with their rows).
+    const uint64_t pool = rows / 8 + 2;
+    for (int64_t c = 0; c < batch; ++c) {
+      float* xc = x.data() + c * n;
+      for (uint64_t i = 0; i < n; ++i) xc[i] *= 0.05f;
+      if (kind == "hotspecial")
+        for (uint64_t k = 0; k < pool && k < rows; k += 3) xc[k * dim + (k % dim)] = (k % 2) ? lc::u2f(0x7fc00000u) : lc::u2f(0xff800000u);
+      for (uint64_t i = pool; i < rows; ++i) {
+        const float u = (float)r.next() / 4294967296.0f;
+        const uint64_t src = (uint64_t)((float)pool * u * u * u) % pool;
+        for (uint64_t j = 0; j < dim; ++j) {
+          float v = xc[src * dim + j];
+          if (kind == "hotnear" && (i + j) % 5 == 0 && v - v == 0.0f) v = lc::u2f(lc::f2u(v) + 1);
+          xc[i * dim + j] = v;
+        }
+      }
+    }
+  } else if (kind == "lowcard") {  // few distinct values: long runs of equal codes
+    for (auto& v : x) v = (float)(r.next() % 4) * 0.25f;
   }
   return x;
 }
@@ -87,16 +122,14 @@ void encode_gpu(const std::vector<uint8_t>& in, const std::vector<float>& eb, in
   const uint64_t n = rows * dim;
   if (codec == lc::kCodecFixed || codec == lc::kCodecRaw) {
     const size_t stride = al256(4 * n);
-    std::vector<uint8_t> ws(stride * grid + 256);
+    std::vector<uint8_t> ws(stride * grid + 256, 0xA5);  // scratch is not zeroed either
     emu::launch(grid, kThreads, encode_fixed_kernel<D>, in.data(), eb.data(), batch, rows, dim,
                 mode, codec, frames.data(), cap, nbytes.data(), ws.data(), stride);
   } else {
-    const size_t stride = al256(lc::workspace_bytes(rows, dim));
-    const int64_t workers = batch < 5 ? batch : 5;
-    std::vector<uint8_t> ws(stride * workers);
-    emu::launch((unsigned)((workers + 31) / 32), 32, encode_generic_kernel<D>, in.data(), eb.data(),
-                batch, rows, dim, mode, codec, frames.data(), cap, nbytes.data(), ws.data(),
-                stride, workers);
+    const size_t stride = al256(dict_ws_bytes(rows, dim));
+    std::vector<uint8_t> ws(stride * grid, 0xA5);
+    emu::launch(grid, kThreads, encode_dict_kernel<D>, in.data(), eb.data(), batch, rows, dim,
+                mode, codec, frames.data(), cap, nbytes.data(), ws.data(), stride);
   }
 }
 
@@ -107,29 +140,29 @@ void decode_gpu(const std::vector<uint8_t>& frames, const std::vector<int32_t>& 
   const size_t chunk = rows * dim * Dev<D>::kSize;
   out.assign(kWrite ? batch * chunk : 0, 0xCD);
   status.assign(batch, 777);
-  std::vector<uint8_t> pending(batch, 0xEE);
-  const size_t wsb = al256(lc::workspace_bytes(rows, dim));
-  const int64_t workers = batch < 3 ? batch : 3;
-  std::vector<uint8_t> ws(wsb * workers + (kWrite ? 0 : al256(chunk) * workers));
+  std::vector<FastFrame> info(batch);
+  memset((void*)info.data(), 0xEE, sizeof(FastFrame) * batch);
+  const size_t stride = al256(lc::align16(4 * rows * dim) + lc::align16(4 * rows));
+  const unsigned dgrid = grid + 1;  // a different grid from the fast kernel's
+  std::vector<uint8_t> ws(stride * dgrid, 0xA5);
   uint8_t* x = kWrite ? out.data() : nullptr;
   emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
-              cap, rows, dim, x, status.data(), pending.data());
-  uint8_t* o = kWrite ? x : ws.data() + wsb * workers;
-  emu::launch((unsigned)((workers + 31) / 32), 32, decode_generic_kernel<D>, frames.data(),
-              nbytes.data(), batch, cap, rows, dim, o, !kWrite, status.data(),
-              (const uint8_t*)pending.data(), ws.data(), wsb, workers);
+              cap, rows, dim, x, status.data(), info.data());
+  emu::launch(dgrid, kThreads, decode_dict_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
+              cap, rows, dim, x, status.data(), (const FastFrame*)info.data(), ws.data(), stride);
 }
 
 template <int D>
-void check_case(const std::string& kind, int64_t batch, uint64_t rows, uint64_t dim, int mode,
-                int codec, float ebv, size_t cap, unsigned grid, uint64_t seed) {
+void check_data(const std::string& kind, const std::vector<float>& data, int64_t batch,
+                uint64_t rows, uint64_t dim, int mode, int codec, float ebv, size_t cap,
+                unsigned grid, uint64_t seed, int64_t max_fuzz = 64) {
   char name[256];
   snprintf(name, sizeof name, "%s dtype=%d [%lld,%llu,%llu] mode=%d codec=%d eb=%g cap=%zu grid=%u",
            kind.c_str(), D, (long long)batch, (unsigned long long)rows, (unsigned long long)dim,
            mode, codec, ebv, cap, grid);
   const uint64_t n = rows * dim;
   const size_t chunk = n * Dev<D>::kSize;
-  std::vector<uint8_t> in = to_dtype(make_data(kind, batch, rows, dim, seed), D);
+  std::vector<uint8_t> in = to_dtype(data, D);
   std::vector<float> eb(batch, ebv);
   // CPU reference.
   std::vector<uint8_t> fc(batch * cap, 0);
@@ -156,12 +189,20 @@ void check_case(const std::string& kind, int64_t batch, uint64_t rows, uint64_t 
   std::vector<uint8_t> frames = fc;
   std::vector<int32_t> nb = nc;
   Rng r{seed + 99};
-  const int64_t fuzz = batch * 3;
+  const int64_t fuzz = batch * 3 < max_fuzz ? batch * 3 : max_fuzz;
   for (int64_t k = 0; k < fuzz; ++k) {
     int64_t src = k % batch;
     std::vector<uint8_t> f(fc.begin() + src * cap, fc.begin() + (src + 1) * cap);
     int32_t len = nc[src];
-    switch (r.next() % 5) {
+    switch (r.next() % 7) {
+      case 5: if (len > 8) {  // one bit flipped past the header, re-sealed: section contents
+                const uint32_t b = r.next() % (8 * (uint32_t)(len - 8));
+                f[8 + b / 8] ^= (uint8_t)(1u << (b % 8));
+                lc::put_u32(f.data() + 4, lc::lc_checksum(f.data(), len)); } break;
+      case 6: if (len > 9) {  // one byte short or long, re-sealed
+                len += (r.next() & 1) ? 1 : -1;
+                if ((size_t)len > cap) len = (int32_t)cap;
+                lc::put_u32(f.data() + 4, lc::lc_checksum(f.data(), len)); } break;
       case 0: if (len > 0) f[r.next() % len] ^= (uint8_t)(1 + r.next() % 255); break;
       case 1: if (len > 8) { f[8 + r.next() % (len - 8)] ^= (uint8_t)(1 + r.next() % 255);
                              lc::put_u32(f.data() + 4, lc::lc_checksum(f.data(), len)); } break;
@@ -179,6 +220,16 @@ void check_case(const std::string& kind, int64_t batch, uint64_t rows, uint64_t 
     nb.push_back(len);
   }
   const int64_t total = batch + fuzz;
+  for (int64_t c = 0; c < batch; ++c) {
+    if (nc[c] <= 0) continue;
+    const uint8_t* f = fc.data() + c * cap;
+    const int fl = f[2];
+    if ((f[1] & 15) == lc::kFormRaw) seen_form[0]++;
+    else if (!(fl & (lc::kFlagDedup | lc::kFlagCodesHuff))) seen_form[1]++;
+    if (fl & lc::kFlagDedup) seen_form[2]++;
+    if (fl & lc::kFlagCodesHuff) seen_form[3]++;
+    if (fl & lc::kFlagIndexHuff) seen_form[4]++;
+  }
   std::vector<uint8_t> oc(total * chunk), og;
   std::vector<int32_t> sc(total), sg, vc(total), vg;
   for (int64_t c = 0; c < total; ++c) {
@@ -187,6 +238,9 @@ void check_case(const std::string& kind, int64_t batch, uint64_t rows, uint64_t 
     vc[c] = lc::decode_frame<false>(frames.data() + c * cap, nb[c], cap, rows, dim, D, nullptr, w);
   }
   decode_gpu<D, true>(frames, nb, total, rows, dim, cap, grid, og, sg);
+  for (int64_t c = 0; c < total; ++c)
+    if (nb[c] > 8 && (frames[c * cap + 2] & (lc::kFlagDedup | lc::kFlagCodesHuff)) && sc[c] >= 0 && sc[c] < 16)
+      seen_status[sc[c]]++;
   std::vector<uint8_t> dummy;
   decode_gpu<D, false>(frames, nb, total, rows, dim, cap, grid, dummy, vg);
   ++checks;
@@ -201,40 +255,126 @@ void check_case(const std::string& kind, int64_t batch, uint64_t rows, uint64_t 
 }
 
 template <int D>
+void check_case(const std::string& kind, int64_t batch, uint64_t rows, uint64_t dim, int mode,
+                int codec, float ebv, size_t cap, unsigned grid, uint64_t seed) {
+  check_data<D>(kind, make_data(kind, batch, rows, dim, seed), batch, rows, dim, mode, codec, ebv,
+                cap, grid, seed);
+}
+
+const int kDictCodecs[] = {lc::kCodecAuto, lc::kCodecDedup, lc::kCodecEntropy};
+const int kAllCodecs[] = {lc::kCodecFixed, lc::kCodecRaw, lc::kCodecAuto, lc::kCodecDedup,
+                          lc::kCodecEntropy};
+
+template <int D>
 void run_dtype(bool quick) {
   const char* kinds[] = {"normal", "dup", "special", "constant", "zeros", "nan", "wide", "outliers",
-                         "subnormal"};
+                         "subnormal", "hot", "hotnear", "hotspecial", "lowcard"};
   uint64_t seed = 1;
   for (const char* kind : kinds)
-    for (int codec : {lc::kCodecFixed, lc::kCodecRaw})
+    for (int codec : kAllCodecs)
       for (float ebv : {0.01f, 0.05f, 1e-7f}) {
         if (quick && ebv == 0.05f) continue;
         const uint64_t rows = 40, dim = 24;
         check_case<D>(kind, 3, rows, dim, lc::kRel, codec, ebv, lc::raw_frame_bytes(rows, dim, D), 2, seed++);
       }
-  // Shapes: partial groups and tiles, several tiles, one value, odd sizes (16-bit alignment).
-  const uint64_t shapes[][2] = {{1, 1}, {3, 5}, {1, 7}, {1000, 33}, {64, 129}, {300, 64}};
+  // Shapes: empty chunks, one value, one row, partial groups, tiles and segments, several
+  // stream tiles (identity dictionary with Huffman codes), odd sizes (16-bit alignment).
+  const uint64_t shapes[][2] = {{0, 5}, {4, 0}, {1, 1}, {3, 5}, {1, 7}, {1, 300}, {1000, 33},
+                                {64, 129}, {300, 64}};
   for (auto& s : shapes)
-    for (const char* kind : {"special", "outliers", "wide"})
-      check_case<D>(kind, 3, s[0], s[1], lc::kRel, lc::kCodecFixed, 0.02f,
-                    lc::raw_frame_bytes(s[0], s[1], D), 2, seed++);
-  // Absolute bound, overflow (small capacities), the serial encoder (auto).
-  check_case<D>("normal", 2, 32, 16, lc::kAbs, lc::kCodecFixed, 0.003f, lc::raw_frame_bytes(32, 16, D), 1, seed++);
+    for (const char* kind : {"special", "outliers", "wide", "hot"})
+      for (int codec : kAllCodecs) {
+        if (codec == lc::kCodecRaw || (quick && codec == lc::kCodecDedup)) continue;
+        if (s[0] * s[1] >= 19200 && codec != lc::kCodecEntropy && codec != lc::kCodecFixed) continue;
+        check_case<D>(kind, 3, s[0], s[1], lc::kRel, codec, 0.02f,
+                      lc::raw_frame_bytes(s[0], s[1], D), 2, seed++);
+      }
+  // Absolute bound; large alphabets (sort keys in shared memory up to 1024 symbols, in scratch
+  // beyond; bit-packed past 4096); overflow (small capacities).
+  for (int codec : kAllCodecs)
+    check_case<D>("normal", 2, 32, 16, lc::kAbs, codec, 0.003f, lc::raw_frame_bytes(32, 16, D), 1, seed++);
+  for (float ebv : {1e-3f, 2e-4f, 1e-4f})
+    for (const char* kind : {"normal", "hot"})
+      check_case<D>(kind, 2, 256, 32, lc::kRel, lc::kCodecEntropy, ebv, lc::raw_frame_bytes(256, 32, D), 2, seed++);
   for (size_t cap : {12, 40, 200, 400})
-    check_case<D>("special", 3, 32, 16, lc::kRel, lc::kCodecFixed, 0.01f, cap, 2, seed++);
-  check_case<D>("special", 3, 32, 16, lc::kRel, lc::kCodecRaw, 0.01f, 300, 2, seed++);
-  for (int codec : {lc::kCodecAuto, lc::kCodecDedup, lc::kCodecEntropy})
-    for (const char* kind : {"dup", "special"})
-      check_case<D>(kind, 4, 40, 24, lc::kRel, codec, 0.02f, lc::raw_frame_bytes(40, 24, D), 2, seed++);
+    for (int codec : kAllCodecs)
+      check_case<D>("special", 3, 32, 16, lc::kRel, codec, 0.01f, cap, 2, seed++);
+  for (size_t cap : {60, 120, 250})
+    for (int codec : kDictCodecs)
+      check_case<D>("hot", 3, 64, 16, lc::kRel, codec, 0.01f, cap, 2, seed++);
+  // Many rows: index sections of several segments (Huffman and bit-packed), a 2048 x 64 chunk.
+  if (D == lc::kF32 || !quick) {
+    check_case<D>("hot", 1, 2048, 64, lc::kRel, lc::kCodecEntropy, 0.01f, lc::raw_frame_bytes(2048, 64, D), 1, seed++);
+    check_case<D>("hotspecial", 2, 3000, 4, lc::kRel, lc::kCodecAuto, 0.01f, lc::raw_frame_bytes(3000, 4, D), 1, seed++);
+    check_case<D>("hot", 2, 1500, 8, lc::kRel, lc::kCodecDedup, 0.01f, lc::raw_frame_bytes(1500, 8, D), 1, seed++);
+  }
+}
+
+// Real dumps (float32 [rows, dim] files named *_ROWSxDIM_f32.bin): each whole, and the DLRM
+// exchange shape (26 tables x 8 peers chunks of [256, 64]) cut from the [*, 64] ones.
+void run_dumps(const std::string& dir, bool quick) {
+  std::vector<std::pair<std::vector<float>, std::pair<uint64_t, uint64_t>>> dumps;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string f = e.path().filename().string();
+    unsigned long rows = 0, dim = 0;
+    const size_t u = f.rfind("_f32.bin");
+    if (u == std::string::npos) continue;
+    const size_t s = f.rfind('_', u - 1);
+    if (s == std::string::npos || sscanf(f.c_str() + s + 1, "%lux%lu", &rows, &dim) != 2) continue;
+    std::vector<float> x(rows * dim);
+    std::ifstream in(e.path(), std::ios::binary);
+    in.read(reinterpret_cast<char*>(x.data()), (std::streamsize)(x.size() * 4));
+    if (!in) continue;
+    dumps.push_back({x, {rows, dim}});
+  }
+  std::sort(dumps.begin(), dumps.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  printf("%zu dumps in %s\n", dumps.size(), dir.c_str());
+  uint64_t seed = 5000;
+  std::vector<float> ex;  // the exchange shape
+  const uint64_t er = 256, ed = 64, eb = 26 * 8;
+  for (const auto& d : dumps) {
+    const uint64_t rows = d.second.first, dim = d.second.second;
+    for (int codec : kDictCodecs)
+      check_data<lc::kF32>("dump", d.first, 1, rows, dim, lc::kRel, codec, 0.01f,
+                           lc::raw_frame_bytes(rows, dim, lc::kF32), 1, seed++, 3);
+    if (!quick) check_data<lc::kBF16>("dump", d.first, 1, rows, dim, lc::kRel, lc::kCodecAuto, 0.01f,
+                                      lc::raw_frame_bytes(rows, dim, lc::kBF16), 1, seed++, 3);
+    if (dim == ed)
+      for (uint64_t r0 = 0; r0 + er <= rows && ex.size() < eb * er * ed; r0 += er)
+        ex.insert(ex.end(), d.first.begin() + r0 * dim, d.first.begin() + (r0 + er) * dim);
+  }
+  if (ex.empty()) return;
+  while (ex.size() < eb * er * ed) ex.insert(ex.end(), ex.begin(), ex.begin() + er * ed);
+  ex.resize(eb * er * ed);
+  check_data<lc::kF32>("exchange", ex, (int64_t)eb, er, ed, lc::kRel, lc::kCodecAuto, 0.01f,
+                       lc::raw_frame_bytes(er, ed, lc::kF32), 7, seed++, 16);
+  if (!quick)
+    check_data<lc::kF32>("exchange", ex, (int64_t)eb, er, ed, lc::kRel, lc::kCodecEntropy, 0.01f,
+                         lc::raw_frame_bytes(er, ed, lc::kF32), 7, seed++, 16);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string(argv[1]) == "quick";  // fewer error bounds
+  bool quick = false;
+  std::string dumps;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "quick") quick = true;  // fewer error bounds and large shapes
+    else dumps = argv[i];
+  }
   run_dtype<lc::kF32>(quick);
   run_dtype<lc::kBF16>(quick);
   run_dtype<lc::kF16>(quick);
-  printf("%d checks, %d failures\n", checks, failures);
+  if (!dumps.empty()) run_dumps(dumps, quick);
+  const char* forms[] = {"raw", "fixed-rate", "dictionary", "Huffman codes", "Huffman index"};
+  for (int k = 0; k < 5; ++k)
+    if (!seen_form[k]) fail(std::string("coverage: no ") + forms[k] + " frame");
+  for (int st : {lc::kOk, lc::kTruncated, lc::kBadHeader, lc::kBadChecksum, lc::kCorrupt, lc::kTrailingBytes})
+    if (!seen_status[st]) fail("coverage: no dictionary/Huffman frame decoded to status " + std::to_string(st));
+  printf("forms: raw %d, fixed-rate %d, dictionary %d, Huffman codes %d, Huffman index %d\n",
+         seen_form[0], seen_form[1], seen_form[2], seen_form[3], seen_form[4]);
+  printf("dictionary/Huffman decode statuses:");
+  for (int st = 0; st < 10; ++st) printf(" %d:%d", st, seen_status[st]);
+  printf("\n%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }
