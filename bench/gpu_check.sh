@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of the CUDA codec (issue 7): build with CUDA, run the GPU tests, the GPU codec
-# benchmark and a compute-sanitizer memcheck of a small fuzz run; every log goes to OUTDIR.
+# benchmark (compress / decompress GB/s of every codec form, incl. the parallel dictionary and
+# Huffman kernels, beside a device copy) and a compute-sanitizer memcheck of a small fuzz run
+# (which includes corrupted dictionary/Huffman frames); every log goes to OUTDIR.
 #
 #   bash bench/gpu_check.sh OUTDIR
 #
@@ -68,6 +70,13 @@ if ! "$PY" -P -c "import jax, jax_lossy_comm._ext as e; assert e.HAS_CUDA, 'buil
   log "FAIL: the installed extension has no CUDA handlers or no GPU is visible"; cat "$OUT/import.txt"; exit 1
 fi
 log "import: $(tail -n 1 "$OUT/import.txt")"
+# Registers / shared memory / spills of every kernel, as built (the dictionary encoder is bounded
+# to 4 resident blocks per SM: kDictMinBlocks in codec_cuda.cu).
+EXT=$("$PY" -P -c "import jax_lossy_comm._ext as e; print(e.__file__)" 2>/dev/null)
+if command -v cuobjdump >/dev/null 2>&1 && [ -n "$EXT" ]; then
+  cuobjdump --dump-resource-usage "$EXT" > "$OUT/kernel_resources.txt" 2>&1 || true
+  log "kernel resources: kernel_resources.txt ($(grep -c 'Function' "$OUT/kernel_resources.txt") functions)"
+fi
 
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 rc_all=0

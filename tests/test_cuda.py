@@ -8,6 +8,12 @@ within ``eb_abs``, NaN and Inf come back bit-exact, and a corrupt frame yields t
 status on both sides, never a fault (run this file under ``compute-sanitizer --tool memcheck``
 to check the last point; ``bench/gpu_check.sh`` does).
 
+The dictionary forms ("auto", "dedup", "entropy") run fully in parallel on the GPU (code-row
+dedup with a hash table in scratch, Huffman tables from a block-wide histogram, segment-parallel
+Huffman decoding); the tests below check them byte for byte against the CPU on hot-row data like
+the real pooled-embedding dumps, on the dumps themselves (``JLC_DATA_DIR`` or ../shared/data),
+on the DLRM exchange shape, on large code alphabets and on empty chunks.
+
 ``JLC_GPU_TESTS_ON_CPU=1`` runs the same tests with the CPU standing in for the GPU: a dry run of
 the test logic on machines without a GPU (it proves nothing about the CUDA code).
 """
@@ -15,6 +21,7 @@ the test logic on machines without a GPU (it proves nothing about the CUDA code)
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +55,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None, reason=_SKIP or "
 
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 CODECS = ("auto", "raw", "fixed", "dedup", "entropy")
+DICT_CODECS = ("auto", "dedup", "entropy")
+DATA = Path(os.environ.get("JLC_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DUMPS = DATA / "emb_dumps"
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -138,6 +148,32 @@ def _check_same(cpu, gpu, what):
     np.testing.assert_array_equal(gpu, cpu, err_msg=f"GPU and CPU differ: {what}")
 
 
+def hot_rows(shape, seed: int = 0, pool_div: int = 8) -> np.ndarray:
+    """Pooled embeddings of hot ids: rows drawn (skewed) from a pool of rows/pool_div + 2."""
+    rng = np.random.default_rng(seed)
+    *batch, rows, dim = shape
+    pool = rows // pool_div + 2
+    base = (rng.standard_normal((*batch, pool, dim)) * 0.05).astype(np.float32)
+    pick = (pool * rng.random((*batch, rows)) ** 3).astype(np.int64) % pool
+    return np.take_along_axis(base, pick[..., None].repeat(dim, -1), axis=-2)
+
+
+def same_on_both(x, eb, shape2, dtype, codec, cap=None, mode="rel"):
+    """Compresses x on the CPU and the GPU (frames and nbytes must match), decodes each side's
+    frames on the other (statuses and values must match); returns the frame infos."""
+    fc, nc = compress_on(CPU, x, eb, codec=codec, capacity=cap, mode=mode)
+    fg, ng = compress_on(GPU, x, eb, codec=codec, capacity=cap, mode=mode)
+    _check_same(nc, ng, f"nbytes {codec} eb={eb}")
+    _check_same(fc, fg, f"frames {codec} eb={eb}")
+    yc, sc = decompress_on(CPU, fg, ng, shape2, dtype)
+    yg, sg = decompress_on(GPU, fc, nc, shape2, dtype)
+    _check_same(sc, sg, f"status {codec}")
+    _check_same(bits_of(yc), bits_of(yg), f"decoded values {codec}")
+    vg = status_on(GPU, fc, nc, shape2, dtype)
+    _check_same(sc, vg, f"frame_status {codec}")
+    return frame_info(fc, nc)
+
+
 # ------------------------------------------------------------------------------------ tests
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("codec", CODECS)
@@ -183,10 +219,10 @@ def test_error_bound_on_gpu(dtype, codec, mode, eb):
 @pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (5, 1, 7), (1, 1000, 33), (2, 64, 129),
                                    (1, 2048, 64)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_shapes_fixed_and_auto(shape, dtype):
+def test_shapes_all_codecs(shape, dtype):
     x = jnp.asarray(make_data("special", shape, seed=3), dtype)
     cap = raw_frame_bytes(shape[-2], shape[-1], dtype)
-    for codec in ("fixed", "raw", "auto"):
+    for codec in CODECS:
         fc, nc = compress_on(CPU, x, 0.02, codec=codec, capacity=cap)
         fg, ng = compress_on(GPU, x, 0.02, codec=codec, capacity=cap)
         _check_same(nc, ng, f"nbytes {shape} {codec}")
@@ -318,6 +354,115 @@ def test_fuzz_small():
     for codec in CODECS:
         compress_on(GPU, x, 0.02, codec=codec, capacity=raw_frame_bytes(24, 16, np.float32))
         compress_on(GPU, x, 0.02, codec=codec, capacity=30)
+    h = hot_rows((3, 2048, 16), 13)  # dictionary and Huffman sections of several segments
+    for codec in DICT_CODECS:
+        fh, nh = compress_on(GPU, h, 0.01, codec=codec)
+        fh = fh.copy()
+        _ = decompress_on(GPU, fh, nh, (2048, 16), np.float32)
+        fh[:, fh.shape[-1] // 3] ^= 0x10  # corrupt (checksum fails) and re-sealed copies
+        _ = status_on(GPU, fh, nh, (2048, 16), np.float32)
+        rs = np.stack([reseal(fh[i], int(nh[i])) for i in range(len(fh))])
+        _ = decompress_on(GPU, rs, nh, (2048, 16), np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("codec", DICT_CODECS)
+def test_dictionary_forms_hot_rows(dtype, codec):
+    # 2048 x 64 chunks of hot ids (index sections of two segments) and 256 x 64 ones, plus rows
+    # one ulp apart (different input rows with the same codes) and repeated NaN/Inf rows.
+    for shape, seed in (((3, 2048, 64), 20), ((8, 256, 64), 21)):
+        x = hot_rows(shape, seed)
+        x[0, 1::7] = np.nextafter(x[0, 1::7], np.float32(1))
+        x[1, 0, 3], x[1, 1, 5] = np.nan, -np.inf
+        x[1, 2:] = x[1, :2].repeat(shape[1] // 2, 0)[: shape[1] - 2]
+        x = jnp.asarray(x, dtype)
+        for eb in (0.01, 0.05):
+            infos = same_on_both(x, eb, shape[1:], dtype, codec)
+            if codec != "auto":
+                assert all(i.form == "quantized" for i in infos), infos
+            if codec == "entropy":
+                assert any(i.codes_huffman for i in infos) and any(i.index_huffman for i in infos)
+            if codec == "dedup":
+                assert all(i.dedup and not i.codes_huffman for i in infos)
+
+
+@pytest.mark.parametrize("eb", [1e-3, 2e-4, 1e-4])
+def test_large_code_alphabets(eb):
+    # 501 and 2501 symbols (sort keys in shared memory, then in scratch), 5001 (bit-packed).
+    x = np.concatenate([make_data("normal", (2, 256, 32), seed=30), hot_rows((2, 256, 32), 31)])
+    for codec in DICT_CODECS:
+        same_on_both(x, eb, (256, 32), np.float32, codec)
+        same_on_both(x, eb * 3, (256, 32), np.float32, codec, mode="abs")
+
+
+def test_empty_and_tiny_chunks_all_codecs():
+    for shape in [(2, 0, 8), (2, 8, 0), (3, 1, 1), (2, 1, 300), (4, 2, 3)]:
+        x = make_data("special", shape, seed=32) if 0 not in shape else np.zeros(shape, np.float32)
+        for codec in CODECS:
+            same_on_both(x, 0.02, shape[1:], np.float32, codec,
+                         cap=raw_frame_bytes(shape[1], shape[2], np.float32))
+
+
+def _dumps():
+    if not (DUMPS / "manifest.json").is_file():
+        return []
+    import json
+    return [(e["file"].split("/")[-1], tuple(e["shape"]))
+            for e in json.loads((DUMPS / "manifest.json").read_text())]
+
+
+@pytest.mark.skipif(not _dumps(), reason=f"real embedding dumps absent ({DUMPS})")
+@pytest.mark.parametrize("dtype", (jnp.float32, jnp.bfloat16), ids=lambda d: np.dtype(d).name)
+def test_real_dumps_and_exchange_shape(dtype):
+    chunks = []
+    for name, shape in _dumps():
+        a = np.fromfile(DUMPS / name, "<f4").reshape(shape)
+        x = jnp.asarray(a[None], dtype)
+        for codec in DICT_CODECS:
+            for eb in (0.01, 0.05):
+                same_on_both(x, eb, shape, dtype, codec)
+        if shape[1] == 64:
+            chunks += [a[r:r + 256] for r in range(0, shape[0] - 255, 256)]
+    if chunks:  # the DLRM exchange: 26 tables x 8 peers chunks of [256, 64] in one launch
+        x = np.stack([chunks[k % len(chunks)] for k in range(26 * 8)])
+        for codec in DICT_CODECS:
+            same_on_both(jnp.asarray(x, dtype), 0.01, (256, 64), dtype, codec)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_fuzzed_dictionary_frames(seed):
+    # Bit flips inside the Huffman and index sections of large frames (re-sealed, so the
+    # sections get decoded), and lengths one byte off.
+    rng = np.random.default_rng(seed)
+    x = hot_rows((4, 2048, 16), seed + 40)
+    frames, nbytes = [], []
+    for codec in DICT_CODECS:
+        f, nb = compress_on(CPU, x, 0.01, codec=codec)
+        frames.append(f)
+        nbytes.append(nb)
+    frames, nbytes = np.concatenate(frames), np.concatenate(nbytes)
+    cap = frames.shape[-1]
+    out_f, out_n = [], []
+    for k in range(120):
+        j = int(rng.integers(0, len(frames)))
+        f, nb = frames[j].copy(), int(nbytes[j])
+        if k % 4 == 3:
+            nb = int(np.clip(nb + (1 if rng.integers(0, 2) else -1), 0, cap))
+        else:
+            bit = int(rng.integers(8 * 8, 8 * nb))
+            f[bit // 8] ^= np.uint8(1 << (bit % 8))
+        out_f.append(reseal(f, nb))
+        out_n.append(nb)
+    f, nb = np.stack(out_f), np.asarray(out_n, np.int32)
+    sc = status_on(CPU, f, nb, (2048, 16), np.float32)
+    sg = status_on(GPU, f, nb, (2048, 16), np.float32)
+    _check_same(sc, sg, "frame_status of corrupted dictionary frames")
+    yc, dc = decompress_on(CPU, f, nb, (2048, 16), np.float32)
+    yg, dg = decompress_on(GPU, f, nb, (2048, 16), np.float32)
+    _check_same(dc, dg, "decompress status of corrupted dictionary frames")
+    _check_same(bits_of(yc), bits_of(yg), "decoded corrupted dictionary frames")
+    assert (sc == 8).any()  # some flips reached the sections (kCorrupt)
+
 
 
 def test_checksum_helper_matches_frames():
