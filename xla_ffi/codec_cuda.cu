@@ -16,7 +16,8 @@
 //    1. range and quantization of every value into a code array in scratch, outlier positions
 //       compacted in order (warp ballots + a block scan);
 //    2. distinct code rows: each thread hashes whole code rows and inserts them into a hash table
-//       in scratch (atomicCAS, then atomicMin keeps the smallest equal row), so every row learns
+//       (shared memory up to 2048 rows, else scratch; atomicCAS, then atomicMin keeps the
+//       smallest equal row), so every row learns
 //       its first occurrence; a block scan over "first occurrence" flags numbers the dictionary
 //       in first-occurrence order (what frame.h gets from its serial dedup of the distinct input
 //       rows: equal input rows have equal codes, so both orders agree);
@@ -567,7 +568,7 @@ encode_fixed_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs
 struct DictWs {
   uint32_t* codes;    // [n] quantization code of every value
   uint32_t* outl;     // [n] outlier positions, increasing
-  int32_t* table;     // [hs] hash table of code rows: the smallest row of each distinct one
+  int32_t* table;     // [hs] hash table of code rows (when too large for shared memory)
   uint32_t* rep;      // [rows] hash slot of each row, then the smallest row with its codes
   uint32_t* dnum;     // [rows] dictionary number of each first-occurrence row
   uint32_t* index;    // [rows] dictionary number of each row
@@ -687,19 +688,24 @@ __device__ __forceinline__ bool code_rows_equal(const uint32_t* a, const uint32_
 // w.drow[d] (first row of entry d); returns how many. Lock-free: a row claims an empty slot of
 // its hash chain with atomicCAS or, finding an equal row there, lowers it to itself with
 // atomicMin, so each slot ends with the smallest row of one distinct code row.
-__device__ uint32_t dedup_code_rows(const DictWs& w, uint32_t rows, uint32_t dim, uint32_t* red) {
+// The table lives in shared memory (`smem`, kMaxHuffSymbols words, idle at this point) when it
+// fits (rows <= 2048), else in scratch (atomics at L2, read back past L1 with __ldcg).
+__device__ uint32_t dedup_code_rows(const DictWs& w, uint32_t rows, uint32_t dim, uint32_t* red,
+                                    uint32_t* smem) {
   const int tid = threadIdx.x;
   const uint32_t mask = w.hs - 1;
-  for (uint32_t k = tid; k < w.hs; k += kThreads) w.table[k] = -1;
+  const bool shared_table = w.hs <= (uint32_t)lc::kMaxHuffSymbols;
+  int32_t* table = shared_table ? reinterpret_cast<int32_t*>(smem) : w.table;
+  for (uint32_t k = tid; k < w.hs; k += kThreads) table[k] = -1;
   __syncthreads();
   for (uint32_t r = tid; r < rows; r += kThreads) {
     const uint32_t* row = w.codes + (size_t)r * dim;
     uint32_t slot = code_row_hash(row, dim) & mask;
     for (;;) {
-      const int e = atomicCAS(&w.table[slot], -1, (int)r);
+      const int e = atomicCAS(&table[slot], -1, (int)r);
       if (e < 0) break;
       if (code_rows_equal(w.codes + (size_t)e * dim, row, dim)) {
-        atomicMin(&w.table[slot], (int)r);
+        atomicMin(&table[slot], (int)r);
         break;
       }
       slot = (slot + 1) & mask;
@@ -708,7 +714,8 @@ __device__ uint32_t dedup_code_rows(const DictWs& w, uint32_t rows, uint32_t dim
   }
   __syncthreads();
   // Same rows per thread as above and below: rep[r] is only touched by its own thread here.
-  for (uint32_t r = tid; r < rows; r += kThreads) w.rep[r] = (uint32_t)__ldcg(&w.table[w.rep[r]]);
+  for (uint32_t r = tid; r < rows; r += kThreads)
+    w.rep[r] = (uint32_t)(shared_table ? table[w.rep[r]] : __ldcg(&table[w.rep[r]]));
   uint32_t nu = 0;
   for (uint32_t base = 0; base < rows; base += kThreads) {
     const uint32_t r = base + tid;
@@ -947,7 +954,7 @@ encode_dict_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs,
     quantize_codes<D>(in, n, p, w.codes, w.outl, sh);
     const uint64_t n_out = sh.n_out;
     // 2. Distinct code rows, first-occurrence order.
-    const uint32_t nu = dedup_code_rows(w, (uint32_t)rows, (uint32_t)dim, sh.red);
+    const uint32_t nu = dedup_code_rows(w, (uint32_t)rows, (uint32_t)dim, sh.red, sh.hist);
     const uint64_t nd = (uint64_t)nu * dim;
     const bool identity = nu == rows;
     // 3. Sections: dictionary codes, row indices.
@@ -1405,9 +1412,10 @@ decode_dict_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
     }
     if (kWrite && st == lc::kOk) {
       if (F.dedup) {  // expand the dictionary rows
-        for (uint64_t i = tid; i < n; i += kThreads) {
-          const uint64_t r = i / dim;
-          Dev<D>::store(out, i, dv[(size_t)idx[r] * dim + (i - r * dim)]);
+        const uint32_t n32 = (uint32_t)n, d32 = (uint32_t)dim;  // chunks are < 2 GiB
+        for (uint32_t i = tid; i < n32; i += kThreads) {
+          const uint32_t r = i / d32;
+          Dev<D>::store(out, i, dv[(size_t)idx[r] * d32 + (i - r * d32)]);
         }
         __syncthreads();
       }
