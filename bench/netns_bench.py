@@ -244,6 +244,7 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
     env.pop("XLA_FLAGS", None)          # --devices decides
     env["PYTHONPATH"] = str(bu.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     logs = [open(out_dir / f"process{i}.log", "w") for i in range(2)]
+    load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
     procs = [subprocess.Popen(ns.prefix() + train_cmd(out_dir, mode, i, port, args),
                               cwd=bu.REPO_ROOT, env=env, stdout=logs[i],
@@ -264,8 +265,10 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
         for f in logs:
             f.close()
     wall = time.perf_counter() - t0
+    # 1-minute load average of the host before and after (the machine is shared: other work
+    # takes CPU from the training processes, which stretches compute, not link time).
     res: dict[str, Any] = {"mode": mode, "returncodes": rcs, "wall_s": wall,
-                           "out": str(out_dir)}
+                           "out": str(out_dir), "loadavg_1min": [load0, os.getloadavg()[0]]}
     if any(rc != 0 for rc in rcs):
         tail = (out_dir / "process0.log").read_text(errors="replace")[-1500:]
         res.update(status="error" if None not in rcs else "timeout", log_tail=tail)
