@@ -332,7 +332,7 @@ def render_markdown(peers: dict[str, Any] | None, train: dict[str, Any] | None,
                 f"steps (first {p.get('log_every')} = compile, dropped), gloo over the "
                 "namespace's 127.0.0.1 limited with tc ("
                 + (netns["runs"][0]["qdisc"].split("\n")[0][:140] if netns.get("runs")
-                   else "-") + "). " + (f"{netns['note'].capitalize()}. " if netns.get("note")
+                   else "-") + "). " + (f"{netns['note'][:1].upper() + netns['note'][1:]}. " if netns.get("note")
                                          else "") + "Step time: median over rounds of each run's median step (compile interval "
                 "dropped); speedup: median over rounds of exact / compressed step time of the "
                 "same round (rounds interleave the modes); forward bytes: the forward exchange "
