@@ -19,35 +19,35 @@ TIMEOUT = 300
 
 
 def _cmd(out, *flags):
-  return [sys.executable, "-m", "models.dlrm.train", "--preset", "tiny", "--out", str(out),
-          "--no-progress", *flags]
+    return [sys.executable, "-m", "models.dlrm.train", "--preset", "tiny", "--out", str(out),
+            "--no-progress", *flags]
 
 
 def _env(**extra):
-  env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)  # --devices decides
-  env.update(extra)
-  return env
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # --devices decides
+    env.update(extra)
+    return env
 
 
 def _run_all(cmds, env=None):
-  """Runs the commands concurrently; returns their CompletedProcess-like results."""
-  procs = [subprocess.Popen(c, cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for c in cmds]
-  outs = []
-  for p in procs:
-    try:
-      out, _ = p.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-      p.kill()
-      out, _ = p.communicate()
-    outs.append((p.returncode, out))
-  return outs
+    """Runs the commands concurrently; returns their CompletedProcess-like results."""
+    procs = [subprocess.Popen(c, cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for c in cmds]
+    outs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        outs.append((p.returncode, out))
+    return outs
 
 
 def _records(out, kind):
-  with open(os.path.join(out, "metrics.jsonl")) as f:
-    return [r for r in map(json.loads, f) if r.get("kind") == kind]
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r.get("kind") == kind]
 
 
 needs_data = pytest.mark.skipif(not os.path.isdir(KAGGLE), reason="shared data not present")
@@ -55,73 +55,73 @@ needs_data = pytest.mark.skipif(not os.path.isdir(KAGGLE), reason="shared data n
 
 @needs_data
 def test_real_kaggle_and_terabyte_rows_end_to_end(tmp_path):
-  k, t = tmp_path / "kaggle", tmp_path / "terabyte"
-  res = _run_all([
-      _cmd(k, "--devices", "8", "--steps", "8", "--batch-size", "128", "--format", "kaggle",
-           "--data", os.path.join(KAGGLE, "dac_head8000_split_train.tsv"),
-           "--eval-data", os.path.join(KAGGLE, "dac_head8000_split_test.tsv"),
-           "--eval-every", "0", "--log-every", "4", "--compression", "on"),
-      _cmd(t, "--devices", "8", "--steps", "6", "--batch-size", "64", "--format", "terabyte",
-           "--data", TERABYTE, "--holdout-every", "4", "--eval-every", "0", "--log-every", "3",
-           "--compression", "on"),
-  ])
-  for (rc, out), d in zip(res, (k, t)):
-    assert rc == 0, out[-3000:]
-    assert "exchange ratio" in out and "eval @" in out
-    tr, ev = _records(d, "train"), _records(d, "eval")
-    assert tr and ev
-    assert tr[-1]["compression_ratio"] > 1.0 and tr[-1]["raw_bytes"] > 0
-    assert tr[-1]["moved_bytes"] > 0 and len(tr[-1]["ratio_per_table"]) == 26
-    assert len(tr[-1]["error_bound"]) == 26
-    assert 0.0 <= ev[-1]["auc"] <= 1.0 and ev[-1]["logloss"] > 0
-    assert os.path.exists(os.path.join(d, "curves.png"))
-  assert _records(k, "eval")[-1]["rows"] == 391
+    k, t = tmp_path / "kaggle", tmp_path / "terabyte"
+    res = _run_all([
+        _cmd(k, "--devices", "8", "--steps", "8", "--batch-size", "128", "--format", "kaggle",
+             "--data", os.path.join(KAGGLE, "dac_head8000_split_train.tsv"),
+             "--eval-data", os.path.join(KAGGLE, "dac_head8000_split_test.tsv"),
+             "--eval-every", "0", "--log-every", "4", "--compression", "on"),
+        _cmd(t, "--devices", "8", "--steps", "6", "--batch-size", "64", "--format", "terabyte",
+             "--data", TERABYTE, "--holdout-every", "4", "--eval-every", "0", "--log-every", "3",
+             "--compression", "on"),
+    ])
+    for (rc, out), d in zip(res, (k, t)):
+        assert rc == 0, out[-3000:]
+        assert "exchange ratio" in out and "eval @" in out
+        tr, ev = _records(d, "train"), _records(d, "eval")
+        assert tr and ev
+        assert tr[-1]["compression_ratio"] > 1.0 and tr[-1]["raw_bytes"] > 0
+        assert tr[-1]["moved_bytes"] > 0 and len(tr[-1]["ratio_per_table"]) == 26
+        assert len(tr[-1]["error_bound"]) == 26
+        assert 0.0 <= ev[-1]["auc"] <= 1.0 and ev[-1]["logloss"] > 0
+        assert os.path.exists(os.path.join(d, "curves.png"))
+    assert _records(k, "eval")[-1]["rows"] == 391
 
 
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
-  full, killed = tmp_path / "full", tmp_path / "killed"
-  common = ("--devices", "4", "--steps", "12", "--checkpoint-every", "6", "--eval-every", "4",
-            "--log-every", "3", "--compression", "on", "--seed", "7")
-  (rc_full, out_full), (rc_kill, out_kill) = _run_all(
-      [_cmd(full, *common), _cmd(killed, *common, "--kill-at-step", "8")])
-  assert rc_full == 0, out_full[-3000:]
-  assert rc_kill == -signal.SIGKILL, out_kill[-3000:]
-  [(rc, out)] = _run_all([_cmd(killed, *common, "--resume")])
-  assert rc == 0, out[-3000:]
-  assert "resumed from step 6" in out
-  a = json.load(open(full / "final.json"))["on"]
-  b = json.load(open(killed / "final.json"))["on"]
-  assert a == b  # parameters checksum, AUC, log loss, accuracy: bit-identical
-  # The metrics log of the resumed run matches too: records after the checkpoint were
-  # dropped and rewritten (log intervals align with the checkpoint here).
-  timing = ("samples_per_s", "seconds", "unix_time", "net_tx_bytes")
-  strip = lambda rs: [{k: v for k, v in r.items() if k not in timing} for r in rs]
-  assert strip(_records(full, "train")) == strip(_records(killed, "train"))
-  assert _records(full, "eval") == _records(killed, "eval")
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    common = ("--devices", "4", "--steps", "12", "--checkpoint-every", "6", "--eval-every", "4",
+              "--log-every", "3", "--compression", "on", "--seed", "7")
+    (rc_full, out_full), (rc_kill, out_kill) = _run_all(
+        [_cmd(full, *common), _cmd(killed, *common, "--kill-at-step", "8")])
+    assert rc_full == 0, out_full[-3000:]
+    assert rc_kill == -signal.SIGKILL, out_kill[-3000:]
+    [(rc, out)] = _run_all([_cmd(killed, *common, "--resume")])
+    assert rc == 0, out[-3000:]
+    assert "resumed from step 6" in out
+    a = json.load(open(full / "final.json"))["on"]
+    b = json.load(open(killed / "final.json"))["on"]
+    assert a == b  # parameters checksum, AUC, log loss, accuracy: bit-identical
+    # The metrics log of the resumed run matches too: records after the checkpoint were
+    # dropped and rewritten (log intervals align with the checkpoint here).
+    timing = ("samples_per_s", "seconds", "unix_time", "net_tx_bytes")
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in timing} for r in rs]
+    assert strip(_records(full, "train")) == strip(_records(killed, "train"))
+    assert _records(full, "eval") == _records(killed, "eval")
 
 
 def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.mark.slow
 def test_two_processes_of_four_devices_train(tmp_path):
-  port = _free_port()
-  common = ("--devices", "4", "--steps", "4", "--eval-every", "0", "--log-every", "2",
-            "--checkpoint-every", "0", "--compression", "on", "--eval-rows", "256")
-  cmds = [_cmd(tmp_path / "mp", *common, "--coordinator", f"127.0.0.1:{port}",
-               "--num-processes", "2", "--process-id", str(i)) for i in range(2)]
-  # The single-process reference (8 devices) runs at the same time.
-  res = _run_all(cmds + [_cmd(tmp_path / "sp", "--devices", "8", *common[2:])])
-  for rc, out in res:
-    assert rc == 0, out[-3000:]
-  assert "8 x cpu over 2 process(es)" in res[0][1]
-  mp = _records(tmp_path / "mp", "train")
-  sp = _records(tmp_path / "sp", "train")
-  assert [r["step"] for r in mp] == [2, 4]
-  for a, b in zip(mp, sp):  # same data and model as one process with 8 devices
-    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-  mev, sev = _records(tmp_path / "mp", "eval")[-1], _records(tmp_path / "sp", "eval")[-1]
-  assert mev["auc"] == pytest.approx(sev["auc"], abs=1e-6)
+    port = _free_port()
+    common = ("--devices", "4", "--steps", "4", "--eval-every", "0", "--log-every", "2",
+              "--checkpoint-every", "0", "--compression", "on", "--eval-rows", "256")
+    cmds = [_cmd(tmp_path / "mp", *common, "--coordinator", f"127.0.0.1:{port}",
+                 "--num-processes", "2", "--process-id", str(i)) for i in range(2)]
+    # The single-process reference (8 devices) runs at the same time.
+    res = _run_all(cmds + [_cmd(tmp_path / "sp", "--devices", "8", *common[2:])])
+    for rc, out in res:
+        assert rc == 0, out[-3000:]
+    assert "8 x cpu over 2 process(es)" in res[0][1]
+    mp = _records(tmp_path / "mp", "train")
+    sp = _records(tmp_path / "sp", "train")
+    assert [r["step"] for r in mp] == [2, 4]
+    for a, b in zip(mp, sp):  # same data and model as one process with 8 devices
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    mev, sev = _records(tmp_path / "mp", "eval")[-1], _records(tmp_path / "sp", "eval")[-1]
+    assert mev["auc"] == pytest.approx(sev["auc"], abs=1e-6)

@@ -26,137 +26,137 @@ from models.dlrm.sharding import TablePlacement
 
 
 class MLP(nnx.Module):
-  """Dense layers with ReLU; the last layer is linear unless ``relu_last``.
+    """Dense layers with ReLU; the last layer is linear unless ``relu_last``.
 
-  Init as the reference DLRM: kernel N(0, sqrt(2 / (fan_in + fan_out))) (Glorot normal),
-  bias N(0, sqrt(1 / fan_out)).
-  """
+    Init as the reference DLRM: kernel N(0, sqrt(2 / (fan_in + fan_out))) (Glorot normal),
+    bias N(0, sqrt(1 / fan_out)).
+    """
 
-  def __init__(self, in_features: int, features, *, relu_last: bool, rngs: nnx.Rngs):
-    self.num_layers = len(features)
-    self.relu_last = relu_last
-    for i, (m, n) in enumerate(zip((in_features,) + tuple(features[:-1]), features)):
-      setattr(self, f"dense_{i}", nnx.Linear(
-          m, n, kernel_init=nnx.initializers.glorot_normal(),
-          bias_init=nnx.initializers.normal(stddev=float(np.sqrt(1.0 / n))), rngs=rngs))
+    def __init__(self, in_features: int, features, *, relu_last: bool, rngs: nnx.Rngs):
+        self.num_layers = len(features)
+        self.relu_last = relu_last
+        for i, (m, n) in enumerate(zip((in_features,) + tuple(features[:-1]), features)):
+            setattr(self, f"dense_{i}", nnx.Linear(
+                m, n, kernel_init=nnx.initializers.glorot_normal(),
+                bias_init=nnx.initializers.normal(stddev=float(np.sqrt(1.0 / n))), rngs=rngs))
 
-  def __call__(self, x: jax.Array) -> jax.Array:
-    for i in range(self.num_layers):
-      x = getattr(self, f"dense_{i}")(x)
-      if i + 1 < self.num_layers or self.relu_last:
-        x = jax.nn.relu(x)
-    return x
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for i in range(self.num_layers):
+            x = getattr(self, f"dense_{i}")(x)
+            if i + 1 < self.num_layers or self.relu_last:
+                x = jax.nn.relu(x)
+        return x
 
 
 def interact(dense: jax.Array, emb: jax.Array) -> jax.Array:
-  """Dot-product feature interaction (DLRM ``interact_features``, op "dot").
+    """Dot-product feature interaction (DLRM ``interact_features``, op "dot").
 
-  Args:
-    dense: float32[b, dim], bottom MLP output.
-    emb: float32[b, T, dim], pooled embeddings in table order.
+    Args:
+      dense: float32[b, dim], bottom MLP output.
+      emb: float32[b, T, dim], pooled embeddings in table order.
 
-  Returns:
-    float32[b, dim + (T + 1) * T / 2]: ``dense`` followed by the strictly lower triangle
-    of the pairwise dot products of the T + 1 vectors.
-  """
-  z = jnp.concatenate([dense[:, None, :], emb], axis=1)
-  zz = jnp.einsum("bid,bjd->bij", z, z)
-  li, lj = np.tril_indices(z.shape[1], k=-1)
-  return jnp.concatenate([dense, zz[:, li, lj]], axis=1)
+    Returns:
+      float32[b, dim + (T + 1) * T / 2]: ``dense`` followed by the strictly lower triangle
+      of the pairwise dot products of the T + 1 vectors.
+    """
+    z = jnp.concatenate([dense[:, None, :], emb], axis=1)
+    zz = jnp.einsum("bid,bjd->bij", z, z)
+    li, lj = np.tril_indices(z.shape[1], k=-1)
+    return jnp.concatenate([dense, zz[:, li, lj]], axis=1)
 
 
 class DLRMHead(nnx.Module):
-  """The data-parallel part: bottom MLP, interaction, top MLP -> click logit."""
+    """The data-parallel part: bottom MLP, interaction, top MLP -> click logit."""
 
-  def __init__(self, num_dense: int, num_tables: int, embedding_dim: int, bottom_mlp, top_mlp,
-               *, rngs: nnx.Rngs):
-    if bottom_mlp[-1] != embedding_dim:
-      raise ValueError(f"bottom MLP must end in embedding_dim={embedding_dim}: {bottom_mlp}")
-    self.bottom = MLP(num_dense, tuple(bottom_mlp), relu_last=True, rngs=rngs)
-    n_int = embedding_dim + (num_tables + 1) * num_tables // 2
-    self.top = MLP(n_int, tuple(top_mlp), relu_last=False, rngs=rngs)
+    def __init__(self, num_dense: int, num_tables: int, embedding_dim: int, bottom_mlp, top_mlp,
+                 *, rngs: nnx.Rngs):
+        if bottom_mlp[-1] != embedding_dim:
+            raise ValueError(f"bottom MLP must end in embedding_dim={embedding_dim}: {bottom_mlp}")
+        self.bottom = MLP(num_dense, tuple(bottom_mlp), relu_last=True, rngs=rngs)
+        n_int = embedding_dim + (num_tables + 1) * num_tables // 2
+        self.top = MLP(n_int, tuple(top_mlp), relu_last=False, rngs=rngs)
 
-  def __call__(self, dense: jax.Array, emb: jax.Array) -> jax.Array:
-    """float32[b, num_dense], float32[b, T, dim] -> float32[b] logits."""
-    return self.top(interact(self.bottom(dense), emb))[:, 0]
+    def __call__(self, dense: jax.Array, emb: jax.Array) -> jax.Array:
+        """float32[b, num_dense], float32[b, T, dim] -> float32[b] logits."""
+        return self.top(interact(self.bottom(dense), emb))[:, 0]
 
 
 def pooled_lookup(table: jax.Array, rows: jax.Array, valid: jax.Array) -> jax.Array:
-  """Sum-pooled EmbeddingBag lookup.
+    """Sum-pooled EmbeddingBag lookup.
 
-  Args:
-    table: float32[R, dim].
-    rows: int32[..., H], row indices into ``table`` (clipped to range).
-    valid: bool[..., H], False entries contribute nothing (padding of multi-hot bags).
+    Args:
+      table: float32[R, dim].
+      rows: int32[..., H], row indices into ``table`` (clipped to range).
+      valid: bool[..., H], False entries contribute nothing (padding of multi-hot bags).
 
-  Returns:
-    float32[..., dim], the sum over H of the valid rows.
-  """
-  vecs = jnp.take(table, jnp.clip(rows, 0, table.shape[0] - 1), axis=0)
-  return jnp.sum(jnp.where(valid[..., None], vecs, 0.0), axis=-2)
+    Returns:
+      float32[..., dim], the sum over H of the valid rows.
+    """
+    vecs = jnp.take(table, jnp.clip(rows, 0, table.shape[0] - 1), axis=0)
+    return jnp.sum(jnp.where(valid[..., None], vecs, 0.0), axis=-2)
 
 
 def _init_buffer(key, placement: TablePlacement) -> jax.Array:
-  """Uniform(-1/sqrt(rows_t), 1/sqrt(rows_t)) per table (reference DLRM), zero padding.
+    """Uniform(-1/sqrt(rows_t), 1/sqrt(rows_t)) per table (reference DLRM), zero padding.
 
-  ``rows_t`` is the whole table's rows, also for a piece of a row-wise split table.
-  """
-  p, r, dim = placement.num_devices, placement.rows_per_device, placement.dim
-  scale = np.zeros((p, r), np.float32)
-  for d in range(p):
-    for j in range(placement.local_tables):
-      n, t = placement.slot_rows[d, j], placement.slot_table[d, j]
-      if n:
-        o = placement.offsets[d, j]
-        scale[d, o:o + n] = 1.0 / np.sqrt(placement.table_rows[t])
-  u = jax.random.uniform(key, (p, r, dim), jnp.float32, -1.0, 1.0)
-  return u * jnp.asarray(scale)[..., None]
+    ``rows_t`` is the whole table's rows, also for a piece of a row-wise split table.
+    """
+    p, r, dim = placement.num_devices, placement.rows_per_device, placement.dim
+    scale = np.zeros((p, r), np.float32)
+    for d in range(p):
+        for j in range(placement.local_tables):
+            n, t = placement.slot_rows[d, j], placement.slot_table[d, j]
+            if n:
+                o = placement.offsets[d, j]
+                scale[d, o:o + n] = 1.0 / np.sqrt(placement.table_rows[t])
+    u = jax.random.uniform(key, (p, r, dim), jnp.float32, -1.0, 1.0)
+    return u * jnp.asarray(scale)[..., None]
 
 
 class ShardedEmbedding(nnx.Module):
-  """All tables (or their row-wise pieces) of a ``TablePlacement`` in one parameter
-  ``float32[P, R, dim]``.
+    """All tables (or their row-wise pieces) of a ``TablePlacement`` in one parameter
+    ``float32[P, R, dim]``.
 
-  Shard the parameter on axis 0 over the table axis of the mesh; inside ``shard_map``
-  each device sees ``float32[1, R, dim]`` and calls ``lookup``.
-  """
-
-  def __init__(self, placement: TablePlacement, *, rngs: nnx.Rngs):
-    # Static plan pieces as tuples (hashable graph metadata; numpy arrays are not).
-    self.offsets = tuple(tuple(int(v) for v in row) for row in placement.offsets)
-    self.slot_rows = tuple(tuple(int(v) for v in row) for row in placement.slot_rows)
-    self.table = nnx.Param(_init_buffer(rngs.params(), placement))
-
-  def lookup(self, ids: jax.Array, device_index: jax.Array) -> jax.Array:
-    """Pooled lookup of this device's L local tables for the whole global batch.
-
-    Args:
-      ids: int32[B, L, H], per-slot ids relative to the slot's first row; ids outside
-        ``[0, slot rows)`` count as empty (-1: padding, a dummy slot, or an id in another
-        piece of a row-wise split table).
-      device_index: int32 scalar, this device's index on the table axis
-        (``jax.lax.axis_index``).
-
-    Returns:
-      float32[B, L, dim] pooled embeddings; zeros for dummy slots.
+    Shard the parameter on axis 0 over the table axis of the mesh; inside ``shard_map``
+    each device sees ``float32[1, R, dim]`` and calls ``lookup``.
     """
-    offsets = jnp.asarray(self.offsets, jnp.int32)[device_index]      # [L]
-    slot_rows = jnp.asarray(self.slot_rows, jnp.int32)[device_index]  # [L]
-    valid = (ids >= 0) & (ids < slot_rows[None, :, None])
-    rows = ids + offsets[None, :, None]
-    return pooled_lookup(self.table.get_value()[0], rows, valid)
+
+    def __init__(self, placement: TablePlacement, *, rngs: nnx.Rngs):
+        # Static plan pieces as tuples (hashable graph metadata; numpy arrays are not).
+        self.offsets = tuple(tuple(int(v) for v in row) for row in placement.offsets)
+        self.slot_rows = tuple(tuple(int(v) for v in row) for row in placement.slot_rows)
+        self.table = nnx.Param(_init_buffer(rngs.params(), placement))
+
+    def lookup(self, ids: jax.Array, device_index: jax.Array) -> jax.Array:
+        """Pooled lookup of this device's L local tables for the whole global batch.
+
+        Args:
+          ids: int32[B, L, H], per-slot ids relative to the slot's first row; ids outside
+            ``[0, slot rows)`` count as empty (-1: padding, a dummy slot, or an id in another
+            piece of a row-wise split table).
+          device_index: int32 scalar, this device's index on the table axis
+            (``jax.lax.axis_index``).
+
+        Returns:
+          float32[B, L, dim] pooled embeddings; zeros for dummy slots.
+        """
+        offsets = jnp.asarray(self.offsets, jnp.int32)[device_index]      # [L]
+        slot_rows = jnp.asarray(self.slot_rows, jnp.int32)[device_index]  # [L]
+        valid = (ids >= 0) & (ids < slot_rows[None, :, None])
+        rows = ids + offsets[None, :, None]
+        return pooled_lookup(self.table.get_value()[0], rows, valid)
 
 
 class ReferenceEmbedding(nnx.Module):
-  """One ``float32[rows_t, dim]`` parameter per table, looked up on one device."""
+    """One ``float32[rows_t, dim]`` parameter per table, looked up on one device."""
 
-  def __init__(self, tables):
-    self.num_tables = len(tables)
-    for t, tab in enumerate(tables):
-      setattr(self, f"table_{t}", nnx.Param(jnp.asarray(tab)))
+    def __init__(self, tables):
+        self.num_tables = len(tables)
+        for t, tab in enumerate(tables):
+            setattr(self, f"table_{t}", nnx.Param(jnp.asarray(tab)))
 
-  def __call__(self, ids: jax.Array) -> jax.Array:
-    """int32[b, T, H] ids (-1 = empty) -> float32[b, T, dim] pooled embeddings."""
-    out = [pooled_lookup(getattr(self, f"table_{t}").get_value(), ids[:, t], ids[:, t] >= 0)
-           for t in range(self.num_tables)]
-    return jnp.stack(out, axis=1)
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        """int32[b, T, H] ids (-1 = empty) -> float32[b, T, dim] pooled embeddings."""
+        out = [pooled_lookup(getattr(self, f"table_{t}").get_value(), ids[:, t], ids[:, t] >= 0)
+               for t in range(self.num_tables)]
+        return jnp.stack(out, axis=1)

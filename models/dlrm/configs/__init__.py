@@ -9,22 +9,22 @@ PRESETS = ("kaggle", "terabyte", "tiny")
 
 
 def get_config(name: str = "kaggle") -> Config:
-  """Returns the preset ``name`` (one of ``PRESETS``).
+    """Returns the preset ``name`` (one of ``PRESETS``).
 
-  Raises:
-    ValueError: ``name`` is not a preset.
-  """
-  if name == "kaggle":
-    from models.dlrm.configs import kaggle as m
-  elif name == "terabyte":
-    from models.dlrm.configs import terabyte as m
-  elif name == "tiny":
-    from models.dlrm.configs import tiny as m
-  elif name == "default":
-    return _default()
-  else:
-    raise ValueError(f"unknown preset {name!r}; expected one of {PRESETS}")
-  return m.get_config()
+    Raises:
+      ValueError: ``name`` is not a preset.
+    """
+    if name == "kaggle":
+        from models.dlrm.configs import kaggle as m
+    elif name == "terabyte":
+        from models.dlrm.configs import terabyte as m
+    elif name == "tiny":
+        from models.dlrm.configs import tiny as m
+    elif name == "default":
+        return _default()
+    else:
+        raise ValueError(f"unknown preset {name!r}; expected one of {PRESETS}")
+    return m.get_config()
 
 
 __all__ = ["Config", "PRESETS", "get_config"]

@@ -22,119 +22,119 @@ TERABYTE_CARDINALITIES = (
 
 @dataclasses.dataclass
 class Config:
-  """All knobs of one training run; every field is also a command-line flag."""
+    """All knobs of one training run; every field is also a command-line flag."""
 
-  # ---- model ----
-  # Width of every embedding vector (the paper's Kaggle model: 32).
-  embedding_dim: int = 32
-  # Bottom MLP widths after the 13 dense inputs; the last must equal embedding_dim.
-  bottom_mlp: tuple[int, ...] = (512, 256, 64, 32)
-  # Top MLP widths after the interaction; the last must be 1 (the click logit).
-  top_mlp: tuple[int, ...] = (512, 256, 1)
-  # Rows of each categorical table before the --max-ind-range cap.
-  cardinalities: tuple[int, ...] = KAGGLE_CARDINALITIES
-  # Cap on the rows of every table (ids are taken modulo it, as in the reference DLRM).
-  max_ind_range: int = 100_000
-  # Split tables with more rows than this row-wise over devices (-1: one device's fair
-  # share of all rows; 0: never). See sharding.plan_tables.
-  split_rows: int = -1
-  # Number of dense (integer) features.
-  num_dense: int = 13
+    # ---- model ----
+    # Width of every embedding vector (the paper's Kaggle model: 32).
+    embedding_dim: int = 32
+    # Bottom MLP widths after the 13 dense inputs; the last must equal embedding_dim.
+    bottom_mlp: tuple[int, ...] = (512, 256, 64, 32)
+    # Top MLP widths after the interaction; the last must be 1 (the click logit).
+    top_mlp: tuple[int, ...] = (512, 256, 1)
+    # Rows of each categorical table before the --max-ind-range cap.
+    cardinalities: tuple[int, ...] = KAGGLE_CARDINALITIES
+    # Cap on the rows of every table (ids are taken modulo it, as in the reference DLRM).
+    max_ind_range: int = 100_000
+    # Split tables with more rows than this row-wise over devices (-1: one device's fair
+    # share of all rows; 0: never). See sharding.plan_tables.
+    split_rows: int = -1
+    # Number of dense (integer) features.
+    num_dense: int = 13
 
-  # ---- data ----
-  # Input file, folder or glob; "" = the synthetic Criteo-like generator.
-  data: str = ""
-  # Held-out evaluation file/folder/glob; "" = a held-out split of the training source.
-  eval_data: str = ""
-  # Format of the files in data: "kaggle" (DAC train.txt), "terabyte" (day_N) or "csv".
-  data_format: str = "kaggle"
-  # Rows of the held-out evaluation set (read once, kept in memory).
-  eval_rows: int = 16_384
-  # With file data and no eval_data: every holdout_every-th line goes to evaluation.
-  holdout_every: int = 20
-  # Skip and count malformed lines instead of stopping with an error.
-  skip_bad_lines: bool = False
-  # Ids per bag in the synthetic generator (1 = one-hot, like Criteo).
-  synthetic_multi_hot: int = 1
-  # Zipf exponent of the synthetic ids (larger = more repeated hot ids per batch).
-  synthetic_zipf_a: float = 1.1
+    # ---- data ----
+    # Input file, folder or glob; "" = the synthetic Criteo-like generator.
+    data: str = ""
+    # Held-out evaluation file/folder/glob; "" = a held-out split of the training source.
+    eval_data: str = ""
+    # Format of the files in data: "kaggle" (DAC train.txt), "terabyte" (day_N) or "csv".
+    data_format: str = "kaggle"
+    # Rows of the held-out evaluation set (read once, kept in memory).
+    eval_rows: int = 16_384
+    # With file data and no eval_data: every holdout_every-th line goes to evaluation.
+    holdout_every: int = 20
+    # Skip and count malformed lines instead of stopping with an error.
+    skip_bad_lines: bool = False
+    # Ids per bag in the synthetic generator (1 = one-hot, like Criteo).
+    synthetic_multi_hot: int = 1
+    # Zipf exponent of the synthetic ids (larger = more repeated hot ids per batch).
+    synthetic_zipf_a: float = 1.1
 
-  # ---- training ----
-  # Global batch size (all devices, all processes); must divide by the device count.
-  batch_size: int = 1024
-  # Training steps.
-  steps: int = 500
-  # Optimizer: "sgd" (reference DLRM) or "adagrad".
-  optimizer: str = "sgd"
-  # With optimizer "sgd": update only the table rows looked up in the step (scatter-add of
-  # -lr * row gradient, as the reference DLRM's sparse EmbeddingBag gradients) instead of a
-  # dense table-sized gradient and update. Same math; False: the dense optax update.
-  sparse_embedding_update: bool = True
-  # Peak learning rate.
-  learning_rate: float = 0.1
-  # Linear warm-up steps from 0 to learning_rate (0 = none).
-  warmup_steps: int = 0
-  # Step at which decay starts (reference DLRM --lr-decay-start-step); 0 = no decay.
-  decay_start_step: int = 0
-  # Steps of polynomial (power 2) decay to zero after decay_start_step.
-  decay_steps: int = 0
-  # Seed of parameters and data.
-  seed: int = 0
+    # ---- training ----
+    # Global batch size (all devices, all processes); must divide by the device count.
+    batch_size: int = 1024
+    # Training steps.
+    steps: int = 500
+    # Optimizer: "sgd" (reference DLRM) or "adagrad".
+    optimizer: str = "sgd"
+    # With optimizer "sgd": update only the table rows looked up in the step (scatter-add of
+    # -lr * row gradient, as the reference DLRM's sparse EmbeddingBag gradients) instead of a
+    # dense table-sized gradient and update. Same math; False: the dense optax update.
+    sparse_embedding_update: bool = True
+    # Peak learning rate.
+    learning_rate: float = 0.1
+    # Linear warm-up steps from 0 to learning_rate (0 = none).
+    warmup_steps: int = 0
+    # Step at which decay starts (reference DLRM --lr-decay-start-step); 0 = no decay.
+    decay_start_step: int = 0
+    # Steps of polynomial (power 2) decay to zero after decay_start_step.
+    decay_steps: int = 0
+    # Seed of parameters and data.
+    seed: int = 0
 
-  # ---- exchange ----
-  # "on": compressed_all_to_all; "off": the exact jax.lax.all_to_all (baseline).
-  compression: str = "on"
-  # Codec name passed to compressed_all_to_all ("auto" lets the library choose).
-  codec: str = "auto"
-  # Backward (cotangent) exchange: "exact" (straight-through, as in the paper) or
-  # "compressed" (the transposed exchange compressed too, with the same per-table bounds).
-  exchange_backward: str = "exact"
-  # Wire path of compressed_all_to_all: "auto" (ragged on GPU, packed elsewhere), "dense"
-  # (fixed-capacity frames), "packed" (used bytes in size buckets) or "ragged" (GPU).
-  exchange_path: str = "auto"
-  # YAML/JSON error-bound config for jax_lossy_comm.error_bound ("" = paper defaults).
-  error_bound_config: str = ""
-  # Relative error bound of every table while jax_lossy_comm.error_bound is unavailable.
-  placeholder_eb_rel: float = 0.03
+    # ---- exchange ----
+    # "on": compressed_all_to_all; "off": the exact jax.lax.all_to_all (baseline).
+    compression: str = "on"
+    # Codec name passed to compressed_all_to_all ("auto" lets the library choose).
+    codec: str = "auto"
+    # Backward (cotangent) exchange: "exact" (straight-through, as in the paper) or
+    # "compressed" (the transposed exchange compressed too, with the same per-table bounds).
+    exchange_backward: str = "exact"
+    # Wire path of compressed_all_to_all: "auto" (ragged on GPU, packed elsewhere), "dense"
+    # (fixed-capacity frames), "packed" (used bytes in size buckets) or "ragged" (GPU).
+    exchange_path: str = "auto"
+    # YAML/JSON error-bound config for jax_lossy_comm.error_bound ("" = paper defaults).
+    error_bound_config: str = ""
+    # Relative error bound of every table while jax_lossy_comm.error_bound is unavailable.
+    placeholder_eb_rel: float = 0.03
 
-  # ---- loop, output ----
-  # Evaluate every this many steps (and at the end); 0 = only at the end.
-  eval_every: int = 250
-  # Log training metrics every this many steps.
-  log_every: int = 50
-  # Save a checkpoint every this many steps (and at the end); 0 = only at the end.
-  checkpoint_every: int = 250
-  # Keep this many most recent checkpoints.
-  max_checkpoints: int = 2
-  # Evaluation batch size (global).
-  eval_batch_size: int = 4096
+    # ---- loop, output ----
+    # Evaluate every this many steps (and at the end); 0 = only at the end.
+    eval_every: int = 250
+    # Log training metrics every this many steps.
+    log_every: int = 50
+    # Save a checkpoint every this many steps (and at the end); 0 = only at the end.
+    checkpoint_every: int = 250
+    # Keep this many most recent checkpoints.
+    max_checkpoints: int = 2
+    # Evaluation batch size (global).
+    eval_batch_size: int = 4096
 
-  @property
-  def num_tables(self) -> int:
-    return len(self.cardinalities)
+    @property
+    def num_tables(self) -> int:
+        return len(self.cardinalities)
 
-  def table_rows(self) -> tuple[int, ...]:
-    """Rows of each table after the ``max_ind_range`` cap (0 = no cap)."""
-    cap = self.max_ind_range
-    return tuple(min(c, cap) if cap > 0 else c for c in self.cardinalities)
+    def table_rows(self) -> tuple[int, ...]:
+        """Rows of each table after the ``max_ind_range`` cap (0 = no cap)."""
+        cap = self.max_ind_range
+        return tuple(min(c, cap) if cap > 0 else c for c in self.cardinalities)
 
-  def validate(self) -> None:
-    """Raises ValueError on inconsistent fields."""
-    if self.bottom_mlp[-1] != self.embedding_dim:
-      raise ValueError(f"bottom_mlp must end in embedding_dim={self.embedding_dim}, "
-                       f"got {self.bottom_mlp}")
-    if self.top_mlp[-1] != 1:
-      raise ValueError(f"top_mlp must end in 1, got {self.top_mlp}")
-    if self.compression not in ("on", "off"):
-      raise ValueError(f"compression must be 'on' or 'off', got {self.compression!r}")
-    if self.exchange_path not in ("auto", "dense", "packed", "ragged"):
-      raise ValueError(f"exchange_path must be auto, dense, packed or ragged, got "
-                       f"{self.exchange_path!r}")
-    if self.optimizer not in ("sgd", "adagrad"):
-      raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
-    if self.data_format not in ("kaggle", "terabyte", "csv"):
-      raise ValueError(f"data_format must be kaggle, terabyte or csv, got {self.data_format!r}")
+    def validate(self) -> None:
+        """Raises ValueError on inconsistent fields."""
+        if self.bottom_mlp[-1] != self.embedding_dim:
+            raise ValueError(f"bottom_mlp must end in embedding_dim={self.embedding_dim}, "
+                             f"got {self.bottom_mlp}")
+        if self.top_mlp[-1] != 1:
+            raise ValueError(f"top_mlp must end in 1, got {self.top_mlp}")
+        if self.compression not in ("on", "off"):
+            raise ValueError(f"compression must be 'on' or 'off', got {self.compression!r}")
+        if self.exchange_path not in ("auto", "dense", "packed", "ragged"):
+            raise ValueError(f"exchange_path must be auto, dense, packed or ragged, got "
+                             f"{self.exchange_path!r}")
+        if self.optimizer not in ("sgd", "adagrad"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
+        if self.data_format not in ("kaggle", "terabyte", "csv"):
+            raise ValueError(f"data_format must be kaggle, terabyte or csv, got {self.data_format!r}")
 
 
 def get_config() -> Config:
-  return Config()
+    return Config()

@@ -4,4 +4,4 @@ from models.dlrm.configs.default import Config
 
 
 def get_config() -> Config:
-  return Config()
+    return Config()

@@ -4,11 +4,11 @@ from models.dlrm.configs.default import TERABYTE_CARDINALITIES, Config
 
 
 def get_config() -> Config:
-  return Config(
-      embedding_dim=64,
-      bottom_mlp=(512, 256, 64),
-      top_mlp=(512, 512, 256, 1),
-      cardinalities=TERABYTE_CARDINALITIES,
-      data_format="terabyte",
-      batch_size=2048,
-  )
+    return Config(
+        embedding_dim=64,
+        bottom_mlp=(512, 256, 64),
+        top_mlp=(512, 512, 256, 1),
+        cardinalities=TERABYTE_CARDINALITIES,
+        data_format="terabyte",
+        batch_size=2048,
+    )
