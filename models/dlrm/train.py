@@ -591,7 +591,7 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
     say(f"{tag}devices: {num_devices} x {jax.devices()[0].platform} over {nproc} process(es); "
         f"data: {data_desc}")
     exchange_desc = ("compressed_all_to_all codec=" + config.codec if config.compression == "on"
-                else "exact all_to_all")
+                     else "exact all_to_all")
     say(f"{tag}exchange: {exchange_desc}; error bound: {eb_hook.describe()}")
     say(f"{tag}{placement.describe()}")
     if start:
