@@ -84,7 +84,9 @@ constexpr int kWarps = kThreads / 32;
 // Dictionary forms.
 constexpr int kRun = 16;                                // symbols one thread writes per tile
 constexpr int kRunTile = kThreads * kRun;               // symbols per stream tile (2 segments)
-constexpr int kStageWords = (kRunTile * lc::kMaxBits + 31) / 32 + 3;
+// Bit-packed index sections take up to 31 bits a symbol (rows < 2^31), codes at most 24.
+constexpr int kMaxStreamBits = 31;
+constexpr int kStageWords = (kRunTile * kMaxStreamBits + 31) / 32 + 3;
 constexpr int kSortShared = 1024;                       // sort keys in shared memory up to this
 // Resident blocks of the dictionary encoder per SM the compiler must allow: 4 keeps it at 128
 // registers without spills (sm_90, nvcc 13); 6 spills about 50 bytes; measure on a GPU.
@@ -623,6 +625,7 @@ struct DictShared {
     uint32_t stage[kStageWords];       // bit-stream words of one stream tile
     uint64_t keys[kSortShared];        // Huffman sort keys of small alphabets
   } u;
+  static_assert(kStageWords <= 2 * kSortShared, "the stream stage stays within the union");
   uint32_t seg_start[kRunTile / lc::kSeg + 1];
   uint32_t red[kWarps];
   uint64_t red64[kWarps];
@@ -847,23 +850,26 @@ __device__ void write_stream(uint8_t* out, size_t cap, size_t off, uint64_t coun
   const uint64_t nseg = seg_off == kNoSeg ? 0 : lc::segments_for(count);
   for (uint64_t t0 = 0; t0 < count; t0 += kRunTile) {
     const uint64_t i0 = t0 + (uint64_t)tid * kRun;
-    uint32_t cv[kRun];  // code | length << 24 (codes have at most 24 bits)
+    // Huffman: code | length << 24 (codes of at most 12 bits); bit-packed: the symbol itself
+    // (row indices may need up to 31 bits), `bits` long.
+    uint32_t cv[kRun];
     uint32_t nb = 0;
+    const uint32_t nlive = i0 < count ? (uint32_t)(count - i0 < (uint64_t)kRun ? count - i0 : kRun) : 0u;
     if (i0 < count) cur.seek(i0);
 #pragma unroll
     for (int k = 0; k < kRun; ++k) {
       uint32_t e = 0;
-      if (i0 + k < count) {
+      if ((uint32_t)k < nlive) {
         const uint32_t s = cur.next();
         if (enc) {
           const uint32_t h = enc[s];
           e = (h & 0xffffu) | ((h >> 16) << 24);
         } else {
-          e = s | ((uint32_t)bits << 24);
+          e = s;
         }
       }
       cv[k] = e;
-      nb += e >> 24;
+      nb += enc ? e >> 24 : ((uint32_t)k < nlive ? (uint32_t)bits : 0u);
     }
     uint32_t tot;
     const uint32_t ex = block_scan(nb, sh.red, &tot);
@@ -874,8 +880,8 @@ __device__ void write_stream(uint8_t* out, size_t cap, size_t off, uint64_t coun
     uint64_t acc = 0;
 #pragma unroll
     for (int k = 0; k < kRun; ++k) {
-      acc |= (uint64_t)(cv[k] & 0xffffffu) << nacc;
-      nacc += cv[k] >> 24;
+      acc |= (uint64_t)(enc ? cv[k] & 0xffffffu : cv[k]) << nacc;
+      nacc += enc ? cv[k] >> 24 : ((uint32_t)k < nlive ? (uint32_t)bits : 0u);
       if (nacc >= 32) {
         if ((uint32_t)acc) atomicOr(&stage[wi], (uint32_t)acc);
         ++wi;
@@ -1267,16 +1273,16 @@ __device__ int32_t decode_section(uint64_t count, bool huff, int max_nsym, int b
     __syncthreads();
     const uint8_t* sp = sh.p0;
     if (!sp) return lc::kTruncated;
-    const uint32_t mask = bits ? (1u << bits) - 1u : 0u;
+    const uint32_t mask = (uint32_t)((1ull << bits) - 1u);
     for (uint64_t i = tid; i < count; i += kThreads) {
       uint32_t q = 0;
       if (bits) {
         const uint64_t b = i * (uint64_t)bits;
         const size_t by = (size_t)(b >> 3);
-        uint32_t v = 0;
-        for (int k = 0; k < 4; ++k)  // bits + 7 <= 31
-          if (by + k < bytes) v |= (uint32_t)sp[by + k] << (8 * k);
-        q = (v >> (b & 7)) & mask;
+        uint64_t v = 0;
+        for (int k = 0; k < 5; ++k)  // bits + 7 <= 38: index sections reach 31 bits
+          if (by + k < bytes) v |= (uint64_t)sp[by + k] << (8 * k);
+        q = (uint32_t)(v >> (b & 7)) & mask;
       }
       emit(i, q);
     }
