@@ -32,7 +32,7 @@ DUMPS = DATA / "emb_dumps"
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
 def test_cuda_kernels_under_cpu_emulation(tmp_path):
     exe = tmp_path / "check_kernels"
-    cmd = [CXX, "-std=c++20", "-O1", "-g", "-fsanitize=address,undefined",
+    cmd = [CXX, "-std=c++20", "-O1", "-g", "-ffp-contract=off", "-fsanitize=address,undefined",
            "-fno-sanitize-recover=undefined", "-pthread", "-DLC_CUDA_EMULATION",
            "-Wno-unknown-pragmas", "-include", str(ROOT / "tests/cuda_emu/emu.h"),
            f"-I{ROOT / 'xla_ffi'}", str(ROOT / "tests/cuda_emu/check_kernels.cc"), "-o", str(exe)]

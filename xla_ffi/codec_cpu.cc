@@ -30,7 +30,8 @@ uint8_t* scratch(size_t bytes) {
 class IeeeSubnormals {
  public:
 #if defined(__x86_64__) || defined(__i386__)
-  IeeeSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0x8040u); }  // FTZ | DAZ
+  // FTZ | DAZ off, rounding to nearest (RC = 0: the vector paths round explicitly so).
+  IeeeSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~0xE040u); }
   ~IeeeSubnormals() { _mm_setcsr(saved_); }
 
  private:

@@ -578,20 +578,18 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
                                bool allow_huff, Workspace& w, uint8_t* len, uint16_t* code) {
   SectionPlan p = {false, packed_bytes(count, bits)};
   if (!allow_huff || count == 0 || nsym < 2 || nsym > kMaxHuffSymbols) return p;
-  // Four interleaved histograms (in tmp and sorted, free until huff_lengths): few distinct
+  // Two interleaved histograms (the second in tmp, free until huff_lengths): few distinct
   // symbols would otherwise chain every increment through the same counter.
-  uint32_t* h[4] = {w.freq, w.tmp, (uint32_t*)w.sorted, (uint32_t*)w.sorted + kMaxHuffSymbols};
-  for (int k = 0; k < 4; ++k)
-    for (int s = 0; s < nsym; ++s) h[k][s] = 0;
+  uint32_t* const h0 = w.freq;
+  uint32_t* const h1 = w.tmp;
+  for (int s = 0; s < nsym; ++s) h0[s] = h1[s] = 0;
   uint64_t i = 0;
-  for (; i + 4 <= count; i += 4) {
-    h[0][sym[i]]++;
-    h[1][sym[i + 1]]++;
-    h[2][sym[i + 2]]++;
-    h[3][sym[i + 3]]++;
+  for (; i + 2 <= count; i += 2) {
+    h0[sym[i]]++;
+    h1[sym[i + 1]]++;
   }
-  for (; i < count; ++i) h[0][sym[i]]++;
-  for (int s = 0; s < nsym; ++s) w.freq[s] += h[1][s] + h[2][s] + h[3][s];
+  if (i < count) h0[sym[i]]++;
+  for (int s = 0; s < nsym; ++s) h0[s] += h1[s];
   huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
   int ml = 0;
   if (!huff_codes(len, nsym, code, &ml)) return p;

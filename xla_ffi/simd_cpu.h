@@ -1,9 +1,12 @@
-// CPU vector kernels for the float32 hot loops of frame.h: the range scan and the
-// quantize-and-verify pass. Written with GCC/Clang vector extensions in a width-generic form,
-// instantiated at 16 bytes (SSE2 on the x86-64 baseline, NEON on aarch64) and, on x86-64, at
-// 32 bytes under target("avx2") chosen at run time. Every lane does the scalar code's IEEE
-// operations in the same order, so all widths (and the CUDA and jax.numpy paths) give
-// identical codes and identical outlier decisions.
+// CPU vector kernels for the float32 hot loops of frame.h: range scan, quantize-and-verify
+// (fused with bit-packing for the fixed-rate form), unpack-and-dequantize, checksum. The exact
+// code is written with GCC/Clang vector extensions in a width-generic form (SSE2 on the x86-64
+// baseline, NEON on aarch64); on x86-64, AVX2 + BMI2 and AVX-512 kernels chosen at run time
+// take fast routes and hand every vector they cannot prove to the exact code. Every lane does
+// the scalar code's IEEE operations in the same order, so all levels (and the CUDA and
+// jax.numpy paths) give identical codes, outlier decisions and frames. The build keeps
+// -ffp-contract=off; the AVX-512 arithmetic also uses explicit-rounding intrinsics, which GCC
+// never fuses into FMAs (avx512f implies FMA), so its frames do not depend on that flag.
 #pragma once
 
 #include <stdint.h>
@@ -287,6 +290,15 @@ LC_AVX512 inline void range_f32_avx512(const float* in, uint64_t n64, float* lo,
   *hi = h;
 }
 
+// The exact code for 16 values, out of line under the AVX2 target: inlined into an AVX-512
+// function (avx512f implies FMA in GCC) its multiply-adds could be fused where a build lacks
+// -ffp-contract=off, and the frames would then differ between levels.
+LC_AVX2 __attribute__((noinline)) inline uint64_t quantize_exact16(
+    const float* in, float vmin, float inv, float step, float eb_abs, float maxf, uint32_t* codes,
+    uint32_t* bad, uint64_t nbad, uint64_t pos0) {
+  return quantize_f32<f32x8, i32x8>(in, 16, vmin, inv, step, eb_abs, maxf, codes, bad, nbad, pos0);
+}
+
 struct QuantAvx512 {
   __m512 vmn, vinv, vstep, veb;
   float vmin, inv, step, eb_abs, maxf;
@@ -297,14 +309,13 @@ struct QuantAvx512 {
   // QuantAvx2::codes8 for 16 values, with the rounding explicit (nearest-even).
   LC_AVX512 LC_INLINE __m512i codes16(const float* in, uint64_t i, uint32_t* codes, uint32_t* bad,
                                       uint64_t& nbad) const {
+    constexpr int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
     __m512 v = _mm512_loadu_ps(in + i);
-    __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_ps(_mm512_sub_ps(v, vmn), vinv),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 rec = _mm512_add_ps(vmn, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vstep));
-    __m512 a = _mm512_abs_ps(_mm512_sub_ps(v, rec));
+    __m512i q = _mm512_cvt_roundps_epi32(_mm512_mul_round_ps(_mm512_sub_round_ps(v, vmn, rn), vinv, rn), rn);
+    __m512 rec = _mm512_add_round_ps(vmn, _mm512_mul_round_ps(_mm512_cvtepi32_ps(q), vstep, rn), rn);
+    __m512 a = _mm512_abs_ps(_mm512_sub_round_ps(v, rec, rn));
     if (__builtin_expect(_mm512_cmp_ps_mask(a, veb, _CMP_LT_OQ) != 0xffff, 0)) {
-      nbad = quantize_f32<f32x16, i32x16>(in + i, 16, vmin, inv, step, eb_abs, maxf, codes + i,
-                                          bad, nbad, i);
+      nbad = quantize_exact16(in + i, vmin, inv, step, eb_abs, maxf, codes + i, bad, nbad, i);
       q = _mm512_loadu_si512(codes + i);
     }
     return q;
@@ -356,8 +367,9 @@ LC_AVX512 inline void unpack_dequant_avx512(const uint8_t* p, uint64_t n16, int 
     memcpy(&w0, p, 8);
     memcpy(&w1, p + bits, 8);
     __m128i b = _mm_set_epi64x((long long)_pdep_u64(w1, mask), (long long)_pdep_u64(w0, mask));
+    constexpr int rn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;  // not fusable to FMA
     __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
-    _mm512_storeu_ps(out + i, _mm512_add_ps(vb, _mm512_mul_ps(q, vs)));
+    _mm512_storeu_ps(out + i, _mm512_add_round_ps(vb, _mm512_mul_round_ps(q, vs, rn), rn));
   }
 }
 
