@@ -788,20 +788,22 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   }
   // 3. Quantize and verify every value (branch-free, vectorisable), then collect outliers,
   //    trying the neighbouring code for values at a rounding midpoint. Positions are in src.
-  //    The fixed-rate codec on the CPU packs the codes as it goes (into w.dict_vals, unused by
-  //    that codec) for the first `packed` values, keeping in w.codes only what the retry reads.
-  //    Straight into the frame, at the offset the codes have when n_outliers < 128, if it fits.
+  //    The fixed-rate codec on the CPU packs the codes of the first `packed` values as it goes,
+  //    straight into the frame at the offset they have when n_outliers < 128 (moved later if
+  //    not), keeping in w.codes only what the retry reads. Where they would not fit, neither
+  //    would the fixed-rate frame: the codes are then only counted.
   uint64_t n_sout = 0, n_out = 0, packed = 0;
   const size_t psec_off = hdr + 8 + 1;
-  const bool psec_direct = quant_ok && psec_off + packed_bytes(n, bits_for(maxcode)) <= capacity;
-  uint8_t* const psec = psec_direct ? out + psec_off : (uint8_t*)w.dict_vals;
+  uint8_t* psec = nullptr;
   if (quant_ok) {
     const float maxf = (float)maxcode;
     uint64_t n_bad = 0;
 #if LC_CPU_SIMD
-    if (D == kF32 && codec == kCodecFixed)
+    if (D == kF32 && codec == kCodecFixed && psec_off + packed_bytes(n, bits_for(maxcode)) <= capacity) {
+      psec = out + psec_off;
       packed = simd::quantize_pack_f32_prefix((const float*)src, ns, vmin, inv, step, eb_abs, maxf,
                                               bits_for(maxcode), psec, w.codes, w.outliers, &n_bad);
+    }
 #endif
     n_bad += quantize_verify<D>(src, ns, vmin, inv, step, eb_abs, maxf, w.codes, w.outliers + n_bad,
                                 packed);

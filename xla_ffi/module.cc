@@ -1,5 +1,8 @@
 // nanobind module: exports the FFI handlers as capsules, keyed by platform then target name.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
 
 #include "frame.h"
 #include "handlers.h"
@@ -30,6 +33,14 @@ NB_MODULE(_ext, m) {
   });
   m.def("workspace_bytes", [](uint64_t rows, uint64_t dim) { return lc::workspace_bytes(rows, dim); },
         "Scratch bytes the codec needs for one chunk [rows, dim].");
+  m.def("simd_level", []() {
+#if LC_CPU_SIMD && defined(__x86_64__)
+    static const char* names[] = {"sse2", "avx2", "avx512"};
+    return std::string(names[lc::simd::level()]);
+#else
+    return std::string("portable");
+#endif
+  }, "CPU kernel set the handlers use: sse2, avx2 (+BMI2), avx512, or portable (JLC_SIMD caps it).");
   m.attr("FRAME_VERSION") = (int)lc::kVersion;
   m.attr("HAS_CUDA") =
 #ifdef JLC_WITH_CUDA

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -392,8 +393,8 @@ inline int detect_level() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     l = kAvx512;
   const char* cap = getenv("JLC_SIMD");
-  if (cap && !strcmp(cap, "sse2")) l = kSse2;
-  if (cap && !strcmp(cap, "avx2") && l > kAvx2) l = kAvx2;
+  if (cap && !strcasecmp(cap, "sse2")) l = kSse2;
+  if (cap && !strcasecmp(cap, "avx2") && l > kAvx2) l = kAvx2;
   return l;
 }
 inline int level() {
