@@ -213,6 +213,10 @@ LC_HD size_t put_varint(uint8_t* p, uint64_t v) {
 LC_HD void put_u32(uint8_t* p, uint32_t v) {
   p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
 }
+LC_HD void put_u64(uint8_t* p, uint64_t v) {
+  put_u32(p, (uint32_t)v);
+  put_u32(p + 4, (uint32_t)(v >> 32));
+}
 LC_HD uint32_t get_u32(const uint8_t* p) {
   return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
@@ -409,6 +413,7 @@ struct Workspace {
   uint32_t* ocount;     // [rows] encoder: outliers of each distinct input row
   uint32_t* freq;       // [kMaxHuffSymbols]
   uint32_t* tmp;        // [kMaxHuffSymbols] Huffman scratch / decode table
+  uint32_t* hist;       // [2 * kMaxHuffSymbols] encoder: histogram tables
   float* lut;           // [kMaxHuffSymbols] decoder: value of each code
   uint64_t* sorted;     // [kMaxHuffSymbols]
   uint16_t* code_a;     // [kMaxHuffSymbols] codes section Huffman codes
@@ -431,7 +436,7 @@ LC_HD size_t workspace_bytes(uint64_t rows, uint64_t dim) {
   b += align16(4 * n) * 3 + align16(n);               // codes, outliers, dict_vals, ok
   b += align16(4 * (size_t)hash_size_for(rows));      // hash
   b += align16(4 * rows) * 5 + align16(4 * n);        // dict_rows, index, frow, ostart, ocount, uvals
-  b += align16(4 * kMaxHuffSymbols) * 3;              // freq, tmp, lut
+  b += align16(4 * kMaxHuffSymbols) * 5;              // freq, tmp, hist, lut
   b += align16(8 * kMaxHuffSymbols);                  // sorted
   b += align16(2 * kMaxHuffSymbols) * 2 + align16(kMaxHuffSymbols) * 2;
   return b;
@@ -454,6 +459,7 @@ LC_HD Workspace carve_workspace(uint8_t* base, uint64_t rows, uint64_t dim) {
   w.uvals = base + o; o += align16(4 * n);
   w.freq = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
   w.tmp = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
+  w.hist = (uint32_t*)(base + o); o += align16(8 * kMaxHuffSymbols);
   w.lut = (float*)(base + o); o += align16(4 * kMaxHuffSymbols);
   w.sorted = (uint64_t*)(base + o); o += align16(8 * kMaxHuffSymbols);
   w.code_a = (uint16_t*)(base + o); o += align16(2 * kMaxHuffSymbols);
@@ -578,18 +584,24 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
                                bool allow_huff, Workspace& w, uint8_t* len, uint16_t* code) {
   SectionPlan p = {false, packed_bytes(count, bits)};
   if (!allow_huff || count == 0 || nsym < 2 || nsym > kMaxHuffSymbols) return p;
-  // Two interleaved histograms (the second in tmp, free until huff_lengths): few distinct
-  // symbols would otherwise chain every increment through the same counter.
+  // Four interleaved histograms (the second in tmp, free until huff_lengths): peaked codes
+  // (cotangents, most values in the central bin) would otherwise chain every increment
+  // through one counter's store-to-load forwarding.
   uint32_t* const h0 = w.freq;
   uint32_t* const h1 = w.tmp;
-  for (int s = 0; s < nsym; ++s) h0[s] = h1[s] = 0;
+  uint32_t* const h2 = w.hist;
+  uint32_t* const h3 = w.hist + kMaxHuffSymbols;
+  for (int s = 0; s < nsym; ++s) h0[s] = h1[s] = h2[s] = h3[s] = 0;
+  const uint64_t n4 = count & ~(uint64_t)3;
   uint64_t i = 0;
-  for (; i + 2 <= count; i += 2) {
+  for (; i < n4; i += 4) {
     h0[sym[i]]++;
     h1[sym[i + 1]]++;
+    h2[sym[i + 2]]++;
+    h3[sym[i + 3]]++;
   }
-  if (i < count) h0[sym[i]]++;
-  for (int s = 0; s < nsym; ++s) h0[s] += h1[s];
+  for (; i < count; ++i) h0[sym[i]]++;
+  for (int s = 0; s < nsym; ++s) h0[s] += h1[s] + h2[s] + h3[s];
   huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
   int ml = 0;
   if (!huff_codes(len, nsym, code, &ml)) return p;
@@ -601,32 +613,50 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
   return p;
 }
 
+// The section's bytes end before `limit` (the end of the caller's buffer); the writer may
+// store zeros up to 8 bytes past its current position, never past `limit`.
 LC_HD uint8_t* write_huff(uint8_t* o, const uint32_t* sym, uint64_t count, int nsym,
-                          const uint8_t* len, const uint16_t* code) {
+                          const uint8_t* len, const uint16_t* code, const uint8_t* limit) {
   o += put_varint(o, (uint64_t)nsym);
   for (int s = 0; s < nsym; s += 2) *o++ = (uint8_t)(len[s] | ((s + 1 < nsym ? len[s + 1] : 0) << 4));
   uint8_t* seg_len = o;  // filled in as the segments are written
   o += 2 * segments_for(count);
-  BitWriter bw = {o, 0, 0};
+  // LSB-first: acc holds the nacc (< 8 between groups) bits not yet stored at o.
+  uint64_t acc = 0;
+  uint32_t nacc = 0;
   uint64_t k = 0;
   for (uint64_t s0 = 0; s0 < count; s0 += kSeg, ++k) {
     uint64_t s1 = s0 + kSeg < count ? s0 + kSeg : count;
     uint32_t bits = 0;
     uint64_t i = s0;
-    for (; i + 2 <= s1; i += 2) {  // two codes (<= 24 bits) per put: half the carried chain
-      const uint32_t a = sym[i], b = sym[i + 1], la = len[a], lb = len[b];
-      bw.put(code[a] | ((uint32_t)code[b] << la), (int)(la + lb));
-      bits += la + lb;
+    // Four codes (<= 4 * kMaxHuffLen = 48 bits) per group, then every whole byte goes out in
+    // one 8-byte store: no data-dependent branch (zeros above the carried bits).
+    for (; i + 4 <= s1 && limit - o >= 8; i += 4) {
+      const uint32_t a = sym[i], b = sym[i + 1], c = sym[i + 2], d = sym[i + 3];
+      const uint32_t la = len[a], lb = len[b], lc_ = len[c], ld = len[d];
+      const uint64_t v = (uint64_t)(code[a] | ((uint32_t)code[b] << la)) |
+                         ((uint64_t)(code[c] | ((uint32_t)code[d] << lc_)) << (la + lb));
+      const uint32_t nb = la + lb + lc_ + ld;
+      acc |= v << nacc;
+      nacc += nb;
+      bits += nb;
+      put_u64(o, acc);
+      o += nacc >> 3;
+      acc >>= nacc & ~7u;
+      nacc &= 7u;
     }
     for (; i < s1; ++i) {
-      uint32_t v = sym[i];
-      bw.put(code[v], len[v]);
+      const uint32_t v = sym[i];
+      acc |= (uint64_t)code[v] << nacc;
+      nacc += len[v];
       bits += len[v];
+      for (; nacc >= 8; nacc -= 8, acc >>= 8) *o++ = (uint8_t)acc;
     }
     seg_len[2 * k] = (uint8_t)bits;
     seg_len[2 * k + 1] = (uint8_t)(bits >> 8);
   }
-  return bw.flush();
+  if (nacc) *o++ = (uint8_t)acc;
+  return o;
 }
 
 // ---------------------------------------------------------------- value access per dtype
@@ -912,10 +942,10 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
       for (uint64_t r = rows; r-- > 0;) memmove(w.codes + r * dim, w.codes + (uint64_t)w.frow[r] * dim, 4 * dim);
     const uint32_t* codes = best_kind == 2 ? dcodes : w.codes;  // identity dictionary == codes
     const uint64_t nc = best_kind == 2 ? n_unique * dim : n;
-    o = ch ? write_huff(o, codes, nc, (int)maxcode + 1, w.len_a, w.code_a)
+    o = ch ? write_huff(o, codes, nc, (int)maxcode + 1, w.len_a, w.code_a, out + capacity)
            : write_packed(o + pre_bytes, codes + pre, nc - pre, bits);
     if (dedup)
-      o = ih ? write_huff(o, w.index, rows, (int)n_unique, w.len_b, w.code_b)
+      o = ih ? write_huff(o, w.index, rows, (int)n_unique, w.len_b, w.code_b, out + capacity)
              : write_packed(o, w.index, rows, bits_for((uint32_t)(n_unique - 1)));
     if (fdedup) {  // positions of the distinct rows' outliers in every row that repeats them
       uint64_t m = 0;
