@@ -59,6 +59,7 @@ import bench_util as bu  # noqa: E402
 
 DEFAULT_OUT = bu.RESULTS_DIR / "netns.json"
 DEFAULT_RATES = ("1gbit", "10gbit")
+_LO_MTU = 65536  # the loopback's MTU; one packet plus headers must fit tbf's bucket
 #: exchange modes: name -> trainer flags
 MODES = {
     "exact": ("--compression", "off"),
@@ -140,8 +141,10 @@ class Namespace:
         netem += ["limit", "100000"]
         res = _run(self.prefix() + netem, check=False)
         if res.returncode:
-            # no sch_netem in this kernel: token bucket, burst = 1 ms at the rate (>= 64 KiB)
-            burst = max(64 << 10, int(rate_bits(rate) / 8 / 1000))
+            # No sch_netem in this kernel: token bucket, burst = 1 ms at the rate but at least
+            # two of lo's 64 KiB packets (a packet larger than the bucket is never sent: TCP
+            # retransmits it until gloo's connection times out, as it did at 500 Mbit/s).
+            burst = max(2 * (_LO_MTU + 256), int(rate_bits(rate) / 8 / 1000))
             _run(self.prefix() + ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
                                   rate, "burst", str(burst), "latency", "200ms"])
         self.shaping = _run(self.prefix() + ["tc", "qdisc", "show", "dev", "lo"]).stdout.strip()
@@ -325,6 +328,10 @@ def run(args) -> dict[str, Any]:
         return result
     work = Path(args.workdir or tempfile.mkdtemp(prefix="jlc_netns_"))
     t_start = time.monotonic()
+
+    def stop(signum, frame):  # SIGTERM too: kill the trainers, delete the namespace, keep runs
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         for rate in args.rates:
             shaping = ns.limit(rate, args.delay_ms)
@@ -343,7 +350,11 @@ def run(args) -> dict[str, Any]:
                     print(format_run(r), flush=True)
     except TimeoutError:
         result["stopped_early"] = True
+    except KeyboardInterrupt:
+        print("# interrupted: keeping the finished runs", flush=True)
+        result["stopped_early"] = True
     finally:
+        signal.signal(signal.SIGTERM, previous)
         ns.close()
         result["namespace_deleted"] = ns.name not in _run(["ip", "netns", "list"],
                                                            check=False).stdout
@@ -379,6 +390,33 @@ def link_times(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
         if rate != "unlimited" and base is not None:
             out.setdefault(rate, {})[mode] = t - base
     return out
+
+
+def serial_model(runs: Sequence[dict[str, Any]], rate: str, mode: str,
+                 target: float = 1.5) -> dict[str, float] | None:
+    """What the measured compute and link bytes allow at ``rate``, with no overlap.
+
+    ``C`` = a mode's step time without a limit (compute, codec, unlimited collectives),
+    ``L`` = its link bytes per step x 8 / rate. Returns ``model`` = (C_exact + L_exact) /
+    (C_mode + L_mode), ``free_codec`` = (C_exact + L_exact) / (C_exact + L_mode) (the bound
+    for a codec that costs nothing) and ``rate_for_target``, the link rate in bit/s at which
+    ``model`` reaches ``target`` (None when no rate does). None without both unlimited runs.
+    """
+    med = {(r["rate"], r["mode"]): r for r in _median_runs(runs)}
+    need = [med.get(("unlimited", m)) for m in ("exact", mode)] + \
+        [med.get((rate, m)) for m in ("exact", mode)]
+    if any(r is None or not r.get("link_bytes_per_step") for r in need):
+        return None
+    ce, cm = need[0]["step_time_s"], need[1]["step_time_s"]
+    be, bm = need[2]["link_bytes_per_step"] * 8, need[3]["link_bytes_per_step"] * 8
+    bits = rate_bits(rate)
+    le, lm = be / bits, bm / bits
+    # (ce + be / R) / (cm + bm / R) = target  ->  1 / R = (target cm - ce) / (be - target bm)
+    den = be - target * bm
+    inv_r = (target * cm - ce) / den if den > 0 else -1.0
+    return {"compute_exact_s": ce, "compute_mode_s": cm, "link_exact_s": le, "link_mode_s": lm,
+            "model": (ce + le) / (cm + lm), "free_codec": (ce + le) / (ce + lm),
+            "rate_for_target": (1.0 / inv_r if inv_r > 0 else float("inf")) if den > 0 else None}
 
 
 def speedups_per_round(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:

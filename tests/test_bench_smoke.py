@@ -156,6 +156,29 @@ def test_rate_bits():
         netns_bench.rate_bits("fast")
 
 
+def test_serial_model():
+    """Step = unlimited step + link bytes / rate; speedup, free-codec cap, rate for 1.5x."""
+    def run(rate, mode, t, mib):
+        return {"rate": rate, "mode": mode, "status": "ok", "step_time_s": t,
+                "samples_per_s": 1.0, "link_bytes_per_step": mib * 2**20}
+    runs = [run("unlimited", "exact", 0.2, 19.0), run("unlimited", "compressed", 0.24, 7.0),
+            run("1gbit", "exact", 0.3, 19.0), run("1gbit", "compressed", 0.26, 7.0)]
+    m = netns_bench.serial_model(runs, "1gbit", "compressed")
+    le, lc = 19 * 2**20 * 8 / 1e9, 7 * 2**20 * 8 / 1e9
+    assert m["link_exact_s"] == pytest.approx(le) and m["link_mode_s"] == pytest.approx(lc)
+    assert m["model"] == pytest.approx((0.2 + le) / (0.24 + lc))
+    assert m["free_codec"] == pytest.approx((0.2 + le) / (0.2 + lc))
+    # at the returned rate the model gives exactly 1.5x
+    r = m["rate_for_target"]
+    bits_e, bits_c = 19 * 2**20 * 8, 7 * 2**20 * 8
+    assert (0.2 + bits_e / r) / (0.24 + bits_c / r) == pytest.approx(1.5)
+    assert netns_bench.serial_model(runs[2:], "1gbit", "compressed") is None  # no unlimited
+    # a compressed mode that moves as many bytes as exact never reaches 1.5x
+    same = [run("unlimited", "exact", 0.2, 19.0), run("unlimited", "compressed", 0.24, 19.0),
+            run("1gbit", "exact", 0.3, 19.0), run("1gbit", "compressed", 0.3, 19.0)]
+    assert netns_bench.serial_model(same, "1gbit", "compressed")["rate_for_target"] is None
+
+
 def test_rel_bound_within():
     """The REL bound handed to the library never gives a float32 eb_abs above the harness's."""
     import os
