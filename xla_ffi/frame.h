@@ -587,12 +587,16 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
   // Four interleaved histograms (the second in tmp, free until huff_lengths): peaked codes
   // (cotangents, most values in the central bin) would otherwise chain every increment
   // through one counter's store-to-load forwarding.
+  // Few symbols per counter (dictionary indices) gain nothing from it: one table there.
   uint32_t* const h0 = w.freq;
   uint32_t* const h1 = w.tmp;
   uint32_t* const h2 = w.hist;
   uint32_t* const h3 = w.hist + kMaxHuffSymbols;
-  for (int s = 0; s < nsym; ++s) h0[s] = h1[s] = h2[s] = h3[s] = 0;
-  const uint64_t n4 = count & ~(uint64_t)3;
+  const bool four = count >= 16 * (uint64_t)nsym;
+  for (int s = 0; s < nsym; ++s) h0[s] = 0;
+  if (four)
+    for (int s = 0; s < nsym; ++s) h1[s] = h2[s] = h3[s] = 0;
+  const uint64_t n4 = four ? count & ~(uint64_t)3 : 0;
   uint64_t i = 0;
   for (; i < n4; i += 4) {
     h0[sym[i]]++;
@@ -601,7 +605,8 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
     h3[sym[i + 3]]++;
   }
   for (; i < count; ++i) h0[sym[i]]++;
-  for (int s = 0; s < nsym; ++s) h0[s] += h1[s] + h2[s] + h3[s];
+  if (four)
+    for (int s = 0; s < nsym; ++s) h0[s] += h1[s] + h2[s] + h3[s];
   huff_lengths(w.freq, nsym, len, w.sorted, w.tmp);
   int ml = 0;
   if (!huff_codes(len, nsym, code, &ml)) return p;
