@@ -428,7 +428,10 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
             return _match_varying(lay.from_chunks(xr), x)
 
     def exact(_):
-        return jax.lax.all_to_all(x, ax, lay.split, lay.concat, tiled=lay.tiled)
+        # From the chunks the codec read, not from x: XLA would otherwise materialize x a
+        # second time (the producer's fusion recomputed for the cond operand).
+        got = jax.lax.all_to_all(chunks, ax, 0, 0, tiled=True)
+        return _match_varying(lay.from_chunks(got), x)
 
     y = jax.lax.cond(any_over, exact, compressed, None)
 

@@ -119,6 +119,27 @@ def test_dense_moves_5x_fewer_bytes_at_rel_001(mesh):
     assert int(np.asarray(s.overflow_count).sum()) == 0
 
 
+@pytest.mark.parametrize("path", ["dense", "packed"])
+@pytest.mark.parametrize("shape,split,concat,tiled,table", CASES)
+def test_fallback_matches_all_to_all_bitwise(mesh, shape, split, concat, tiled, table, path):
+    """16-byte frames hold no chunk here (NaN outliers in each): the exact fallback
+    (all_to_all of the codec's chunks, then the inverse layout) equals lax.all_to_all bit
+    for bit, NaN payloads included."""
+    xg = _data((NDEV * shape[0],) + shape[1:], seed=3 + split)
+    xg.reshape(-1)[::7] = np.nan   # payload bits survive only an exact exchange
+
+    def f(x, eb):
+        y, s = jlc.compressed_all_to_all(x, "i", split, concat, error_bound=eb,
+                                         table_axis=table, tiled=tiled, capacity=16,
+                                         path=path, return_stats=True)
+        return y, jax.lax.all_to_all(x, "i", split, concat, tiled=tiled), _expand(s)
+
+    y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(0.01))
+    assert y.shape == ye.shape
+    assert np.array_equal(np.asarray(y).view(np.uint32), np.asarray(ye).view(np.uint32))
+    assert np.all(np.asarray(s.fallback) == 1)
+
+
 # ------------------------------------------------------------------------------ gradients
 def _weights(shape):
     return jnp.asarray(np.random.default_rng(9).standard_normal(shape).astype(np.float32))
