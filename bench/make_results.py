@@ -265,16 +265,20 @@ def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.
     m = netns_bench.serial_model(runs, rate, best, target)
     if m:
         r_t = m["rate_for_target"]
-        where = ("no link rate reaches it (the compressed step's compute is too large)"
-                 if r_t is None else "it is reached at any rate" if r_t == float("inf")
-                 else f"it is reached at {r_t / 1e6:.0f} Mbit/s or slower")
-        line += (f" Serial model from the same runs (step = compute without a limit + link "
+        where = {"always": "at every rate",
+                 "never": "at no rate (the compressed mode saves too few link bytes)",
+                 "slower": f"at {(r_t or 0) / 1e6:.0f} Mbit/s or slower",
+                 "faster": f"at {(r_t or 0) / 1e6:.0f} Mbit/s or faster"}[m["reached"]]
+        measured = "; ".join(f"{r} {v[best]:.2f}x" for r, v in
+                             netns_bench.paired_speedups(runs).items()
+                             if r != "unlimited" and best in v)
+        line += (f" Serial model from the same runs (step = step without a limit + link "
                  f"bytes / rate, no overlap): exact {m['compute_exact_s'] * 1e3:.0f} + "
                  f"{m['link_exact_s'] * 1e3:.0f} ms, {best} {m['compute_mode_s'] * 1e3:.0f} + "
-                 f"{m['link_mode_s'] * 1e3:.0f} ms: {m['model']:.2f}x; a codec that cost "
-                 f"nothing would give at most {m['free_codec']:.2f}x at {rate} (the "
-                 f"uncompressed data-parallel all-reduce stays on the link); {target}x needs "
-                 f"compute small against the link: {where}.")
+                 f"{m['link_mode_s'] * 1e3:.0f} ms: {m['model']:.2f}x at {rate}; with a codec "
+                 f"that cost nothing, {m['free_codec']:.2f}x (the uncompressed data-parallel "
+                 f"all-reduce stays on the link); the model reaches {target}x {where}. "
+                 f"Measured {best} by rate: {measured}.")
     if netns.get("breakdown_note"):
         line += " " + netns["breakdown_note"]
     return line

@@ -249,12 +249,13 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
     logs = [open(out_dir / f"process{i}.log", "w") for i in range(2)]
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
-    procs = [subprocess.Popen(ns.prefix() + train_cmd(out_dir, mode, i, port, args),
-                              cwd=bu.REPO_ROOT, env=env, stdout=logs[i],
-                              stderr=subprocess.STDOUT, start_new_session=True)
-             for i in range(2)]
+    procs: list[subprocess.Popen] = []
     rcs: list[int | None] = [None, None]
     try:
+        for i in range(2):  # inside the try: an interrupt between the two still kills the first
+            procs.append(subprocess.Popen(ns.prefix() + train_cmd(out_dir, mode, i, port, args),
+                                          cwd=bu.REPO_ROOT, env=env, stdout=logs[i],
+                                          stderr=subprocess.STDOUT, start_new_session=True))
         deadline = time.monotonic() + args.run_timeout
         for i, p in enumerate(procs):
             rcs[i] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -330,6 +331,7 @@ def run(args) -> dict[str, Any]:
     t_start = time.monotonic()
 
     def stop(signum, frame):  # SIGTERM too: kill the trainers, delete the namespace, keep runs
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
         raise KeyboardInterrupt
     previous = signal.signal(signal.SIGTERM, stop)
     try:
@@ -354,8 +356,8 @@ def run(args) -> dict[str, Any]:
         print("# interrupted: keeping the finished runs", flush=True)
         result["stopped_early"] = True
     finally:
-        signal.signal(signal.SIGTERM, previous)
         ns.close()
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
         result["namespace_deleted"] = ns.name not in _run(["ip", "netns", "list"],
                                                            check=False).stdout
     result["status"] = "ok"
@@ -393,30 +395,39 @@ def link_times(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def serial_model(runs: Sequence[dict[str, Any]], rate: str, mode: str,
-                 target: float = 1.5) -> dict[str, float] | None:
-    """What the measured compute and link bytes allow at ``rate``, with no overlap.
+                 target: float = 1.5) -> dict[str, Any] | None:
+    """What the measured compute and link bytes give at ``rate`` if nothing overlaps.
 
     ``C`` = a mode's step time without a limit (compute, codec, unlimited collectives),
     ``L`` = its link bytes per step x 8 / rate. Returns ``model`` = (C_exact + L_exact) /
-    (C_mode + L_mode), ``free_codec`` = (C_exact + L_exact) / (C_exact + L_mode) (the bound
-    for a codec that costs nothing) and ``rate_for_target``, the link rate in bit/s at which
-    ``model`` reaches ``target`` (None when no rate does). None without both unlimited runs.
+    (C_mode + L_mode); ``free_codec`` = (C_exact + L_exact) / (C_exact + L_mode), the same
+    for a codec that costs nothing; ``rate_for_target`` (bit/s) and ``reached``: where
+    ``model`` >= ``target`` -- "slower" (at that rate or slower), "faster" (at that rate or
+    faster), "always" or "never" (rate None for the last two). The model is an estimate: the
+    two processes overlap some link time with compute. None without the four runs.
     """
     med = {(r["rate"], r["mode"]): r for r in _median_runs(runs)}
-    need = [med.get(("unlimited", m)) for m in ("exact", mode)] + \
-        [med.get((rate, m)) for m in ("exact", mode)]
-    if any(r is None or not r.get("link_bytes_per_step") for r in need):
+    cu = [med.get(("unlimited", m)) for m in ("exact", mode)]
+    lim = [med.get((rate, m)) for m in ("exact", mode)]
+    if None in cu or any(r is None or not r.get("link_bytes_per_step") for r in lim):
         return None
-    ce, cm = need[0]["step_time_s"], need[1]["step_time_s"]
-    be, bm = need[2]["link_bytes_per_step"] * 8, need[3]["link_bytes_per_step"] * 8
+    ce, cm = cu[0]["step_time_s"], cu[1]["step_time_s"]
+    be, bm = lim[0]["link_bytes_per_step"] * 8, lim[1]["link_bytes_per_step"] * 8
     bits = rate_bits(rate)
     le, lm = be / bits, bm / bits
-    # (ce + be / R) / (cm + bm / R) = target  ->  1 / R = (target cm - ce) / (be - target bm)
-    den = be - target * bm
-    inv_r = (target * cm - ce) / den if den > 0 else -1.0
+    # model(x = 1 / R) = (ce + be x) / (cm + bm x) >= t  <=>  x (be - t bm) >= t cm - ce
+    den, num = be - target * bm, target * cm - ce
+    if num <= 0 and den >= 0:
+        reached, r_t = "always", None
+    elif num > 0 and den > 0:
+        reached, r_t = "slower", den / num
+    elif num < 0 and den < 0:
+        reached, r_t = "faster", den / num
+    else:
+        reached, r_t = "never", None
     return {"compute_exact_s": ce, "compute_mode_s": cm, "link_exact_s": le, "link_mode_s": lm,
             "model": (ce + le) / (cm + lm), "free_codec": (ce + le) / (ce + lm),
-            "rate_for_target": (1.0 / inv_r if inv_r > 0 else float("inf")) if den > 0 else None}
+            "rate_for_target": r_t, "reached": reached}
 
 
 def speedups_per_round(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:

@@ -171,12 +171,26 @@ def test_serial_model():
     # at the returned rate the model gives exactly 1.5x
     r = m["rate_for_target"]
     bits_e, bits_c = 19 * 2**20 * 8, 7 * 2**20 * 8
-    assert (0.2 + bits_e / r) / (0.24 + bits_c / r) == pytest.approx(1.5)
+
+    def model(rate, ce=0.2, cc=0.24, be=bits_e, bc=bits_c):
+        return (ce + be / rate) / (cc + bc / rate)
+    assert m["reached"] == "slower" and model(r) == pytest.approx(1.5)
+    assert model(r / 2) > 1.5 > model(2 * r)
     assert netns_bench.serial_model(runs[2:], "1gbit", "compressed") is None  # no unlimited
-    # a compressed mode that moves as many bytes as exact never reaches 1.5x
-    same = [run("unlimited", "exact", 0.2, 19.0), run("unlimited", "compressed", 0.24, 19.0),
-            run("1gbit", "exact", 0.3, 19.0), run("1gbit", "compressed", 0.3, 19.0)]
-    assert netns_bench.serial_model(same, "1gbit", "compressed")["rate_for_target"] is None
+
+    def case(cc, mib_c):
+        rs = [run("unlimited", "exact", 0.2, 19.0), run("unlimited", "compressed", cc, mib_c),
+              run("1gbit", "exact", 0.3, 19.0), run("1gbit", "compressed", 0.3, mib_c)]
+        return netns_bench.serial_model(rs, "1gbit", "compressed")
+    # as many bytes as exact and more compute: never
+    assert case(0.24, 19.0)["reached"] == "never" and case(0.24, 19.0)["rate_for_target"] is None
+    # compute 2x faster, few bytes saved: 1.5x on fast links only (at the rate or faster)
+    m = case(0.1, 15.0)
+    r = m["rate_for_target"]
+    assert m["reached"] == "faster"
+    assert model(r, cc=0.1, bc=15 * 2**20 * 8) == pytest.approx(1.5)
+    assert model(2 * r, cc=0.1, bc=15 * 2**20 * 8) > 1.5 > model(r / 2, cc=0.1, bc=15 * 2**20 * 8)
+    assert case(0.1, 7.0)["reached"] == "always"
 
 
 def test_rel_bound_within():
