@@ -618,7 +618,7 @@ LC_HD SectionPlan plan_section(const uint32_t* sym, uint64_t count, int nsym, in
   return p;
 }
 
-// The section's bytes end before `limit` (the end of the caller's buffer); the writer may
+// The section's bytes end at or before `limit` (the end of the caller's buffer); the writer may
 // store zeros up to 8 bytes past its current position, never past `limit`.
 LC_HD uint8_t* write_huff(uint8_t* o, const uint32_t* sym, uint64_t count, int nsym,
                           const uint8_t* len, const uint16_t* code, const uint8_t* limit) {
