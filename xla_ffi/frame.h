@@ -411,6 +411,7 @@ struct Workspace {
   uint32_t* frow;       // [rows] encoder: distinct input row of each row
   uint32_t* ostart;     // [rows] encoder: first outlier of each distinct input row
   uint32_t* ocount;     // [rows] encoder: outliers of each distinct input row
+  uint32_t* first;      // [rows] encoder: first row of each distinct row (dedup_rows)
   uint32_t* freq;       // [kMaxHuffSymbols]
   uint32_t* tmp;        // [kMaxHuffSymbols] Huffman scratch / decode table
   uint32_t* hist;       // [2 * kMaxHuffSymbols] encoder: histogram tables
@@ -435,7 +436,7 @@ LC_HD size_t workspace_bytes(uint64_t rows, uint64_t dim) {
   size_t b = 0;
   b += align16(4 * n) * 3 + align16(n);               // codes, outliers, dict_vals, ok
   b += align16(4 * (size_t)hash_size_for(rows));      // hash
-  b += align16(4 * rows) * 5 + align16(4 * n);        // dict_rows, index, frow, ostart, ocount, uvals
+  b += align16(4 * rows) * 6 + align16(4 * n);        // dict_rows, index, frow, ostart, ocount, first, uvals
   b += align16(4 * kMaxHuffSymbols) * 5;              // freq, tmp, hist, lut
   b += align16(8 * kMaxHuffSymbols);                  // sorted
   b += align16(2 * kMaxHuffSymbols) * 2 + align16(kMaxHuffSymbols) * 2;
@@ -456,6 +457,7 @@ LC_HD Workspace carve_workspace(uint8_t* base, uint64_t rows, uint64_t dim) {
   w.frow = (uint32_t*)(base + o); o += align16(4 * rows);
   w.ostart = (uint32_t*)(base + o); o += align16(4 * rows);
   w.ocount = (uint32_t*)(base + o); o += align16(4 * rows);
+  w.first = (uint32_t*)(base + o); o += align16(4 * rows);
   w.uvals = base + o; o += align16(4 * n);
   w.freq = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
   w.tmp = (uint32_t*)(base + o); o += align16(4 * kMaxHuffSymbols);
@@ -746,10 +748,12 @@ LC_HD uint64_t row_hash(const uint8_t* p, size_t bytes) {
   return hh ^ (hh >> 29) ^ (hh >> 47);
 }
 
-// Distinct rows of base[nrows][row_bytes] (bitwise) in first-occurrence order: copies them to
-// `compact`, writes each row's distinct-row number to id[], returns how many there are.
+// Distinct rows of base[nrows][row_bytes] (bitwise) in first-occurrence order: writes each
+// row's distinct-row number to id[] and the first row of each distinct row to first[]; returns
+// how many there are. Copies nothing (rows that never repeat, as cotangents, cost no copy):
+// compact_rows gathers the distinct rows where some repeat.
 LC_HD uint64_t dedup_rows(const uint8_t* base, uint64_t nrows, size_t row_bytes, Workspace& w,
-                          uint8_t* compact, uint32_t* id) {
+                          uint32_t* first, uint32_t* id) {
   for (uint32_t i = 0; i < w.hash_size; ++i) w.hash[i] = -1;
   uint64_t nu = 0;
   for (uint64_t r = 0; r < nrows; ++r) {
@@ -760,11 +764,10 @@ LC_HD uint64_t dedup_rows(const uint8_t* base, uint64_t nrows, size_t row_bytes,
       if (e < 0) {
         w.hash[slot] = (int32_t)nu;
         id[r] = (uint32_t)nu;
-        if (compact + nu * row_bytes != c) memcpy(compact + nu * row_bytes, c, row_bytes);
-        ++nu;
+        first[nu++] = (uint32_t)r;
         break;
       }
-      if (bytes_equal(compact + (uint64_t)e * row_bytes, c, row_bytes)) {
+      if (bytes_equal(base + (uint64_t)first[e] * row_bytes, c, row_bytes)) {
         id[r] = (uint32_t)e;
         break;
       }
@@ -772,6 +775,12 @@ LC_HD uint64_t dedup_rows(const uint8_t* base, uint64_t nrows, size_t row_bytes,
     }
   }
   return nu;
+}
+
+LC_HD void compact_rows(const uint8_t* base, uint64_t nu, size_t row_bytes, const uint32_t* first,
+                        uint8_t* compact) {
+  for (uint64_t u = 0; u < nu; ++u)
+    memcpy(compact + u * row_bytes, base + (uint64_t)first[u] * row_bytes, row_bytes);
 }
 
 // Encodes chunk `in` (rows*dim values of dtype D) into out[0, capacity), zero-filling the rest.
@@ -791,9 +800,11 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   const uint8_t* src = in;
   uint64_t srows = rows;
   if (want_dict && n > 0 && rows > 1) {
-    srows = dedup_rows(in, rows, (size_t)dim * isz, w, w.uvals, w.frow);
-    if (srows < rows) src = w.uvals;
-    else srows = rows;
+    srows = dedup_rows(in, rows, (size_t)dim * isz, w, w.first, w.frow);
+    if (srows < rows) {
+      compact_rows(in, srows, (size_t)dim * isz, w.first, w.uvals);
+      src = w.uvals;
+    }
   }
   const bool fdedup = src != in;
   const uint64_t ns = srows * dim;
@@ -880,12 +891,15 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   size_t dict_bytes = kNone;
   SectionPlan pc = {false, 0}, pi = {false, 0};
   uint64_t n_unique = rows;
-  uint32_t* dcodes = (uint32_t*)w.dict_vals;
+  uint32_t* dcodes = w.codes;  // the dictionary: the codes themselves while no code row repeats
   const bool allow_huff = codec == kCodecAuto || codec == kCodecEntropy;
   if (want_dict && quant_ok) {
     // Distinct code rows (first-occurrence order) among the distinct input rows.
-    n_unique = dedup_rows((const uint8_t*)w.codes, srows, 4 * (size_t)dim, w, (uint8_t*)dcodes,
-                          w.dict_rows);
+    n_unique = dedup_rows((const uint8_t*)w.codes, srows, 4 * (size_t)dim, w, w.first, w.dict_rows);
+    if (n_unique < srows) {
+      dcodes = (uint32_t*)w.dict_vals;
+      compact_rows((const uint8_t*)w.codes, n_unique, 4 * (size_t)dim, w.first, (uint8_t*)dcodes);
+    }
     for (uint64_t r = 0; r < rows; ++r) w.index[r] = w.dict_rows[fdedup ? w.frow[r] : r];
     pc = plan_section(dcodes, n_unique * dim, (int)maxcode + 1, bits, allow_huff, w, w.len_a,
                       w.code_a);
