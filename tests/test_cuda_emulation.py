@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CXX = shutil.which("g++") or shutil.which("clang++")
 DATA = Path(os.environ.get("JLC_DATA_DIR", ROOT.parent / "shared" / "data"))
 DUMPS = DATA / "emb_dumps"
+#: Digests of the emulated kernels' frames per case (regenerate only on a format change:
+#: ``./check_kernels quick golden tests/golden/cuda_emu.txt ../shared/data/emb_dumps``).
+GOLDEN = ROOT / "tests" / "golden" / "cuda_emu.txt"
 
 
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
@@ -38,10 +41,19 @@ def test_cuda_kernels_under_cpu_emulation(tmp_path):
            f"-I{ROOT / 'xla_ffi'}", str(ROOT / "tests/cuda_emu/check_kernels.cc"), "-o", str(exe)]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-4000:]
-    args = [str(exe), "quick"]
+    digests = tmp_path / "golden.txt"
+    args = [str(exe), "quick", "golden", str(digests)]
     if (DUMPS / "manifest.json").is_file():
         args.append(str(DUMPS))
     run = subprocess.run(args, capture_output=True, text=True, timeout=900,
                          env={"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"})
     assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-4000:])
     assert "0 failures" in run.stdout
+    # Golden corpus: the same frames, sizes, values and statuses as the committed digests.
+    got = digests.read_text().splitlines()
+    want = GOLDEN.read_text().splitlines()
+    if not (DUMPS / "manifest.json").is_file():
+        want = [w for w in want if not w.startswith(("dump ", "exchange "))]
+    assert len(got) == len(want)
+    diff = [(g, w) for g, w in zip(got, want) if g != w]
+    assert not diff, f"{len(diff)} of {len(want)} cases differ from {GOLDEN.name}, first: {diff[:3]}"

@@ -6,7 +6,7 @@
 //
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -pthread -DLC_CUDA_EMULATION
 //       -include tests/cuda_emu/emu.h -Ixla_ffi tests/cuda_emu/check_kernels.cc -o check
-//   ./check [quick] [DUMP_DIR]
+//   ./check [quick] [golden FILE] [DUMP_DIR]
 // `quick` skips one of the three error bounds of the data-kind sweeps and the bf16/f16 runs of
 // the largest shapes; DUMP_DIR (e.g. ../shared/data/emb_dumps) adds the real embedding dumps
 // (files *_ROWSxDIM_f32.bin), whole and cut into the DLRM exchange shape.
@@ -32,6 +32,19 @@ int checks = 0;
 // dictionary/Huffman frames (original and corrupted).
 int seen_form[7] = {0};
 int seen_status[16] = {0};
+
+// Golden corpus: one FNV-1a 64 digest per case of the CPU frames, byte counts, decoded values
+// and statuses (valid and corrupted frames), written to the file named by `golden FILE`; the
+// GPU kernels must equal the CPU on every case, so the digests hold for both.
+FILE* golden = nullptr;
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  template <typename T>
+  void add(const std::vector<T>& v) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(T); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+};
 
 void fail(const std::string& what) {
   if (++failures <= 40) printf("FAIL %s\n", what.c_str());
@@ -252,6 +265,11 @@ void check_data(const std::string& kind, const std::vector<float>& data, int64_t
       if (og[i] != oc[i]) { fail(std::string(name) + ": decoded byte " + std::to_string(i % chunk) + " of frame " + std::to_string(i / chunk) + " status " + std::to_string(sc[i / chunk])); break; }
   }
   if (vg != vc) fail(std::string(name) + ": frame_status differs");
+  if (golden) {
+    Fnv d;
+    d.add(fc); d.add(nc); d.add(frames); d.add(nb); d.add(sc); d.add(vc); d.add(oc);
+    fprintf(golden, "%s\t%016llx\n", name, (unsigned long long)d.h);
+  }
 }
 
 template <int D>
@@ -360,6 +378,7 @@ int main(int argc, char** argv) {
   std::string dumps;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "quick") quick = true;  // fewer error bounds and large shapes
+    else if (std::string(argv[i]) == "golden" && i + 1 < argc) golden = fopen(argv[++i], "w");
     else dumps = argv[i];
   }
   run_dtype<lc::kF32>(quick);
@@ -376,5 +395,6 @@ int main(int argc, char** argv) {
   printf("dictionary/Huffman decode statuses:");
   for (int st = 0; st < 10; ++st) printf(" %d:%d", st, seen_status[st]);
   printf("\n%d checks, %d failures\n", checks, failures);
+  if (golden) fclose(golden);
   return failures ? 1 : 0;
 }
