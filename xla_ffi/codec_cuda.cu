@@ -1469,6 +1469,15 @@ size_t dict_dec_ws_bytes(uint64_t rows, uint64_t dim) {
   return align256(lc::align16(4 * rows * dim) + lc::align16(4 * rows));
 }
 
+// `bytes` of scratch starting at a 256-byte boundary. XLA's FFI scratch allocator rejects any
+// alignment above 16 ("Unsupported alignment": Allocate returns nothing), so ask for 16 and
+// round the pointer up inside a block 240 bytes larger.
+uint8_t* allocate_aligned256(ffi::ScratchAllocator& scratch, size_t bytes) {
+  auto ws = scratch.Allocate(bytes + 240, 16);
+  if (!ws.has_value()) return nullptr;
+  return reinterpret_cast<uint8_t*>(align256(reinterpret_cast<uintptr_t>(*ws)));
+}
+
 ffi::Error scratch_error(const char* op) {
   return ffi::Error(ffi::ErrorCode::kResourceExhausted, std::string(op) + ": scratch allocation failed");
 }
@@ -1485,21 +1494,19 @@ ffi::Error LaunchCompress(cudaStream_t stream, ffi::ScratchAllocator& scratch, c
     cudaError_t e = resident_blocks(encode_fixed_kernel<D>, kThreads, batch, &blocks);
     if (e != cudaSuccess) return cuda_error(op, e);
     const size_t stride = align256(4 * (size_t)n);  // outlier positions of one chunk
-    auto ws = scratch.Allocate(stride * (size_t)blocks + 256, 256);
-    if (!ws.has_value()) return scratch_error(op);
+    uint8_t* ws = allocate_aligned256(scratch, stride * (size_t)blocks + 256);
+    if (ws == nullptr) return scratch_error(op);
     encode_fixed_kernel<D><<<(unsigned)blocks, kThreads, 0, stream>>>(
-        x, eb, batch, rows, dim, mode, codec, frames, (size_t)cap, nbytes,
-        static_cast<uint8_t*>(*ws), stride);
+        x, eb, batch, rows, dim, mode, codec, frames, (size_t)cap, nbytes, ws, stride);
   } else {
     cudaError_t e = resident_blocks(encode_dict_kernel<D>, kThreads, batch, &blocks);
     if (e != cudaSuccess) return cuda_error(op, e);
     const size_t stride = align256(dict_ws_bytes(rows, dim));
     blocks = cap_blocks(blocks, stride, kDictEncodeScratch);
-    auto ws = scratch.Allocate(stride * (size_t)blocks, 256);
-    if (!ws.has_value()) return scratch_error(op);
+    uint8_t* ws = allocate_aligned256(scratch, stride * (size_t)blocks);
+    if (ws == nullptr) return scratch_error(op);
     encode_dict_kernel<D><<<(unsigned)blocks, kThreads, 0, stream>>>(
-        x, eb, batch, rows, dim, mode, codec, frames, (size_t)cap, nbytes,
-        static_cast<uint8_t*>(*ws), stride);
+        x, eb, batch, rows, dim, mode, codec, frames, (size_t)cap, nbytes, ws, stride);
   }
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? ffi::Error::Success() : cuda_error(op, e);
@@ -1519,10 +1526,10 @@ ffi::Error LaunchDecode(cudaStream_t stream, ffi::ScratchAllocator& scratch, con
   const size_t stride = dict_dec_ws_bytes(rows, dim);
   dict_blocks = cap_blocks(dict_blocks, stride, kDictDecodeScratch);
   const size_t info_bytes = align256(sizeof(FastFrame) * (size_t)batch);
-  auto ws = scratch.Allocate(info_bytes + stride * (size_t)dict_blocks, 256);
-  if (!ws.has_value()) return scratch_error(op);
-  FastFrame* info = static_cast<FastFrame*>(*ws);
-  uint8_t* work = static_cast<uint8_t*>(*ws) + info_bytes;
+  uint8_t* ws = allocate_aligned256(scratch, info_bytes + stride * (size_t)dict_blocks);
+  if (ws == nullptr) return scratch_error(op);
+  FastFrame* info = reinterpret_cast<FastFrame*>(ws);
+  uint8_t* work = ws + info_bytes;
   decode_fast_kernel<D, kWrite><<<(unsigned)blocks, kThreads, 0, stream>>>(
       frames, nbytes, batch, (size_t)cap, rows, dim, x, status, info);
   decode_dict_kernel<D, kWrite><<<(unsigned)dict_blocks, kThreads, 0, stream>>>(
