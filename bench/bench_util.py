@@ -35,8 +35,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,12 +52,24 @@ RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 # Packages whose versions go into every environment record.
 _VERSIONED_PACKAGES = (
-    "numpy", "jax", "jaxlib", "ml_dtypes", "zstandard", "pysz", "zfpy", "torch",
-    "fbgemm-gpu-cpu", "fbgemm-gpu", "jax_lossy_comm",
+    "numpy",
+    "jax",
+    "jaxlib",
+    "ml_dtypes",
+    "zstandard",
+    "pysz",
+    "zfpy",
+    "torch",
+    "fbgemm-gpu-cpu",
+    "fbgemm-gpu",
+    "jax_lossy_comm",
 )
 
 _THREAD_ENV = (
-    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
 )
 _XLA_SINGLE_THREAD_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
@@ -130,12 +143,23 @@ class Timing:
     warmup: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"median_s": self.median_s, "min_s": self.min_s, "repeats": len(self.times_s),
-                "warmup": self.warmup, "times_s": list(self.times_s)}
+        return {
+            "median_s": self.median_s,
+            "min_s": self.min_s,
+            "repeats": len(self.times_s),
+            "warmup": self.warmup,
+            "times_s": list(self.times_s),
+        }
 
 
-def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 7, min_repeats: int = 3,
-            budget_s: float = 3.0) -> Timing:
+def time_fn(
+    fn: Callable[[], Any],
+    *,
+    warmup: int = 2,
+    repeats: int = 7,
+    min_repeats: int = 3,
+    budget_s: float = 3.0,
+) -> Timing:
     """Time `fn()`: `warmup` untimed calls, then up to `repeats` timed ones; median.
 
     Every call's result goes through `block()` (JAX: `block_until_ready`) inside the timed
@@ -166,12 +190,17 @@ def time_fn(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 7, min_rep
         dt = time.perf_counter() - t0
         times.append(dt)
         spent += dt
-    return Timing(median_s=statistics.median(times), min_s=min(times), times_s=tuple(times),
-                  warmup=max(1, warmup))
+    return Timing(
+        median_s=statistics.median(times),
+        min_s=min(times),
+        times_s=tuple(times),
+        warmup=max(1, warmup),
+    )
 
 
-def time_interleaved(fns: dict[str, Callable[[], Any]], *, rounds: int = 300,
-                     budget_s: float = 3.0, warmup: int = 3) -> dict[str, Timing]:
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]], *, rounds: int = 300, budget_s: float = 3.0, warmup: int = 3
+) -> dict[str, Timing]:
     """Time several functions side by side: each round calls every one once, in turn.
 
     On a shared, noisy machine a slow spell then hits all of them alike, so ratios of their
@@ -198,8 +227,12 @@ def time_interleaved(fns: dict[str, Callable[[], Any]], *, rounds: int = 300,
             t0 = time.perf_counter()
             block(fn())
             times[k].append(time.perf_counter() - t0)
-    return {k: Timing(median_s=statistics.median(v), min_s=min(v), times_s=tuple(v),
-                      warmup=max(1, warmup)) for k, v in times.items()}
+    return {
+        k: Timing(
+            median_s=statistics.median(v), min_s=min(v), times_s=tuple(v), warmup=max(1, warmup)
+        )
+        for k, v in times.items()
+    }
 
 
 def gbps(raw_bytes: int, seconds: float) -> float:
@@ -254,8 +287,9 @@ def dump_name(meta: dict[str, Any]) -> str:
     return f"{meta['dataset']}_table{int(meta['table']):02d}"
 
 
-def load_dump(meta: dict[str, Any], data: str | os.PathLike[str] | None = None, *,
-              verify: bool = True) -> Dump:
+def load_dump(
+    meta: dict[str, Any], data: str | os.PathLike[str] | None = None, *, verify: bool = True
+) -> Dump:
     """Read one dump: headerless little-endian float32, reshaped to `meta['shape']`.
 
     Args:
@@ -279,8 +313,12 @@ def load_dump(meta: dict[str, Any], data: str | os.PathLike[str] | None = None, 
     return Dump(name=dump_name(meta), array=arr, meta=dict(meta))
 
 
-def iter_dumps(data: str | os.PathLike[str] | None = None, *,
-               names: Sequence[str] | None = None, verify: bool = True) -> Iterator[Dump]:
+def iter_dumps(
+    data: str | os.PathLike[str] | None = None,
+    *,
+    names: Sequence[str] | None = None,
+    verify: bool = True,
+) -> Iterator[Dump]:
     """Yield every dump listed in the manifest (manifest order), or only those in `names`."""
     for meta in load_manifest(data):
         if names is not None and dump_name(meta) not in names:
@@ -347,8 +385,9 @@ def _cpu_model() -> str:
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                             timeout=10, check=True)
+        out = subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
         return out.stdout.strip()
     except Exception:  # noqa: BLE001 - no git, or not a checkout
         return None
@@ -374,7 +413,7 @@ def environment_record(extra: dict[str, Any] | None = None) -> dict[str, Any]:
       backend and devices (only if jax is already imported), plus `extra`.
     """
     rec: dict[str, Any] = {
-        "utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "executable": sys.executable,
         "platform": platform.platform(),
@@ -412,8 +451,7 @@ def write_json(obj: Any, path: str | os.PathLike[str]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=None, separators=(",", ":"), default=_json_default,
-                  allow_nan=True)
+        json.dump(obj, f, indent=None, separators=(",", ":"), default=_json_default, allow_nan=True)
         f.write("\n")
     os.replace(tmp, path)
     return path

@@ -46,17 +46,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_util as bu  # noqa: E402
-
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-import jax_lossy_comm as jlc  # noqa: E402
 from jax_lossy_comm import _ffi  # noqa: E402
 from jax_lossy_comm.frame import CODECS, MODES, frame_capacity, frame_info  # noqa: E402
 
 FORMS = ("raw", "fixed", "dedup", "entropy", "auto")
-TARGETS_GBPS = {"fixed": {"compress": 1000.0, "decompress": 1500.0},
-                "entropy": {"compress": 300.0, "decompress": 300.0}}
+TARGETS_GBPS = {
+    "fixed": {"compress": 1000.0, "decompress": 1500.0},
+    "entropy": {"compress": 300.0, "decompress": 300.0},
+}
 TILE_BYTES = 256 << 20
 DLRM_SHAPE = (26 * 8, 256, 64)
 
@@ -66,8 +66,12 @@ def _compress_call(shape, capacity, codec, mode="rel"):
     batch = shape[:-2]
     call = jax.ffi.ffi_call(
         "lc_compress",
-        (jax.ShapeDtypeStruct(batch + (capacity,), jnp.uint8), jax.ShapeDtypeStruct(batch, jnp.int32)),
-        has_side_effect=True)
+        (
+            jax.ShapeDtypeStruct(batch + (capacity,), jnp.uint8),
+            jax.ShapeDtypeStruct(batch, jnp.int32),
+        ),
+        has_side_effect=True,
+    )
     return lambda x, eb: call(x, eb, mode=np.int32(MODES[mode]), codec=np.int32(CODECS[codec]))
 
 
@@ -76,17 +80,20 @@ def _decompress_call(shape):
     call = jax.ffi.ffi_call(
         "lc_decompress",
         (jax.ShapeDtypeStruct(shape, jnp.float32), jax.ShapeDtypeStruct(batch, jnp.int32)),
-        has_side_effect=True)
+        has_side_effect=True,
+    )
     return lambda f, nb: call(f, nb)
 
 
 def _repeat(fn, repeats):
     """jit(args -> fn(args) issued `repeats` times); returns the last result."""
+
     def body(*args):
         out = None
         for _ in range(repeats):
             out = fn(*args)
         return out
+
     return jax.jit(body)
 
 
@@ -95,6 +102,7 @@ def _copy_repeat(repeats):
         for _ in range(repeats):
             x = jax.lax.optimization_barrier(-x)
         return x
+
     return jax.jit(body)
 
 
@@ -122,7 +130,10 @@ def load_cases(quick: bool, tile_bytes: int = TILE_BYTES):
     rng = np.random.default_rng(0)
     if synthetic:  # same shapes as the real dumps, Gaussian values, some repeated rows
         dumps = []
-        for name, (rows, dim) in (("synthetic_kaggle", (128, 32)), ("synthetic_terabyte", (2048, 64))):
+        for name, (rows, dim) in (
+            ("synthetic_kaggle", (128, 32)),
+            ("synthetic_terabyte", (2048, 64)),
+        ):
             a = rng.standard_normal((rows, dim)).astype(np.float32) * 0.05
             a[::3] = a[0]
             dumps.append(bu.Dump(name=name, array=a, meta={"synthetic": True}))
@@ -134,17 +145,27 @@ def load_cases(quick: bool, tile_bytes: int = TILE_BYTES):
         if src.shape[1] != DLRM_SHAPE[2]:
             src = np.resize(src, (src.shape[0], DLRM_SHAPE[2]))
         r0 = (k * DLRM_SHAPE[1]) % max(1, src.shape[0] - DLRM_SHAPE[1] + 1)
-        c = src[r0:r0 + DLRM_SHAPE[1]]
+        c = src[r0 : r0 + DLRM_SHAPE[1]]
         if c.shape[0] < DLRM_SHAPE[1]:
             c = np.resize(c, DLRM_SHAPE[1:])
         chunks.append(c)
-    cases.append(("dlrm_exchange_26x8x256x64", np.stack(chunks).astype(np.float32),
-                  {"source": "terabyte dumps" if not synthetic else "synthetic"}))
-    for d in (dumps[:1] if quick else dumps):
+    cases.append(
+        (
+            "dlrm_exchange_26x8x256x64",
+            np.stack(chunks).astype(np.float32),
+            {"source": "terabyte dumps" if not synthetic else "synthetic"},
+        )
+    )
+    for d in dumps[:1] if quick else dumps:
         copies = max(1, math.ceil(tile_bytes / d.array.nbytes))
         x = np.broadcast_to(d.array, (copies,) + d.array.shape).copy()
-        cases.append((f"{d.name}_x{copies}", x, {"dump_shape": list(d.array.shape),
-                                                  "copies": copies, "synthetic": synthetic}))
+        cases.append(
+            (
+                f"{d.name}_x{copies}",
+                x,
+                {"dump_shape": list(d.array.shape), "copies": copies, "synthetic": synthetic},
+            )
+        )
     return cases, synthetic
 
 
@@ -156,15 +177,21 @@ def bench_case(name, x_np, meta, dev, eb_rel, forms):
     eb = jax.device_put(np.full(shape[:-2], eb_rel, np.float32), dev)
     res = {"case": name, "shape": list(shape), "raw_bytes": raw_bytes, "eb_rel": eb_rel, **meta}
     per_copy, reps, _ = _time_per_call(_copy_repeat, (x,), raw_bytes)
-    res["copy"] = {"seconds": per_copy, "gbps": bu.gbps(raw_bytes, per_copy), "repeats": reps,
-                   "how": "negation of the buffer (read + write), XLA kernel"}
+    res["copy"] = {
+        "seconds": per_copy,
+        "gbps": bu.gbps(raw_bytes, per_copy),
+        "repeats": reps,
+        "how": "negation of the buffer (read + write), XLA kernel",
+    }
     copy_gbps = res["copy"]["gbps"]
     print(f"{name}: {raw_bytes / 1e6:.1f} MB, copy {copy_gbps:.0f} GB/s", flush=True)
     res["forms"] = {}
     n = rows * dim
     for form in forms:
         if form == "fixed":
-            cap = frame_capacity((rows, dim), np.float32, "fixed", eb_rel, outliers=max(16, n // 1024))
+            cap = frame_capacity(
+                (rows, dim), np.float32, "fixed", eb_rel, outliers=max(16, n // 1024)
+            )
         else:
             cap = frame_capacity((rows, dim), np.float32, form)
         comp = _compress_call(shape, cap, form)
@@ -181,13 +208,21 @@ def bench_case(name, x_np, meta, dev, eb_rel, forms):
         err_ok = True
         for c, info in enumerate(infos):
             if info.form == "quantized":
-                err = np.abs(x_np.reshape(-1, rows, dim)[c].astype(np.float64)
-                             - y_np.reshape(-1, rows, dim)[c].astype(np.float64)).max()
+                err = np.abs(
+                    x_np.reshape(-1, rows, dim)[c].astype(np.float64)
+                    - y_np.reshape(-1, rows, dim)[c].astype(np.float64)
+                ).max()
                 err_ok &= bool(err <= info.eb_abs)
         used = int(nb[nb > 0].sum())
         # Which frame forms the codec produced (auto picks per chunk), over up to 1024 chunks.
-        mix = {"raw": 0, "fixed_rate": 0, "dictionary": 0, "huffman_codes": 0, "huffman_index": 0,
-               "overflow": 0}
+        mix = {
+            "raw": 0,
+            "fixed_rate": 0,
+            "dictionary": 0,
+            "huffman_codes": 0,
+            "huffman_index": 0,
+            "overflow": 0,
+        }
         flat_f = np.asarray(frames).reshape(-1, cap)
         for i in frame_info(flat_f[:1024], nb.reshape(-1)[:1024]):
             if i.form == "overflow":
@@ -199,23 +234,35 @@ def bench_case(name, x_np, meta, dev, eb_rel, forms):
             mix["dictionary"] += int(i.dedup)
             mix["huffman_codes"] += int(i.codes_huffman)
             mix["huffman_index"] += int(i.index_huffman)
-        f = {"capacity_bytes": cap, "compress_s": t_c, "decompress_s": t_d,
-             "compress_gbps": bu.gbps(raw_bytes, t_c), "decompress_gbps": bu.gbps(raw_bytes, t_d),
-             "compress_fraction_of_copy": bu.gbps(raw_bytes, t_c) / copy_gbps,
-             "decompress_fraction_of_copy": bu.gbps(raw_bytes, t_d) / copy_gbps,
-             "compression_ratio": raw_bytes / used if used else None,
-             "overflowed_chunks": int((nb < 0).sum()), "bad_status_chunks": int((st != 0).sum()),
-             "error_bound_ok_first_64": err_ok, "repeats": [reps_c, reps_d], "frame_forms": mix}
+        f = {
+            "capacity_bytes": cap,
+            "compress_s": t_c,
+            "decompress_s": t_d,
+            "compress_gbps": bu.gbps(raw_bytes, t_c),
+            "decompress_gbps": bu.gbps(raw_bytes, t_d),
+            "compress_fraction_of_copy": bu.gbps(raw_bytes, t_c) / copy_gbps,
+            "decompress_fraction_of_copy": bu.gbps(raw_bytes, t_d) / copy_gbps,
+            "compression_ratio": raw_bytes / used if used else None,
+            "overflowed_chunks": int((nb < 0).sum()),
+            "bad_status_chunks": int((st != 0).sum()),
+            "error_bound_ok_first_64": err_ok,
+            "repeats": [reps_c, reps_d],
+            "frame_forms": mix,
+        }
         if form in TARGETS_GBPS:
             tg = TARGETS_GBPS[form]
             f["targets_gbps"] = tg
-            f["meets_targets"] = (f["compress_gbps"] >= tg["compress"]
-                                  and f["decompress_gbps"] >= tg["decompress"])
+            f["meets_targets"] = (
+                f["compress_gbps"] >= tg["compress"] and f["decompress_gbps"] >= tg["decompress"]
+            )
         res["forms"][form] = f
-        print(f"  {form:8s} compress {f['compress_gbps']:9.1f} GB/s ({f['compress_fraction_of_copy']:.2f} of copy)"
-              f"  decompress {f['decompress_gbps']:9.1f} GB/s ({f['decompress_fraction_of_copy']:.2f})"
-              f"  ratio {f['compression_ratio'] or float('nan'):.2f}  overflow {f['overflowed_chunks']}"
-              f"  status!=0 {f['bad_status_chunks']}  bound ok {err_ok}  forms {mix}", flush=True)
+        print(
+            f"  {form:8s} compress {f['compress_gbps']:9.1f} GB/s ({f['compress_fraction_of_copy']:.2f} of copy)"
+            f"  decompress {f['decompress_gbps']:9.1f} GB/s ({f['decompress_fraction_of_copy']:.2f})"
+            f"  ratio {f['compression_ratio'] or float('nan'):.2f}  overflow {f['overflowed_chunks']}"
+            f"  status!=0 {f['bad_status_chunks']}  bound ok {err_ok}  forms {mix}",
+            flush=True,
+        )
     return res
 
 
@@ -225,17 +272,28 @@ def main(argv=None):
     ap.add_argument("--eb", type=float, default=0.01, help="relative error bound (REL mode)")
     ap.add_argument("--quick", action="store_true", help="DLRM shape and one tiled dump only")
     ap.add_argument("--forms", default=",".join(FORMS), help="codec forms, comma separated")
-    ap.add_argument("--tile-mb", type=float, default=TILE_BYTES / 2**20,
-                    help="size the dumps are tiled to, MiB (default 256)")
-    ap.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no GPU "
-                    "(a dry run of the script; the figures mean nothing for the GPU)")
+    ap.add_argument(
+        "--tile-mb",
+        type=float,
+        default=TILE_BYTES / 2**20,
+        help="size the dumps are tiled to, MiB (default 256)",
+    )
+    ap.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="run on the CPU when there is no GPU "
+        "(a dry run of the script; the figures mean nothing for the GPU)",
+    )
     args = ap.parse_args(argv)
     try:
         dev = jax.devices("gpu")[0]
     except RuntimeError:
         if not args.allow_cpu:
-            print("codec_bench_gpu: no GPU visible to JAX; nothing measured (use --allow-cpu for "
-                  "a dry run)", file=sys.stderr)
+            print(
+                "codec_bench_gpu: no GPU visible to JAX; nothing measured (use --allow-cpu for "
+                "a dry run)",
+                file=sys.stderr,
+            )
             return 2
         dev = jax.devices("cpu")[0]
     if not _ffi.available():
@@ -249,11 +307,19 @@ def main(argv=None):
     tile_bytes = int(args.tile_mb * 2**20)
     cases, synthetic = load_cases(args.quick, tile_bytes)
     results = []
-    rec = bu.environment_record({"benchmark": "codec_bench_gpu", "device": str(dev),
-                                 "device_kind": getattr(dev, "device_kind", None),
-                                 "synthetic_data": synthetic, "eb_rel": args.eb,
-                                 "tile_bytes": tile_bytes, "targets_gbps": TARGETS_GBPS,
-                                 "forms": forms, "cases": [c[0] for c in cases]})
+    rec = bu.environment_record(
+        {
+            "benchmark": "codec_bench_gpu",
+            "device": str(dev),
+            "device_kind": getattr(dev, "device_kind", None),
+            "synthetic_data": synthetic,
+            "eb_rel": args.eb,
+            "tile_bytes": tile_bytes,
+            "targets_gbps": TARGETS_GBPS,
+            "forms": forms,
+            "cases": [c[0] for c in cases],
+        }
+    )
     kind = str(getattr(dev, "device_kind", dev.platform)).replace(" ", "_")
     out = Path(args.out) / f"codec_bench_gpu_{kind}.json"
     with jax.default_device(dev):
@@ -267,9 +333,11 @@ def main(argv=None):
         for form, tg in TARGETS_GBPS.items():
             f = r["forms"].get(form)
             if f:
-                print(f"target {r['case']} {form}: compress {f['compress_gbps']:.0f} / {tg['compress']:.0f} GB/s, "
-                      f"decompress {f['decompress_gbps']:.0f} / {tg['decompress']:.0f} GB/s: "
-                      f"{'met' if f['meets_targets'] else 'NOT met'}")
+                print(
+                    f"target {r['case']} {form}: compress {f['compress_gbps']:.0f} / {tg['compress']:.0f} GB/s, "
+                    f"decompress {f['decompress_gbps']:.0f} / {tg['decompress']:.0f} GB/s: "
+                    f"{'met' if f['meets_targets'] else 'NOT met'}"
+                )
     return 0
 
 

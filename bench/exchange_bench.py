@@ -51,12 +51,26 @@ def _parse(argv):
     ap.add_argument("--tables", type=int, default=26)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--batch-per-device", type=int, default=2048)
-    ap.add_argument("--eb", type=float, nargs="+", default=list(DEFAULT_EBS),
-                    help="REL error bounds (each also the dense min_error_bound)")
-    ap.add_argument("--bandwidths", type=float, nargs="+", default=list(DEFAULT_BANDWIDTHS_GBPS),
-                    help="link bandwidths in GB/s per device for the model")
-    ap.add_argument("--spec-margin", type=float, default=1.25,
-                    help="speculative capacity = largest calibration frame x this")
+    ap.add_argument(
+        "--eb",
+        type=float,
+        nargs="+",
+        default=list(DEFAULT_EBS),
+        help="REL error bounds (each also the dense min_error_bound)",
+    )
+    ap.add_argument(
+        "--bandwidths",
+        type=float,
+        nargs="+",
+        default=list(DEFAULT_BANDWIDTHS_GBPS),
+        help="link bandwidths in GB/s per device for the model",
+    )
+    ap.add_argument(
+        "--spec-margin",
+        type=float,
+        default=1.25,
+        help="speculative capacity = largest calibration frame x this",
+    )
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--data", default=None, help="shared data folder (default ../shared/data)")
     ap.add_argument("--out", default=str(DEFAULT_OUT))
@@ -66,6 +80,7 @@ def _parse(argv):
 def _make_input(dumps, p, tables, batch, dim):
     """float32[P (device), P * batch, L, dim]: device i's pooled embeddings."""
     import numpy as np
+
     L = math.ceil(tables / p)
     x = np.zeros((p, p * batch, L, dim), np.float32)
     for i in range(p):
@@ -79,15 +94,17 @@ def _make_input(dumps, p, tables, batch, dim):
             if col.shape[1] < dim:
                 col = np.tile(col, (1, math.ceil(dim / col.shape[1])))[:, :dim]
             for d in range(p):
-                x[i, d * batch:(d + 1) * batch, t] = np.roll(col, 97 * d, axis=0)
+                x[i, d * batch : (d + 1) * batch, t] = np.roll(col, 97 * d, axis=0)
     return x
 
 
 def main(argv=None) -> int:
     args = _parse(argv)
     if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={args.devices}").strip()
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + f" --xla_force_host_platform_device_count={args.devices}"
+        ).strip()
     try:
         dumps = [d.array for d in bu.iter_dumps(args.data) if d.name.startswith("terabyte")]
     except FileNotFoundError as e:
@@ -100,7 +117,8 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     import jax_lossy_comm as jlc
 
@@ -116,37 +134,62 @@ def main(argv=None) -> int:
     sh = NamedSharding(mesh, P("i"))
     x = jax.device_put(xg, sh)
     rows = B
-    raw_bytes = p * B * L * dim * 4                     # per device
+    raw_bytes = p * B * L * dim * 4  # per device
     off = (p - 1) / p
-    print(f"{p} devices, {args.tables} tables ({L} slots/device), chunk [{rows}, {dim}] float32, "
-          f"{raw_bytes / 2**20:.1f} MiB per device per exchange")
+    print(
+        f"{p} devices, {args.tables} tables ({L} slots/device), chunk [{rows}, {dim}] float32, "
+        f"{raw_bytes / 2**20:.1f} MiB per device per exchange"
+    )
 
-    raw_fn = jax.jit(jax.shard_map(lambda x: jax.lax.all_to_all(x, "i", 0, 1, tiled=True),
-                                   mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+    raw_fn = jax.jit(
+        jax.shard_map(
+            lambda x: jax.lax.all_to_all(x, "i", 0, 1, tiled=True),
+            mesh=mesh,
+            in_specs=P("i"),
+            out_specs=P("i"),
+        )
+    )
     y_raw = raw_fn(x)
     t_raw = bu.time_fn(lambda: raw_fn(x), repeats=args.repeats)
 
     def comp_fn(eb_min, capacity=None):
         def f(x, eb):
-            y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                             min_error_bound=eb_min, capacity=capacity,
-                                             path="dense", return_stats=True)
+            y, s = jlc.compressed_all_to_all(
+                x,
+                "i",
+                0,
+                1,
+                error_bound=eb,
+                table_axis=1,
+                min_error_bound=eb_min,
+                capacity=capacity,
+                path="dense",
+                return_stats=True,
+            )
             return y, jax.tree.map(lambda a: a[None], s)
-        return jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P()),
-                                     out_specs=(P("i"), P("i"))))
+
+        return jax.jit(
+            jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P()), out_specs=(P("i"), P("i")))
+        )
 
     # Single-device codec throughput on one device's payload [P, L, rows, dim].
-    chunks = jax.device_put(jnp.asarray(xh[0].reshape(p, B, L, dim).transpose(0, 2, 1, 3)),
-                            jax.devices()[0])
+    chunks = jax.device_put(
+        jnp.asarray(xh[0].reshape(p, B, L, dim).transpose(0, 2, 1, 3)), jax.devices()[0]
+    )
     results = []
-    header = (f"{'eb':>5} {'variant':<11} {'cap B':>7} {'MB moved':>9} {'raw/moved':>9} "
-              f"{'meas ms':>8} {'fallback':>8} " +
-              " ".join(f"{bw:>6g}GB/s" for bw in args.bandwidths) + "  break-even")
+    header = (
+        f"{'eb':>5} {'variant':<11} {'cap B':>7} {'MB moved':>9} {'raw/moved':>9} "
+        f"{'meas ms':>8} {'fallback':>8} "
+        + " ".join(f"{bw:>6g}GB/s" for bw in args.bandwidths)
+        + "  break-even"
+    )
     lines = [header]
-    lines.append(f"{'-':>5} {'raw':<11} {'-':>7} {raw_bytes / 1e6:9.2f} {1.0:9.2f} "
-                 f"{t_raw.median_s * 1e3:8.1f} {'-':>8} " +
-                 " ".join(f"{raw_bytes * off / (bw * 1e9) * 1e3:8.3f}ms"
-                          for bw in args.bandwidths) + "           -")
+    lines.append(
+        f"{'-':>5} {'raw':<11} {'-':>7} {raw_bytes / 1e6:9.2f} {1.0:9.2f} "
+        f"{t_raw.median_s * 1e3:8.1f} {'-':>8} "
+        + " ".join(f"{raw_bytes * off / (bw * 1e9) * 1e3:8.3f}ms" for bw in args.bandwidths)
+        + "           -"
+    )
 
     def break_even(moved, codec_s):
         """Link GB/s below which the compressed exchange is modelled faster than raw."""
@@ -156,21 +199,33 @@ def main(argv=None) -> int:
     for eb in args.eb:
         ebv = jnp.float32(eb)
         cap = jlc.exchange._capacity(
-            jlc.exchange._make_layout((p * B, L, dim), p, 0, 1, 1, True), np.dtype(np.float32),
-            "auto", "rel", "dense", eb, None, None)
+            jlc.exchange._make_layout((p * B, L, dim), p, 0, 1, 1, True),
+            np.dtype(np.float32),
+            "auto",
+            "rel",
+            "dense",
+            eb,
+            None,
+            None,
+        )
         enc = jax.jit(lambda c, e, cap=cap: jlc.compress(c, e, capacity=cap))
         fr, nb = enc(chunks, ebv)
         dec = jax.jit(lambda f, n: jlc.decompress(f, n, shape=(rows, dim)))
         t_c = bu.time_fn(lambda: enc(chunks, ebv), repeats=args.repeats)
         t_d = bu.time_fn(lambda: dec(fr, nb), repeats=args.repeats)
-        codec = {"compress_s": t_c.median_s, "decompress_s": t_d.median_s,
-                 "compress_gbps": bu.gbps(raw_bytes, t_c.median_s),
-                 "decompress_gbps": bu.gbps(raw_bytes, t_d.median_s)}
+        codec = {
+            "compress_s": t_c.median_s,
+            "decompress_s": t_d.median_s,
+            "compress_gbps": bu.gbps(raw_bytes, t_c.median_s),
+            "decompress_gbps": bu.gbps(raw_bytes, t_d.median_s),
+        }
 
         dense = comp_fn(eb)
         y, s = dense(x, ebv)
-        frame_max = int(np.abs(np.asarray(s.compression_ratio)).size and
-                        np.max(rows * dim * 4 / np.asarray(s.compression_ratio)))
+        frame_max = int(
+            np.abs(np.asarray(s.compression_ratio)).size
+            and np.max(rows * dim * 4 / np.asarray(s.compression_ratio))
+        )
         spec_cap = max(64, int(math.ceil(frame_max * args.spec_margin)))
         variants = [("dense", dense, s), ("speculative", comp_fn(eb, spec_cap), None)]
         for name, fn, st in variants:
@@ -180,44 +235,80 @@ def main(argv=None) -> int:
             t = bu.time_fn(lambda fn=fn: fn(x, ebv), repeats=args.repeats)
             moved = float(np.asarray(st.moved_bytes).mean())
             fb = int(np.asarray(st.fallback).max())
-            rec = {"eb_rel": eb, "variant": name, "capacity_bytes": float(st.capacity_bytes[0]),
-                   "moved_bytes_per_device": moved,
-                   "frame_bytes_per_device": float(np.asarray(st.frame_bytes).mean()),
-                   "raw_bytes_per_device": raw_bytes, "bytes_ratio": raw_bytes / moved,
-                   "fallback": fb, "max_abs_err": float(err), "global_bound": bound,
-                   "measured": t.to_json(), "codec": codec, "model_ms": {}}
-            rec["model_ms"] = {str(bw): (t_c.median_s + moved * off / (bw * 1e9)
-                                         + t_d.median_s) * 1e3 for bw in args.bandwidths}
+            rec = {
+                "eb_rel": eb,
+                "variant": name,
+                "capacity_bytes": float(st.capacity_bytes[0]),
+                "moved_bytes_per_device": moved,
+                "frame_bytes_per_device": float(np.asarray(st.frame_bytes).mean()),
+                "raw_bytes_per_device": raw_bytes,
+                "bytes_ratio": raw_bytes / moved,
+                "fallback": fb,
+                "max_abs_err": float(err),
+                "global_bound": bound,
+                "measured": t.to_json(),
+                "codec": codec,
+                "model_ms": {},
+            }
+            rec["model_ms"] = {
+                str(bw): (t_c.median_s + moved * off / (bw * 1e9) + t_d.median_s) * 1e3
+                for bw in args.bandwidths
+            }
             rec["break_even_gbps"] = break_even(moved, t_c.median_s + t_d.median_s)
             results.append(rec)
-            lines.append(f"{eb:5.2f} {name:<11} {rec['capacity_bytes']:7.0f} {moved / 1e6:9.2f} "
-                         f"{raw_bytes / moved:9.2f} {t.median_s * 1e3:8.1f} {fb:8d} " +
-                         " ".join(f"{v:8.3f}ms" for v in rec["model_ms"].values()) +
-                         f" {rec['break_even_gbps']:8.2f}GB/s")
+            lines.append(
+                f"{eb:5.2f} {name:<11} {rec['capacity_bytes']:7.0f} {moved / 1e6:9.2f} "
+                f"{raw_bytes / moved:9.2f} {t.median_s * 1e3:8.1f} {fb:8d} "
+                + " ".join(f"{v:8.3f}ms" for v in rec["model_ms"].values())
+                + f" {rec['break_even_gbps']:8.2f}GB/s"
+            )
         # Variable-size (ragged, GPU) exchange: the used frame bytes + int32 byte counts.
         fbytes = float(np.asarray(s.frame_bytes).mean()) + 4 * p * L
-        rec = {"eb_rel": eb, "variant": "variable", "moved_bytes_per_device": fbytes,
-               "raw_bytes_per_device": raw_bytes, "bytes_ratio": raw_bytes / fbytes,
-               "codec": codec, "measured": None,
-               "model_ms": {str(bw): (t_c.median_s + fbytes * off / (bw * 1e9) + t_d.median_s)
-                            * 1e3 for bw in args.bandwidths}}
+        rec = {
+            "eb_rel": eb,
+            "variant": "variable",
+            "moved_bytes_per_device": fbytes,
+            "raw_bytes_per_device": raw_bytes,
+            "bytes_ratio": raw_bytes / fbytes,
+            "codec": codec,
+            "measured": None,
+            "model_ms": {
+                str(bw): (t_c.median_s + fbytes * off / (bw * 1e9) + t_d.median_s) * 1e3
+                for bw in args.bandwidths
+            },
+        }
         rec["break_even_gbps"] = break_even(fbytes, t_c.median_s + t_d.median_s)
         results.append(rec)
-        lines.append(f"{eb:5.2f} {'variable':<11} {'-':>7} {fbytes / 1e6:9.2f} "
-                     f"{raw_bytes / fbytes:9.2f} {'-':>8} {'-':>8} " +
-                     " ".join(f"{v:8.3f}ms" for v in rec["model_ms"].values()) +
-                     f" {rec['break_even_gbps']:8.2f}GB/s")
-        lines.append(f"      codec on one device: compress {codec['compress_gbps']:.2f} GB/s, "
-                     f"decompress {codec['decompress_gbps']:.2f} GB/s (of raw float32)")
+        lines.append(
+            f"{eb:5.2f} {'variable':<11} {'-':>7} {fbytes / 1e6:9.2f} "
+            f"{raw_bytes / fbytes:9.2f} {'-':>8} {'-':>8} "
+            + " ".join(f"{v:8.3f}ms" for v in rec["model_ms"].values())
+            + f" {rec['break_even_gbps']:8.2f}GB/s"
+        )
+        lines.append(
+            f"      codec on one device: compress {codec['compress_gbps']:.2f} GB/s, "
+            f"decompress {codec['decompress_gbps']:.2f} GB/s (of raw float32)"
+        )
     print("\n".join(lines))
-    out = {"env": bu.environment_record({"load_average_1_5_15min": list(os.getloadavg())}),
-           "params": {"devices": p, "tables": args.tables, "slots_per_device": L, "dim": dim,
-                      "batch_per_device": B, "chunk": [rows, dim], "eb_rel": args.eb,
-                      "bandwidths_gbps": args.bandwidths, "spec_margin": args.spec_margin,
-                      "model": "compress + off_device_bytes / bw + decompress; "
-                               "off_device = (P-1)/P of the bytes; raw: bytes / bw"},
-           "raw": {"bytes_per_device": raw_bytes, "measured": t_raw.to_json()},
-           "results": results, "table": lines}
+    out = {
+        "env": bu.environment_record({"load_average_1_5_15min": list(os.getloadavg())}),
+        "params": {
+            "devices": p,
+            "tables": args.tables,
+            "slots_per_device": L,
+            "dim": dim,
+            "batch_per_device": B,
+            "chunk": [rows, dim],
+            "eb_rel": args.eb,
+            "bandwidths_gbps": args.bandwidths,
+            "spec_margin": args.spec_margin,
+            "model": "compress + off_device_bytes / bw + decompress; "
+            "off_device = (P-1)/P of the bytes; raw: bytes / bw",
+        },
+        "raw": {"bytes_per_device": raw_bytes, "measured": t_raw.to_json()},
+        "results": results,
+        "table": lines,
+    }
     path = bu.write_json(out, args.out)
     print(f"wrote {path}")
     return 0

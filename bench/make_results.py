@@ -32,8 +32,9 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -63,8 +64,11 @@ def verdict_rows(peers: dict[str, Any], eb_rel: float = 0.01) -> list[dict[str, 
     ``jit_floor_us`` (the compress time of the jitted jax-bf16 cast on the same input, when
     that input is small: the per-call cost any jitted codec pays) and ``auto.compress_us``."""
     out = plots.pareto_analysis(peers.get("rows", []), eb_rel, tiled=False)
-    rows = [r for r in peers.get("rows", []) if r.get("status") == "ok"
-            and not r.get("tiled") and math.isclose(r["eb_rel"], eb_rel)]
+    rows = [
+        r
+        for r in peers.get("rows", [])
+        if r.get("status") == "ok" and not r.get("tiled") and math.isclose(r["eb_rel"], eb_rel)
+    ]
     for a in out:
         rs = {r["codec"]: r for r in rows if r["dump"] == a["dump"]}
         cast, auto = rs.get("jax-bf16"), rs.get(plots.AUTO)
@@ -93,38 +97,57 @@ def _verdict_note(a: dict[str, Any]) -> str:
         low = [p for p in fp if p["ratio"] <= 8]
         high = [p for p in fp if p["ratio"] > 8]
         if low:
-            parts.append(f"faster at <= 8x ratio: {', '.join(p['codec'] for p in low)} (up to "
-                         f"{_gbps(max(p['compress_gbps'] for p in low))} GB/s: casts, fixed-rate "
-                         "quantization or ZFP, without auto's range scan, per-value bound check "
-                         "and lossless stage)")
+            parts.append(
+                f"faster at <= 8x ratio: {', '.join(p['codec'] for p in low)} (up to "
+                f"{_gbps(max(p['compress_gbps'] for p in low))} GB/s: casts, fixed-rate "
+                "quantization or ZFP, without auto's range scan, per-value bound check "
+                "and lossless stage)"
+            )
         if high:
-            parts.append("faster at a lower ratio: " + ", ".join(
-                f"{p['codec']} ({_gbps(p['compress_gbps'])} GB/s at {_f(p['ratio'], '.1f')}x)"
-                for p in high))
+            parts.append(
+                "faster at a lower ratio: "
+                + ", ".join(
+                    f"{p['codec']} ({_gbps(p['compress_gbps'])} GB/s at {_f(p['ratio'], '.1f')}x)"
+                    for p in high
+                )
+            )
         floor = a.get("jit_floor_us")
         if floor is not None and au.get("compress_us"):
-            parts.append(f"why: {floor:.0f} us of jlc-auto's {au['compress_us']:.0f} us per "
-                         "call is the fixed cost of any jitted call on this input (jax-bf16, a "
-                         "jitted cast, takes that long); the peers are called directly")
+            parts.append(
+                f"why: {floor:.0f} us of jlc-auto's {au['compress_us']:.0f} us per "
+                "call is the fixed cost of any jitted call on this input (jax-bf16, a "
+                "jitted cast, takes that long); the peers are called directly"
+            )
         elif high:
             parts.append("why: " + "; ".join(sorted({p["why"] for p in high})))
     if au["dominated_by"]:
         parts.append("DOMINATED by " + ", ".join(au["dominated_by"]))
     if au["dominated_by_library_forms"]:
-        parts.append("its own forms " + ", ".join(au["dominated_by_library_forms"])
-                     + " reach the same ratio slightly faster (auto tries every form)")
+        parts.append(
+            "its own forms "
+            + ", ".join(au["dominated_by_library_forms"])
+            + " reach the same ratio slightly faster (auto tries every form)"
+        )
     return "; ".join(parts) or "ahead of every peer on both axes"
 
 
 def pareto_table(peers: dict[str, Any], eb_rel: float = 0.01) -> str:
-    lines = [f"| dump | shape | jlc-auto ratio | compress GB/s | decompress GB/s | max err / eb "
-             f"| best peer ratio | on the front (bound honoured) | jlc-auto on front | notes |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dump | shape | jlc-auto ratio | compress GB/s | decompress GB/s | max err / eb "
+        "| best peer ratio | on the front (bound honoured) | jlc-auto on front | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     rows = [r for r in peers.get("rows", []) if r.get("status") == "ok"]
     for a in verdict_rows(peers, eb_rel):
         au = a["auto"] or {}
-        ps = [r for r in rows if r["dump"] == a["dump"] and not r["codec"].startswith("jlc-")
-              and math.isclose(r["eb_rel"], eb_rel) and r["bound_ok"]]
+        ps = [
+            r
+            for r in rows
+            if r["dump"] == a["dump"]
+            and not r["codec"].startswith("jlc-")
+            and math.isclose(r["eb_rel"], eb_rel)
+            and r["bound_ok"]
+        ]
         best = max(ps, key=lambda r: r["ratio"]) if ps else None
         lines.append(
             f"| {a['dump']} | {a['shape']} | {_f(au.get('ratio'), '.1f')} | "
@@ -133,47 +156,66 @@ def pareto_table(peers: dict[str, Any], eb_rel: float = 0.01) -> str:
             f"{_f(au.get('max_err_over_eb'), '.4f')} | "
             + (f"{best['ratio']:.1f} ({best['codec']})" if best else "-")
             + f" | {', '.join(a['front_bounded'])} | "
-            + ("**yes**" if au.get("on_front") else "NO") + f" | {_verdict_note(a)} |")
+            + ("**yes**" if au.get("on_front") else "NO")
+            + f" | {_verdict_note(a)} |"
+        )
     return "\n".join(lines)
 
 
 def codec_table(peers: dict[str, Any], dump: str, eb_rel: float) -> str:
-    rows = [r for r in peers.get("rows", []) if r["dump"] == dump
-            and math.isclose(r["eb_rel"], eb_rel)]
-    a = next((a for a in plots.pareto_analysis(peers["rows"], eb_rel,
-                                               tiled=bool(rows and rows[0].get("tiled")))
-              if a["dump"] == dump), None)
+    rows = [
+        r for r in peers.get("rows", []) if r["dump"] == dump and math.isclose(r["eb_rel"], eb_rel)
+    ]
+    a = next(
+        (
+            a
+            for a in plots.pareto_analysis(
+                peers["rows"], eb_rel, tiled=bool(rows and rows[0].get("tiled"))
+            )
+            if a["dump"] == dump
+        ),
+        None,
+    )
     front = set(a["front_bounded"]) if a else set()
-    lines = ["| codec | ratio | max err / eb | compress GB/s | decompress GB/s | bound | front |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| codec | ratio | max err / eb | compress GB/s | decompress GB/s | bound | front |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         if r["status"] != "ok":
             why = r.get("skip_reason") or r.get("error", "")
             lines.append(f"| {r['codec']} | {r['status']}: {why[:80]} | | | | | |")
             continue
         bound = "ok" if r["bound_ok"] else ("VIOLATED" if r["error_bounded"] else "exceeds")
-        lines.append(f"| {'**' + r['codec'] + '**' if r['codec'] == 'jlc-auto' else r['codec']} "
-                     f"| {r['ratio']:.2f} | {r['max_err_over_eb']:.4f} | "
-                     f"{_gbps(r['compress_gbps'])} | {_gbps(r['decompress_gbps'])} | {bound} | "
-                     f"{'*' if r['codec'] in front else ''} |")
+        lines.append(
+            f"| {'**' + r['codec'] + '**' if r['codec'] == 'jlc-auto' else r['codec']} "
+            f"| {r['ratio']:.2f} | {r['max_err_over_eb']:.4f} | "
+            f"{_gbps(r['compress_gbps'])} | {_gbps(r['decompress_gbps'])} | {bound} | "
+            f"{'*' if r['codec'] in front else ''} |"
+        )
     return "\n".join(lines)
 
 
 def ratio_matrix(peers: dict[str, Any], tiled: bool) -> str:
     """codec x (dump, eb_rel) compression ratios; '!' marks a bound exceeded."""
-    rows = [r for r in peers.get("rows", []) if r.get("status") == "ok"
-            and bool(r.get("tiled")) == tiled]
+    rows = [
+        r
+        for r in peers.get("rows", [])
+        if r.get("status") == "ok" and bool(r.get("tiled")) == tiled
+    ]
     cols = list(dict.fromkeys((r["dump"], r["eb_rel"]) for r in rows))
     codecs = list(dict.fromkeys(r["codec"] for r in rows))
-    lines = ["| codec | " + " | ".join(f"{d} {e}" for d, e in cols) + " |",
-             "|---|" + "---|" * len(cols)]
+    lines = [
+        "| codec | " + " | ".join(f"{d} {e}" for d, e in cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
     for c in codecs:
         cells = []
         for d, e in cols:
-            r = next((r for r in rows if r["codec"] == c and r["dump"] == d
-                      and r["eb_rel"] == e), None)
-            cells.append("-" if r is None else f"{r['ratio']:.1f}" + ("" if r["bound_ok"]
-                                                                    else "!"))
+            r = next(
+                (r for r in rows if r["codec"] == c and r["dump"] == d and r["eb_rel"] == e), None
+            )
+            cells.append("-" if r is None else f"{r['ratio']:.1f}" + ("" if r["bound_ok"] else "!"))
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -181,18 +223,22 @@ def ratio_matrix(peers: dict[str, Any], tiled: bool) -> str:
 def train_table(train: dict[str, Any]) -> str:
     runs = train.get("runs", [])
     ex = next((r for r in runs if r["name"] == "exact" and r.get("status") == "ok"), None)
-    lines = ["| exchange | AUC | AUC - exact | log loss | bytes moved / step | raw / moved "
-             "| frames (variable-size) / step | samples/s |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| exchange | AUC | AUC - exact | log loss | bytes moved / step | raw / moved "
+        "| frames (variable-size) / step | samples/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         if r.get("status") != "ok":
             lines.append(f"| {r['name']} | {r.get('status')} | | | | | | |")
             continue
         d = r["auc"] - ex["auc"] if ex else float("nan")
-        lines.append(f"| {r['name']} | {r['auc']:.5f} | {d:+.5f} | {r['logloss']:.5f} | "
-                     f"{r['moved_bytes_per_step'] / 2**20:.3f} MiB | {_f(r['moved_ratio'])}x | "
-                     f"{r['frame_bytes_per_step'] / 2**20:.3f} MiB | "
-                     f"{_f(r.get('samples_per_s'), '.0f')} |")
+        lines.append(
+            f"| {r['name']} | {r['auc']:.5f} | {d:+.5f} | {r['logloss']:.5f} | "
+            f"{r['moved_bytes_per_step'] / 2**20:.3f} MiB | {_f(r['moved_ratio'])}x | "
+            f"{r['frame_bytes_per_step'] / 2**20:.3f} MiB | "
+            f"{_f(r.get('samples_per_s'), '.0f')} |"
+        )
     return "\n".join(lines)
 
 
@@ -200,30 +246,47 @@ def netns_table(netns: dict[str, Any]) -> str:
     if netns.get("status") == "skipped":
         return f"Skipped: {netns.get('skip_reason')}"
     import netns_bench
+
     runs = netns_bench._median_runs(netns.get("runs", []))
     sp = netns_bench.paired_speedups(netns.get("runs", []))
     per_round = netns_bench.speedups_per_round(netns.get("runs", []))
-    lines = ["| link | exchange | step time | samples/s | forward bytes moved / step | "
-             "link bytes / step | speedup | AUC | log loss |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| link | exchange | step time | samples/s | forward bytes moved / step | "
+        "link bytes / step | speedup | AUC | log loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])
         probe = f" (measured {r['probe_gbits']:.2f} Gbit/s)" if r.get("probe_gbits") else ""
         link = r.get("link_bytes_per_step")
-        lines.append(f"| {r['rate']}{probe} | {r['mode']} | {r['step_time_s'] * 1e3:.0f} ms | "
-                     f"{r['samples_per_s']:.0f} | {r['moved_bytes_per_step'] / 2**20:.2f} MiB | "
-                     + (f"{link / 2**20:.2f} MiB" if link else "-") + " | "
-                     f"{_f(s, '.3f')}x | {_f(r['auc'], '.5f')} | {_f(r['logloss'], '.5f')} |")
+        lines.append(
+            f"| {r['rate']}{probe} | {r['mode']} | {r['step_time_s'] * 1e3:.0f} ms | "
+            f"{r['samples_per_s']:.0f} | {r['moved_bytes_per_step'] / 2**20:.2f} MiB | "
+            + (f"{link / 2**20:.2f} MiB" if link else "-")
+            + " | "
+            f"{_f(s, '.3f')}x | {_f(r['auc'], '.5f')} | {_f(r['logloss'], '.5f')} |"
+        )
     lt = netns_bench.link_times(runs)
     if lt:
-        lines += ["", "Time the limited link adds to a step (step time minus the unlimited run's): "
-                  + "; ".join(f"{rate}: " + ", ".join(f"{mode} {t * 1e3:.0f} ms"
-                                                      for mode, t in m.items())
-                              for rate, m in lt.items()) + "."]
+        lines += [
+            "",
+            "Time the limited link adds to a step (step time minus the unlimited run's): "
+            + "; ".join(
+                f"{rate}: " + ", ".join(f"{mode} {t * 1e3:.0f} ms" for mode, t in m.items())
+                for rate, m in lt.items()
+            )
+            + ".",
+        ]
     if any(len(v) > 1 for m in per_round.values() for v in m.values()):
-        lines += ["", "Speedup in each interleaved round: " + "; ".join(
-            f"{rate} {mode}: " + ", ".join(f"{x:.3f}x" for x in v)
-            for rate, m in per_round.items() for mode, v in m.items())]
+        lines += [
+            "",
+            "Speedup in each interleaved round: "
+            + "; ".join(
+                f"{rate} {mode}: " + ", ".join(f"{x:.3f}x" for x in v)
+                for rate, m in per_round.items()
+                for mode, v in m.items()
+            ),
+        ]
     bad = [r for r in netns.get("runs", []) if r.get("status") != "ok"]
     for r in bad:
         lines.append(f"| {r['rate']} | {r['mode']} | {r.get('status')} | | | | | |")
@@ -237,6 +300,7 @@ def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.
     if netns.get("status") == "skipped":
         return ""
     import netns_bench
+
     runs = netns.get("runs", [])
     sp = netns_bench.paired_speedups(runs).get(rate, {})
     sp = {m: v for m, v in sp.items() if m.startswith("compressed")}
@@ -255,30 +319,39 @@ def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.
         r = med.get(("unlimited", mode))
         return f"{r['step_time_s'] * 1e3:.0f} ms" if r else "-"
 
-    line = (f"Target: >= {target}x step-time speedup at {rate} (the paper reports 1.38x on its "
-            f"cluster). Measured: {sp[best]:.2f}x ({best}"
-            + "".join(f"; {m} {v:.2f}x" for m, v in sp.items() if m != best) + ") -- "
-            + ("met." if sp[best] >= target else "MISSED.")
-            + f" Link-time floor per step at {rate} (bytes that crossed the link / rate): "
-            f"exact {floor('exact')}, {best} {floor(best)}; step without a limit: exact "
-            f"{comp('exact')}, {best} {comp(best)}.")
+    line = (
+        f"Target: >= {target}x step-time speedup at {rate} (the paper reports 1.38x on its "
+        f"cluster). Measured: {sp[best]:.2f}x ({best}"
+        + "".join(f"; {m} {v:.2f}x" for m, v in sp.items() if m != best)
+        + ") -- "
+        + ("met." if sp[best] >= target else "MISSED.")
+        + f" Link-time floor per step at {rate} (bytes that crossed the link / rate): "
+        f"exact {floor('exact')}, {best} {floor(best)}; step without a limit: exact "
+        f"{comp('exact')}, {best} {comp(best)}."
+    )
     m = netns_bench.serial_model(runs, rate, best, target)
     if m:
         r_t = m["rate_for_target"]
-        where = {"always": "at every rate",
-                 "never": "at no rate (the compressed mode saves too few link bytes)",
-                 "slower": f"at {(r_t or 0) / 1e6:.0f} Mbit/s or slower",
-                 "faster": f"at {(r_t or 0) / 1e6:.0f} Mbit/s or faster"}[m["reached"]]
-        measured = "; ".join(f"{r} {v[best]:.2f}x" for r, v in
-                             netns_bench.paired_speedups(runs).items()
-                             if r != "unlimited" and best in v)
-        line += (f" Serial model from the same runs (step = step without a limit + link "
-                 f"bytes / rate, no overlap): exact {m['compute_exact_s'] * 1e3:.0f} + "
-                 f"{m['link_exact_s'] * 1e3:.0f} ms, {best} {m['compute_mode_s'] * 1e3:.0f} + "
-                 f"{m['link_mode_s'] * 1e3:.0f} ms: {m['model']:.2f}x at {rate}; with a codec "
-                 f"that cost nothing, {m['free_codec']:.2f}x (the uncompressed data-parallel "
-                 f"all-reduce stays on the link); the model reaches {target}x {where}. "
-                 f"Measured {best} by rate: {measured}.")
+        where = {
+            "always": "at every rate",
+            "never": "at no rate (the compressed mode saves too few link bytes)",
+            "slower": f"at {(r_t or 0) / 1e6:.0f} Mbit/s or slower",
+            "faster": f"at {(r_t or 0) / 1e6:.0f} Mbit/s or faster",
+        }[m["reached"]]
+        measured = "; ".join(
+            f"{r} {v[best]:.2f}x"
+            for r, v in netns_bench.paired_speedups(runs).items()
+            if r != "unlimited" and best in v
+        )
+        line += (
+            f" Serial model from the same runs (step = step without a limit + link "
+            f"bytes / rate, no overlap): exact {m['compute_exact_s'] * 1e3:.0f} + "
+            f"{m['link_exact_s'] * 1e3:.0f} ms, {best} {m['compute_mode_s'] * 1e3:.0f} + "
+            f"{m['link_mode_s'] * 1e3:.0f} ms: {m['model']:.2f}x at {rate}; with a codec "
+            f"that cost nothing, {m['free_codec']:.2f}x (the uncompressed data-parallel "
+            f"all-reduce stays on the link); the model reaches {target}x {where}. "
+            f"Measured {best} by rate: {measured}."
+        )
     if netns.get("breakdown_note"):
         line += " " + netns["breakdown_note"]
     return line
@@ -286,87 +359,145 @@ def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.
 
 def _env_line(res: dict[str, Any]) -> str:
     e = res.get("environment", {})
-    return (f"{e.get('utc', '?')}, {e.get('cpu_model', '?')} ({e.get('cpu_count', '?')} "
-            f"cores, shared), commit {str(e.get('git_commit'))[:10]}")
+    return (
+        f"{e.get('utc', '?')}, {e.get('cpu_model', '?')} ({e.get('cpu_count', '?')} "
+        f"cores, shared), commit {str(e.get('git_commit'))[:10]}"
+    )
 
 
-def render_markdown(peers: dict[str, Any] | None, train: dict[str, Any] | None,
-                    netns: dict[str, Any] | None, *, full: bool = True) -> str:
+def render_markdown(
+    peers: dict[str, Any] | None,
+    train: dict[str, Any] | None,
+    netns: dict[str, Any] | None,
+    *,
+    full: bool = True,
+) -> str:
     """The results as Markdown: RESULTS.md (``full``) or the README section (``full=False``:
     verdicts, training and netns tables, links)."""
     out = []
     if full:
-        out += ["# Issue-6 results: codecs, training, rate-limited link",
-                "", "Generated by `python bench/make_results.py` from bench/results/*.json; "
-                "do not edit by hand. Timings are single-threaded on a shared, loaded 2-core "
-                "machine: compare codecs within one table (same run), not across runs.", ""]
+        out += [
+            "# Issue-6 results: codecs, training, rate-limited link",
+            "",
+            "Generated by `python bench/make_results.py` from bench/results/*.json; "
+            "do not edit by hand. Timings are single-threaded on a shared, loaded 2-core "
+            "machine: compare codecs within one table (same run), not across runs.",
+            "",
+        ]
     if peers:
-        out += ["### Codecs at REL 0.01 on the real dumps: is `codec=\"auto\"` on the Pareto "
-                "front (ratio vs compress GB/s)?", "",
-                f"Run: {_env_line(peers)}. Ratio = raw float32 bytes / compressed bytes "
-                "(jax_lossy_comm: the frame's bytes, what a variable-size exchange moves); "
-                "max err / eb in float64; jitted JAX codecs timed after warm-up with "
-                "`block_until_ready`, median of repeats. The library enters the front as "
-                "jlc-auto; its fixed/dedup/entropy forms are listed in the full tables.", "",
-                pareto_table(peers), ""]
+        out += [
+            '### Codecs at REL 0.01 on the real dumps: is `codec="auto"` on the Pareto '
+            "front (ratio vs compress GB/s)?",
+            "",
+            f"Run: {_env_line(peers)}. Ratio = raw float32 bytes / compressed bytes "
+            "(jax_lossy_comm: the frame's bytes, what a variable-size exchange moves); "
+            "max err / eb in float64; jitted JAX codecs timed after warm-up with "
+            "`block_until_ready`, median of repeats. The library enters the front as "
+            "jlc-auto; its fixed/dedup/entropy forms are listed in the full tables.",
+            "",
+            pareto_table(peers),
+            "",
+        ]
         v = violations(peers)
         vb = [r for r in v if r["error_bounded"]]
-        out += [("**Bound violations (error-bounded codecs over their bound): "
-                 + (", ".join(f"{r['codec']} on {r['dump']} REL {r['eb_rel']}" for r in vb)
-                    if vb else "none") + ".** "
-                 + "Codecs without a bound that went over it on some input: "
-                 + (", ".join(sorted({r['codec'] for r in v if not r['error_bounded']}))
-                    or "none") + "."), ""]
+        out += [
+            (
+                "**Bound violations (error-bounded codecs over their bound): "
+                + (
+                    ", ".join(f"{r['codec']} on {r['dump']} REL {r['eb_rel']}" for r in vb)
+                    if vb
+                    else "none"
+                )
+                + ".** "
+                + "Codecs without a bound that went over it on some input: "
+                + (", ".join(sorted({r["codec"] for r in v if not r["error_bounded"]})) or "none")
+                + "."
+            ),
+            "",
+        ]
         skipped = [c for c in peers.get("codecs", []) if not c.get("available")]
         if skipped:
-            out += ["Skipped (not installed): " + ", ".join(
-                f"{c['name']} ({c['skip_reason']})" for c in skipped), ""]
+            out += [
+                "Skipped (not installed): "
+                + ", ".join(f"{c['name']} ({c['skip_reason']})" for c in skipped),
+                "",
+            ]
     if full and peers:
-        for tiled, title in ((False, "real dumps"), (True, "tilings (each dump stacked to "
-                                                           "about 32 MiB)")):
-            out += [f"### Compression ratio, {title} ('!' = over the bound)", "",
-                    ratio_matrix(peers, tiled), ""]
+        for tiled, title in (
+            (False, "real dumps"),
+            (True, "tilings (each dump stacked to about 32 MiB)"),
+        ):
+            out += [
+                f"### Compression ratio, {title} ('!' = over the bound)",
+                "",
+                ratio_matrix(peers, tiled),
+                "",
+            ]
         for dump in dict.fromkeys(r["dump"] for r in peers["rows"]):
             for eb in peers["params"]["eb_rels"]:
                 if any(r["dump"] == dump and r["eb_rel"] == eb for r in peers["rows"]):
                     out += [f"#### {dump}, REL {eb}", "", codec_table(peers, dump, eb), ""]
     if train:
         p = train.get("params", {})
-        out += ["### DLRM training: exact vs compressed vs quantized-comm exchange", "",
-                f"Run: {_env_line(train)}; preset {p.get('preset')}, {p.get('steps')} steps, "
-                f"seed {p.get('seed')}, {p.get('devices')} virtual CPU devices, data "
-                f"{train.get('data')}, eval on {p.get('eval_rows')} held-out rows. Bytes are "
-                "the forward exchange of all devices per step (the library on CPU uses the "
-                "dense path: it moves the static fixed-rate capacity; `frames` is what a "
-                "variable-size exchange would move). jlc-paper: tiers 0.01/0.03/0.05 and log "
-                f"schedule x2 over {p.get('early_stage_frac')} of the run; jlc-auto: the "
-                "automatic per-table policy.", "", train_table(train), ""]
+        out += [
+            "### DLRM training: exact vs compressed vs quantized-comm exchange",
+            "",
+            f"Run: {_env_line(train)}; preset {p.get('preset')}, {p.get('steps')} steps, "
+            f"seed {p.get('seed')}, {p.get('devices')} virtual CPU devices, data "
+            f"{train.get('data')}, eval on {p.get('eval_rows')} held-out rows. Bytes are "
+            "the forward exchange of all devices per step (the library on CPU uses the "
+            "dense path: it moves the static fixed-rate capacity; `frames` is what a "
+            "variable-size exchange would move). jlc-paper: tiers 0.01/0.03/0.05 and log "
+            f"schedule x2 over {p.get('early_stage_frac')} of the run; jlc-auto: the "
+            "automatic per-table policy.",
+            "",
+            train_table(train),
+            "",
+        ]
     if netns:
         p = netns.get("params", {})
-        out += [f"### Rate-limited link: 2 processes x {p.get('devices_per_process')} CPU "
-                f"device(s) in a network namespace",
-                "", f"Run: {_env_line(netns)}; preset {p.get('preset')}, {p.get('steps')} "
-                f"steps (first {p.get('log_every')} = compile, dropped), gloo over the "
-                "namespace's 127.0.0.1 limited with tc ("
-                + (netns["runs"][0]["qdisc"].split("\n")[0][:140] if netns.get("runs")
-                   else "-") + "). " + (f"{netns['note'][:1].upper() + netns['note'][1:]}. " if netns.get("note")
-                                         else "") + "Step time: median over rounds of each run's median step (compile interval "
-                "dropped); speedup: median over rounds of exact / compressed step time of the "
-                "same round (rounds interleave the modes); forward bytes: the forward exchange "
-                "of all devices (compressed-bwd also compresses the backward exchange, the "
-                "other modes send it raw); link bytes: everything the namespace sent per step "
-                "(both exchanges, the ids all-to-all, the data-parallel gradient all-reduce), "
-                "from /proc/net/dev.", "",
-                netns_table(netns), "", _netns_target(netns), ""]
+        out += [
+            f"### Rate-limited link: 2 processes x {p.get('devices_per_process')} CPU "
+            f"device(s) in a network namespace",
+            "",
+            f"Run: {_env_line(netns)}; preset {p.get('preset')}, {p.get('steps')} "
+            f"steps (first {p.get('log_every')} = compile, dropped), gloo over the "
+            "namespace's 127.0.0.1 limited with tc ("
+            + (netns["runs"][0]["qdisc"].split("\n")[0][:140] if netns.get("runs") else "-")
+            + "). "
+            + (f"{netns['note'][:1].upper() + netns['note'][1:]}. " if netns.get("note") else "")
+            + "Step time: median over rounds of each run's median step (compile interval "
+            "dropped); speedup: median over rounds of exact / compressed step time of the "
+            "same round (rounds interleave the modes); forward bytes: the forward exchange "
+            "of all devices (compressed-bwd also compresses the backward exchange, the "
+            "other modes send it raw); link bytes: everything the namespace sent per step "
+            "(both exchanges, the ids all-to-all, the data-parallel gradient all-reduce), "
+            "from /proc/net/dev.",
+            "",
+            netns_table(netns),
+            "",
+            _netns_target(netns),
+            "",
+        ]
     if full:
-        out += ["### Plots", "", "![Pareto](pareto_rel0.01.png)", "",
-                "![ratio per table](ratio_bars_rel0.01.png)", "",
-                "![accuracy](accuracy_curves.png)", ""]
+        out += [
+            "### Plots",
+            "",
+            "![Pareto](pareto_rel0.01.png)",
+            "",
+            "![ratio per table](ratio_bars_rel0.01.png)",
+            "",
+            "![accuracy](accuracy_curves.png)",
+            "",
+        ]
     else:
-        out += ["Full tables: [bench/results/RESULTS.md](bench/results/RESULTS.md); plots: "
-                "[Pareto](bench/results/pareto_rel0.01.png), "
-                "[ratio per table](bench/results/ratio_bars_rel0.01.png), "
-                "[accuracy curves](bench/results/accuracy_curves.png).", ""]
+        out += [
+            "Full tables: [bench/results/RESULTS.md](bench/results/RESULTS.md); plots: "
+            "[Pareto](bench/results/pareto_rel0.01.png), "
+            "[ratio per table](bench/results/ratio_bars_rel0.01.png), "
+            "[accuracy curves](bench/results/accuracy_curves.png).",
+            "",
+        ]
     return "\n".join(out)
 
 
@@ -379,33 +510,47 @@ def replace_between_markers(text: str, new: str, begin: str = BEGIN, end: str = 
     i, j = text.find(begin), text.find(end)
     if i < 0 or j < 0 or j < i:
         raise ValueError(f"markers {begin!r} ... {end!r} not found in order")
-    return text[:i + len(begin)] + "\n" + new.strip("\n") + "\n" + text[j:]
+    return text[: i + len(begin)] + "\n" + new.strip("\n") + "\n" + text[j:]
 
 
 def summary(peers, train, netns) -> str:
     """The printed summary: Pareto verdicts, violations, training table, netns speedups."""
     lines = []
     if peers:
-        lines.append("== Pareto verdict per real dump at REL 0.01 (ratio vs compress GB/s, "
-                     "bound honoured)")
+        lines.append(
+            "== Pareto verdict per real dump at REL 0.01 (ratio vs compress GB/s, bound honoured)"
+        )
         for a in verdict_rows(peers):
             au = a["auto"] or {}
-            lines.append(f"  {a['dump']:<18} jlc-auto {_f(au.get('ratio'), '.1f')}x "
-                         f"{_gbps(au.get('compress_gbps', float('nan')))} GB/s  "
-                         f"{'ON the front' if au.get('on_front') else 'NOT on the front'}; "
-                         f"front: {', '.join(a['front_bounded'])}; {_verdict_note(a)}")
+            lines.append(
+                f"  {a['dump']:<18} jlc-auto {_f(au.get('ratio'), '.1f')}x "
+                f"{_gbps(au.get('compress_gbps', float('nan')))} GB/s  "
+                f"{'ON the front' if au.get('on_front') else 'NOT on the front'}; "
+                f"front: {', '.join(a['front_bounded'])}; {_verdict_note(a)}"
+            )
         vb = [r for r in violations(peers) if r["error_bounded"]]
-        lines.append("== Bound violations by error-bounded codecs: " + (", ".join(
-            f"{r['codec']}@{r['dump']}/REL{r['eb_rel']}" for r in vb) if vb else "none"))
+        lines.append(
+            "== Bound violations by error-bounded codecs: "
+            + (
+                ", ".join(f"{r['codec']}@{r['dump']}/REL{r['eb_rel']}" for r in vb)
+                if vb
+                else "none"
+            )
+        )
         ex = sorted({r["codec"] for r in violations(peers) if not r["error_bounded"]})
-        lines.append("   (codecs without a bound that exceeded eb_abs somewhere: "
-                     + (", ".join(ex) or "none") + ")")
+        lines.append(
+            "   (codecs without a bound that exceeded eb_abs somewhere: "
+            + (", ".join(ex) or "none")
+            + ")"
+        )
     if train:
         import train_compare
+
         lines.append("== Training comparison")
         lines.append(train_compare.format_table(train.get("runs", [])))
     if netns:
         import netns_bench
+
         lines.append("== Rate-limited link (netns)")
         lines.append(netns_bench.format_summary(netns))
     return "\n".join(lines)
@@ -420,24 +565,32 @@ def _step(name: str, cmd: list[str]) -> int:
     print(f"\n### {name}: {shlex.join(cmd)}", flush=True)
     t0 = _dt.datetime.now()
     rc = subprocess.call(cmd, cwd=REPO)
-    print(f"### {name}: exit {rc} after {(_dt.datetime.now() - t0).total_seconds():.0f} s",
-          flush=True)
+    print(
+        f"### {name}: exit {rc} after {(_dt.datetime.now() - t0).total_seconds():.0f} s", flush=True
+    )
     return rc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peers-python", default=os.environ.get("JLC_PEERS_PYTHON", sys.executable),
-                    help="interpreter with the peers (pysz, zfpy, torch, fbgemm-gpu-cpu) and "
-                         "jax_lossy_comm installed")
-    ap.add_argument("--train-python", default=sys.executable,
-                    help="interpreter with jax_lossy_comm[train]")
+    ap.add_argument(
+        "--peers-python",
+        default=os.environ.get("JLC_PEERS_PYTHON", sys.executable),
+        help="interpreter with the peers (pysz, zfpy, torch, fbgemm-gpu-cpu) and "
+        "jax_lossy_comm installed",
+    )
+    ap.add_argument(
+        "--train-python", default=sys.executable, help="interpreter with jax_lossy_comm[train]"
+    )
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--skip-netns", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="only re-render from the JSON")
-    ap.add_argument("--quick", action="store_true",
-                    help="no tilings, 60 training steps, netns at 1gbit only with 9 steps")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="no tilings, 60 training steps, netns at 1gbit only with 9 steps",
+    )
     ap.add_argument("--peer-args", default="", help="extra flags for peer_bench.py")
     ap.add_argument("--train-args", default="", help="extra flags for train_compare.py")
     ap.add_argument("--netns-args", default="", help="extra flags for netns_bench.py")
@@ -447,19 +600,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.report_only:
         if not args.skip_peers:
             extra = (["--no-tiles"] if args.quick else []) + shlex.split(args.peer_args)
-            rc |= _step("codec comparison", [args.peers_python, str(BENCH / "peer_bench.py"),
-                                             "--out", str(RESULTS / "peers.json"), *extra])
+            rc |= _step(
+                "codec comparison",
+                [
+                    args.peers_python,
+                    str(BENCH / "peer_bench.py"),
+                    "--out",
+                    str(RESULTS / "peers.json"),
+                    *extra,
+                ],
+            )
         if not args.skip_train:
-            extra = (["--steps", "60", "--eval-every", "20", "--log-every", "10"]
-                     if args.quick else []) + shlex.split(args.train_args)
-            rc |= _step("training comparison", [args.train_python,
-                                                str(BENCH / "train_compare.py"), "--out",
-                                                str(RESULTS / "train_compare.json"), *extra])
+            extra = (
+                ["--steps", "60", "--eval-every", "20", "--log-every", "10"] if args.quick else []
+            ) + shlex.split(args.train_args)
+            rc |= _step(
+                "training comparison",
+                [
+                    args.train_python,
+                    str(BENCH / "train_compare.py"),
+                    "--out",
+                    str(RESULTS / "train_compare.json"),
+                    *extra,
+                ],
+            )
         if not args.skip_netns:
-            extra = (["--rates", "1gbit", "--steps", "9"] if args.quick else []) + \
-                shlex.split(args.netns_args)
-            rc |= _step("rate-limited link", [args.train_python, str(BENCH / "netns_bench.py"),
-                                              "--out", str(RESULTS / "netns.json"), *extra])
+            extra = (["--rates", "1gbit", "--steps", "9"] if args.quick else []) + shlex.split(
+                args.netns_args
+            )
+            rc |= _step(
+                "rate-limited link",
+                [
+                    args.train_python,
+                    str(BENCH / "netns_bench.py"),
+                    "--out",
+                    str(RESULTS / "netns.json"),
+                    *extra,
+                ],
+            )
     peers = _load(RESULTS / "peers.json")
     train = _load(RESULTS / "train_compare.json")
     netns = _load(RESULTS / "netns.json")
@@ -475,8 +653,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_readme and README.is_file():
         text = README.read_text()
         try:
-            README.write_text(replace_between_markers(
-                text, render_markdown(peers, train, netns, full=False)))
+            README.write_text(
+                replace_between_markers(text, render_markdown(peers, train, netns, full=False))
+            )
             print(f"updated {README} between {BEGIN} and {END}")
         except ValueError as e:
             print(f"README not updated: {e}")

@@ -50,8 +50,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -65,13 +66,35 @@ MODES = {
     "exact": ("--compression", "off"),
     "compressed": ("--compression", "on", "--codec", "auto"),
     # the backward (cotangent) exchange compressed too, same per-table bounds
-    "compressed-bwd": ("--compression", "on", "--codec", "auto", "--exchange-backward",
-                       "compressed"),
+    "compressed-bwd": (
+        "--compression",
+        "on",
+        "--codec",
+        "auto",
+        "--exchange-backward",
+        "compressed",
+    ),
     # the same with the wire path pinned: fixed-capacity frames / used bytes in size buckets
-    "compressed-bwd-dense": ("--compression", "on", "--codec", "auto", "--exchange-backward",
-                             "compressed", "--exchange-path", "dense"),
-    "compressed-bwd-packed": ("--compression", "on", "--codec", "auto", "--exchange-backward",
-                              "compressed", "--exchange-path", "packed"),
+    "compressed-bwd-dense": (
+        "--compression",
+        "on",
+        "--codec",
+        "auto",
+        "--exchange-backward",
+        "compressed",
+        "--exchange-path",
+        "dense",
+    ),
+    "compressed-bwd-packed": (
+        "--compression",
+        "on",
+        "--codec",
+        "auto",
+        "--exchange-backward",
+        "compressed",
+        "--exchange-path",
+        "packed",
+    ),
     # same bytes on the dense (CPU) path, less CPU: fixed-rate codes only
     "compressed-fixed": ("--compression", "on", "--codec", "fixed"),
     "int8-rowwise": ("--compression", "on", "--codec", "int8-rowwise"),
@@ -80,7 +103,9 @@ MODES = {
 
 
 # ------------------------------------------------------------------------------- namespace
-def _run(cmd: Sequence[str], timeout: float = 30, check: bool = True) -> subprocess.CompletedProcess:
+def _run(
+    cmd: Sequence[str], timeout: float = 30, check: bool = True
+) -> subprocess.CompletedProcess:
     return subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, check=check)
 
 
@@ -145,8 +170,24 @@ class Namespace:
             # two of lo's 64 KiB packets (a packet larger than the bucket is never sent: TCP
             # retransmits it until gloo's connection times out, as it did at 500 Mbit/s).
             burst = max(2 * (_LO_MTU + 256), int(rate_bits(rate) / 8 / 1000))
-            _run(self.prefix() + ["tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
-                                  rate, "burst", str(burst), "latency", "200ms"])
+            _run(
+                self.prefix()
+                + [
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    "lo",
+                    "root",
+                    "tbf",
+                    "rate",
+                    rate,
+                    "burst",
+                    str(burst),
+                    "latency",
+                    "200ms",
+                ]
+            )
         self.shaping = _run(self.prefix() + ["tc", "qdisc", "show", "dev", "lo"]).stdout.strip()
         if res.returncode:
             self.shaping += f" (netem unavailable: {res.stderr.strip()[:120]}; no added delay)"
@@ -189,24 +230,56 @@ def probe_gbits(ns: Namespace, nbytes: int = 64 << 20, timeout: float = 60) -> f
 
 # ---------------------------------------------------------------------------------- one run
 def _free_port(ns: Namespace) -> int:
-    out = _run(ns.prefix() + [sys.executable, "-c", "import socket; s=socket.socket(); "
-                              "s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"])
+    out = _run(
+        ns.prefix()
+        + [
+            sys.executable,
+            "-c",
+            "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])",
+        ]
+    )
     return int(out.stdout.strip())
 
 
 def train_cmd(out_dir: Path, mode: str, process_id: int, port: int, args) -> list[str]:
     """The trainer command of one process (run inside the namespace)."""
-    return [sys.executable, "-m", "models.dlrm.train", "--preset", args.preset,
-            "--devices", str(args.devices_per_process), "--coordinator", f"127.0.0.1:{port}",
-            "--num-processes", "2", "--process-id", str(process_id), *MODES[mode],
-            "--steps", str(args.steps), "--log-every", str(args.log_every),
-            "--eval-every", "0", "--checkpoint-every", "0", "--eval-rows",
-            str(args.eval_rows), "--seed", str(args.seed), "--no-progress",
-            "--out", str(out_dir), *args.extra]
+    return [
+        sys.executable,
+        "-m",
+        "models.dlrm.train",
+        "--preset",
+        args.preset,
+        "--devices",
+        str(args.devices_per_process),
+        "--coordinator",
+        f"127.0.0.1:{port}",
+        "--num-processes",
+        "2",
+        "--process-id",
+        str(process_id),
+        *MODES[mode],
+        "--steps",
+        str(args.steps),
+        "--log-every",
+        str(args.log_every),
+        "--eval-every",
+        "0",
+        "--checkpoint-every",
+        "0",
+        "--eval-rows",
+        str(args.eval_rows),
+        "--seed",
+        str(args.seed),
+        "--no-progress",
+        "--out",
+        str(out_dir),
+        *args.extra,
+    ]
 
 
-def summarize_metrics(records: Sequence[dict[str, Any]], global_batch: int,
-                      log_every: int) -> dict[str, Any]:
+def summarize_metrics(
+    records: Sequence[dict[str, Any]], global_batch: int, log_every: int
+) -> dict[str, Any]:
     """Step time etc. from a trainer's metrics.jsonl records.
 
     The first ``train`` interval (it includes the jit compile) is dropped; the step time is
@@ -217,25 +290,32 @@ def summarize_metrics(records: Sequence[dict[str, Any]], global_batch: int,
     """
     train = [r for r in records if r.get("kind") == "train"]
     final = next((r for r in reversed(records) if r.get("kind") == "final"), {})
-    steps_in = [r["step"] - (train[i - 1]["step"] if i else 0) or log_every
-                for i, r in enumerate(train)]
+    steps_in = [
+        r["step"] - (train[i - 1]["step"] if i else 0) or log_every for i, r in enumerate(train)
+    ]
     timed = train[1:] if len(train) > 1 else train
     n_timed = steps_in[1:] if len(train) > 1 else steps_in
     step_s = [global_batch / r["samples_per_s"] for r in timed if r.get("samples_per_s")]
-    out = {"intervals": len(timed), "step_times_s": step_s,
-           "step_time_s": statistics.median(step_s) if step_s else None,
-           "samples_per_s": global_batch / statistics.median(step_s) if step_s else None,
-           "auc": final.get("auc"), "logloss": final.get("logloss"),
-           "final_step": final.get("step")}
+    out = {
+        "intervals": len(timed),
+        "step_times_s": step_s,
+        "step_time_s": statistics.median(step_s) if step_s else None,
+        "samples_per_s": global_batch / statistics.median(step_s) if step_s else None,
+        "auc": final.get("auc"),
+        "logloss": final.get("logloss"),
+        "final_step": final.get("step"),
+    }
     if timed:
         last, n_last = timed[-1], n_timed[-1]
         link = [r["net_tx_bytes"] / n for r, n in zip(timed, n_timed) if "net_tx_bytes" in r]
-        out.update(moved_bytes_per_step=last["moved_bytes"] / n_last,
-                   raw_bytes_per_step=last["raw_bytes"] / n_last,
-                   exchange_ratio=last.get("compression_ratio"),
-                   moved_ratio=last.get("moved_ratio"),
-                   link_bytes_per_step=statistics.median(link) if link else None,
-                   fallback_steps=sum(r.get("fallback_steps", 0) for r in train))
+        out.update(
+            moved_bytes_per_step=last["moved_bytes"] / n_last,
+            raw_bytes_per_step=last["raw_bytes"] / n_last,
+            exchange_ratio=last.get("compression_ratio"),
+            moved_ratio=last.get("moved_ratio"),
+            link_bytes_per_step=statistics.median(link) if link else None,
+            fallback_steps=sum(r.get("fallback_steps", 0) for r in train),
+        )
     return out
 
 
@@ -244,7 +324,7 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port(ns)
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)          # --devices decides
+    env.pop("XLA_FLAGS", None)  # --devices decides
     env["PYTHONPATH"] = str(bu.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     logs = [open(out_dir / f"process{i}.log", "w") for i in range(2)]
     load0 = os.getloadavg()[0]
@@ -253,9 +333,16 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
     rcs: list[int | None] = [None, None]
     try:
         for i in range(2):  # inside the try: an interrupt between the two still kills the first
-            procs.append(subprocess.Popen(ns.prefix() + train_cmd(out_dir, mode, i, port, args),
-                                          cwd=bu.REPO_ROOT, env=env, stdout=logs[i],
-                                          stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    ns.prefix() + train_cmd(out_dir, mode, i, port, args),
+                    cwd=bu.REPO_ROOT,
+                    env=env,
+                    stdout=logs[i],
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         deadline = time.monotonic() + args.run_timeout
         for i, p in enumerate(procs):
             rcs[i] = p.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -271,16 +358,22 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     # 1-minute load average of the host before and after (the machine is shared: other work
     # takes CPU from the training processes, which stretches compute, not link time).
-    res: dict[str, Any] = {"mode": mode, "returncodes": rcs, "wall_s": wall,
-                           "out": str(out_dir), "loadavg_1min": [load0, os.getloadavg()[0]]}
+    res: dict[str, Any] = {
+        "mode": mode,
+        "returncodes": rcs,
+        "wall_s": wall,
+        "out": str(out_dir),
+        "loadavg_1min": [load0, os.getloadavg()[0]],
+    }
     if any(rc != 0 for rc in rcs):
         tail = (out_dir / "process0.log").read_text(errors="replace")[-1500:]
         res.update(status="error" if None not in rcs else "timeout", log_tail=tail)
         return res
     recs = [json.loads(l) for l in open(out_dir / "metrics.jsonl") if l.strip()]
     cfg = next((r["config"] for r in recs if r.get("kind") == "config"), {})
-    res.update(status="ok", **summarize_metrics(recs, int(cfg.get("batch_size", 0)),
-                                                args.log_every))
+    res.update(
+        status="ok", **summarize_metrics(recs, int(cfg.get("batch_size", 0)), args.log_every)
+    )
     return res
 
 
@@ -302,16 +395,18 @@ def speedups(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
         by = {r["mode"]: r for r in runs if r["rate"] == rate and r.get("status") == "ok"}
         ex = by.get("exact", {}).get("step_time_s")
         if ex:
-            out[rate] = {m: ex / r["step_time_s"] for m, r in by.items()
-                         if m != "exact" and r.get("step_time_s")}
+            out[rate] = {
+                m: ex / r["step_time_s"]
+                for m, r in by.items()
+                if m != "exact" and r.get("step_time_s")
+            }
     return out
 
 
 # ---------------------------------------------------------------------------------- the run
 def run(args) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "benchmark": "DLRM step time over a rate-limited loopback in a network namespace "
-                     "(issue 6)",
+        "benchmark": "DLRM step time over a rate-limited loopback in a network namespace (issue 6)",
         "environment": bu.environment_record(),
         "params": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "runs": [],
@@ -333,21 +428,30 @@ def run(args) -> dict[str, Any]:
     def stop(signum, frame):  # SIGTERM too: kill the trainers, delete the namespace, keep runs
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
         raise KeyboardInterrupt
+
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         for rate in args.rates:
             shaping = ns.limit(rate, args.delay_ms)
             gbits = probe_gbits(ns) if args.probe else None
-            print(f"# {rate}: {shaping}" + (f"; measured {gbits:.2f} Gbit/s (1 TCP stream)"
-                                            if gbits else ""), flush=True)
+            print(
+                f"# {rate}: {shaping}"
+                + (f"; measured {gbits:.2f} Gbit/s (1 TCP stream)" if gbits else ""),
+                flush=True,
+            )
             for rnd in range(args.rounds):
                 for mode in args.modes:
                     if time.monotonic() - t_start > args.total_timeout:
                         print("# total time budget spent: stopping", flush=True)
                         raise TimeoutError
                     r = run_pair(ns, mode, work / f"{rate}_{mode}_{rnd}", args)
-                    r.update(rate=rate, rate_bits=rate_bits(rate), round=rnd, qdisc=shaping,
-                             probe_gbits=gbits)
+                    r.update(
+                        rate=rate,
+                        rate_bits=rate_bits(rate),
+                        round=rnd,
+                        qdisc=shaping,
+                        probe_gbits=gbits,
+                    )
                     result["runs"].append(r)
                     print(format_run(r), flush=True)
     except TimeoutError:
@@ -358,8 +462,9 @@ def run(args) -> dict[str, Any]:
     finally:
         ns.close()
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-        result["namespace_deleted"] = ns.name not in _run(["ip", "netns", "list"],
-                                                           check=False).stdout
+        result["namespace_deleted"] = (
+            ns.name not in _run(["ip", "netns", "list"], check=False).stdout
+        )
     result["status"] = "ok"
     result["speedup"] = paired_speedups(result["runs"])
     result["speedup_per_round"] = speedups_per_round(result["runs"])
@@ -371,8 +476,11 @@ def _median_runs(runs):
     ``step_time_s`` = median of the rounds' step times (``round_step_times_s`` lists them)."""
     out = []
     for key in dict.fromkeys((r["rate"], r["mode"]) for r in runs):
-        ok = [r for r in runs if (r["rate"], r["mode"]) == key and r.get("status") == "ok"
-              and r.get("step_time_s")]
+        ok = [
+            r
+            for r in runs
+            if (r["rate"], r["mode"]) == key and r.get("status") == "ok" and r.get("step_time_s")
+        ]
         if ok:
             times = [r["step_time_s"] for r in ok]
             m = dict(ok[0], step_time_s=statistics.median(times), round_step_times_s=times)
@@ -384,8 +492,11 @@ def _median_runs(runs):
 def link_times(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """``{rate: {mode: step_time(rate) - step_time(unlimited)}}`` in seconds: the part of
     the step the limited link adds (needs an ``unlimited`` run of the same mode)."""
-    by = {(r["rate"], r["mode"]): r["step_time_s"] for r in runs
-          if r.get("status") == "ok" and r.get("step_time_s")}
+    by = {
+        (r["rate"], r["mode"]): r["step_time_s"]
+        for r in runs
+        if r.get("status") == "ok" and r.get("step_time_s")
+    }
     out: dict[str, dict[str, float]] = {}
     for (rate, mode), t in by.items():
         base = by.get(("unlimited", mode))
@@ -394,8 +505,9 @@ def link_times(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def serial_model(runs: Sequence[dict[str, Any]], rate: str, mode: str,
-                 target: float = 1.5) -> dict[str, Any] | None:
+def serial_model(
+    runs: Sequence[dict[str, Any]], rate: str, mode: str, target: float = 1.5
+) -> dict[str, Any] | None:
     """What the measured compute and link bytes give at ``rate`` if nothing overlaps.
 
     ``C`` = a mode's step time without a limit (compute, codec, unlimited collectives),
@@ -425,9 +537,16 @@ def serial_model(runs: Sequence[dict[str, Any]], rate: str, mode: str,
         reached, r_t = "faster", den / num
     else:
         reached, r_t = "never", None
-    return {"compute_exact_s": ce, "compute_mode_s": cm, "link_exact_s": le, "link_mode_s": lm,
-            "model": (ce + le) / (cm + lm), "free_codec": (ce + le) / (ce + lm),
-            "rate_for_target": r_t, "reached": reached}
+    return {
+        "compute_exact_s": ce,
+        "compute_mode_s": cm,
+        "link_exact_s": le,
+        "link_mode_s": lm,
+        "model": (ce + le) / (cm + lm),
+        "free_codec": (ce + le) / (ce + lm),
+        "rate_for_target": r_t,
+        "reached": reached,
+    }
 
 
 def speedups_per_round(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
@@ -436,56 +555,79 @@ def speedups_per_round(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, li
     for r in runs:
         if r.get("status") != "ok" or r["mode"] == "exact":
             continue
-        ex = next((e for e in runs if e["rate"] == r["rate"] and e["mode"] == "exact"
-                   and e.get("round") == r.get("round") and e.get("status") == "ok"), None)
+        ex = next(
+            (
+                e
+                for e in runs
+                if e["rate"] == r["rate"]
+                and e["mode"] == "exact"
+                and e.get("round") == r.get("round")
+                and e.get("status") == "ok"
+            ),
+            None,
+        )
         if ex and r.get("step_time_s"):
             out.setdefault(r["rate"], {}).setdefault(r["mode"], []).append(
-                ex["step_time_s"] / r["step_time_s"])
+                ex["step_time_s"] / r["step_time_s"]
+            )
     return out
 
 
 def format_run(r: dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"{r['rate']:>9} {r['mode']:<13} {r.get('status')}: {r.get('log_tail', '')[-300:]}"
-    return (f"{r['rate']:>9} {r['mode']:<13} step {r['step_time_s'] * 1e3:8.1f} ms  "
-            f"{r['samples_per_s']:8.0f} samples/s  moved/step {r['moved_bytes_per_step'] / 2**20:7.2f}"
-            f" MiB (x{r.get('moved_ratio') or 0:.2f})  link/step "
-            f"{(r.get('link_bytes_per_step') or 0) / 2**20:6.2f} MiB  AUC {r['auc']:.5f}  logloss "
-            f"{r['logloss']:.5f}")
+    return (
+        f"{r['rate']:>9} {r['mode']:<13} step {r['step_time_s'] * 1e3:8.1f} ms  "
+        f"{r['samples_per_s']:8.0f} samples/s  moved/step {r['moved_bytes_per_step'] / 2**20:7.2f}"
+        f" MiB (x{r.get('moved_ratio') or 0:.2f})  link/step "
+        f"{(r.get('link_bytes_per_step') or 0) / 2**20:6.2f} MiB  AUC {r['auc']:.5f}  logloss "
+        f"{r['logloss']:.5f}"
+    )
 
 
 def format_summary(result: dict[str, Any]) -> str:
     if result.get("status") == "skipped":
         return f"netns benchmark skipped: {result['skip_reason']}"
-    lines = ["rate       mode              step ms  samples/s  MiB/step  AUC      log loss  speedup "
-             "(step ms: median over rounds; speedup: median of per-round exact/mode)"]
+    lines = [
+        "rate       mode              step ms  samples/s  MiB/step  AUC      log loss  speedup "
+        "(step ms: median over rounds; speedup: median of per-round exact/mode)"
+    ]
     runs = _median_runs(result["runs"])
     sp = paired_speedups(result["runs"])
     for r in runs:
         s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])
-        lines.append(f"{r['rate']:<10} {r['mode']:<16} {r['step_time_s'] * 1e3:8.1f} "
-                     f"{r['samples_per_s']:10.0f} {r['moved_bytes_per_step'] / 2**20:9.2f}  "
-                     f"{r['auc']:.5f}  {r['logloss']:.5f}  "
-                     + (f"{s:.3f}x" if s else "-"))
+        lines.append(
+            f"{r['rate']:<10} {r['mode']:<16} {r['step_time_s'] * 1e3:8.1f} "
+            f"{r['samples_per_s']:10.0f} {r['moved_bytes_per_step'] / 2**20:9.2f}  "
+            f"{r['auc']:.5f}  {r['logloss']:.5f}  " + (f"{s:.3f}x" if s else "-")
+        )
     for rate, m in link_times(runs).items():
         if "exact" in m:
-            lines.append(f"  {rate}: time the link adds to a step (vs unlimited): " + ", ".join(
-                f"{mode} {t * 1e3:.0f} ms" for mode, t in m.items()))
+            lines.append(
+                f"  {rate}: time the link adds to a step (vs unlimited): "
+                + ", ".join(f"{mode} {t * 1e3:.0f} ms" for mode, t in m.items())
+            )
     for rate, m in speedups_per_round(result["runs"]).items():
         for mode, v in m.items():
             if len(v) > 1:
-                lines.append(f"  {rate} {mode}: per-round speedup "
-                             + ", ".join(f"{x:.3f}x" for x in v))
+                lines.append(
+                    f"  {rate} {mode}: per-round speedup " + ", ".join(f"{x:.3f}x" for x in v)
+                )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rates", nargs="+", default=list(DEFAULT_RATES) + ["unlimited"],
-                    help="tc rates (1gbit, 10gbit, ...) and/or 'unlimited'")
+    ap.add_argument(
+        "--rates",
+        nargs="+",
+        default=list(DEFAULT_RATES) + ["unlimited"],
+        help="tc rates (1gbit, 10gbit, ...) and/or 'unlimited'",
+    )
     ap.add_argument("--delay-ms", type=float, default=0.1, help="one-way delay (netem only)")
-    ap.add_argument("--modes", nargs="+", default=["exact", "compressed", "compressed-bwd"],
-                    choices=list(MODES))
+    ap.add_argument(
+        "--modes", nargs="+", default=["exact", "compressed", "compressed-bwd"], choices=list(MODES)
+    )
     ap.add_argument("--preset", default="terabyte")
     ap.add_argument("--devices-per-process", type=int, default=1)
     ap.add_argument("--steps", type=int, default=20)
@@ -495,11 +637,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rounds", type=int, default=1, help="repeat every (rate, mode) run")
     ap.add_argument("--run-timeout", type=float, default=420, help="seconds per 2-process run")
     ap.add_argument("--total-timeout", type=float, default=1800, help="seconds for everything")
-    ap.add_argument("--no-probe", dest="probe", action="store_false",
-                    help="skip the TCP throughput probe of each rate")
+    ap.add_argument(
+        "--no-probe",
+        dest="probe",
+        action="store_false",
+        help="skip the TCP throughput probe of each rate",
+    )
     ap.add_argument("--workdir", default=None, help="trainer outputs (default: a temp dir)")
-    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
-                    help="more trainer flags (after everything else)")
+    ap.add_argument(
+        "--extra",
+        nargs=argparse.REMAINDER,
+        default=[],
+        help="more trainer flags (after everything else)",
+    )
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
     result = run(args)

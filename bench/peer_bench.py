@@ -29,8 +29,9 @@ import argparse
 import math
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -39,7 +40,6 @@ import bench_util as bu  # noqa: E402
 bu.set_single_thread()  # before jax / torch are imported by the registry
 
 import numpy as np  # noqa: E402
-
 import peers  # noqa: E402
 
 DEFAULT_EB_RELS = (0.01, 0.03, 0.05)
@@ -93,13 +93,22 @@ def library_codecs(codec_names: Sequence[str] = LIBRARY_CODECS) -> list[peers.Pe
     try:
         import jax
         import jax.numpy as jnp
+
         import jax_lossy_comm as jlc
         from jax_lossy_comm import frame as jlc_frame
+
         jlc.compress, jlc.decompress  # noqa: B018 - fail here if the API is not there yet
     except Exception as e:  # noqa: BLE001
-        return [peers.unavailable(f"jlc-{n}", "jax_lossy_comm", True,
-                                  f"{type(e).__name__}: {e}"[:300], "jax_lossy_comm")
-                for n in codec_names]
+        return [
+            peers.unavailable(
+                f"jlc-{n}",
+                "jax_lossy_comm",
+                True,
+                f"{type(e).__name__}: {e}"[:300],
+                "jax_lossy_comm",
+            )
+            for n in codec_names
+        ]
     version = bu.package_versions(("jax_lossy_comm",)).get("jax_lossy_comm") or ""
     package = f"jax_lossy_comm {version}".strip()
 
@@ -117,39 +126,64 @@ def library_codecs(codec_names: Sequence[str] = LIBRARY_CODECS) -> list[peers.Pe
     out = []
     for name in codec_names:
         if name not in jlc.CODECS:
-            out.append(peers.unavailable(f"jlc-{name}", "jax_lossy_comm", True,
-                                         f"unknown codec {name!r}", package))
+            out.append(
+                peers.unavailable(
+                    f"jlc-{name}", "jax_lossy_comm", True, f"unknown codec {name!r}", package
+                )
+            )
             continue
 
         @jax.jit
         def cfn(x, eb_rel, _n=name):
-            cap = (jlc_frame.raw_frame_bytes(x.shape[-2], x.shape[-1], np.float32)
-                   if _n == "fixed" else None)
+            cap = (
+                jlc_frame.raw_frame_bytes(x.shape[-2], x.shape[-1], np.float32)
+                if _n == "fixed"
+                else None
+            )
             return jlc.compress(x, eb_rel, mode="rel", codec=_n, capacity=cap)
 
-        dfn = jax.jit(lambda blob, shape: jlc.decompress(blob[0], blob[1], shape=shape,
-                                                         dtype=jnp.float32),
-                      static_argnums=1)
+        dfn = jax.jit(
+            lambda blob, shape: jlc.decompress(blob[0], blob[1], shape=shape, dtype=jnp.float32),
+            static_argnums=1,
+        )
 
         def compress(xp, eb_abs, _c=cfn):
             x, lo, hi = xp
             return _c(x, jnp.float32(rel_bound_within(lo, hi, eb_abs)))
 
-        out.append(peers.PeerCodec(
-            f"jlc-{name}", "jax_lossy_comm", True, True, package=package,
-            compress=compress, decompress=lambda b, s, _d=dfn: _d(b, tuple(s)),
-            nbytes=nbytes, prepare=prepare, to_numpy=to_numpy,
-            notes=f"jax_lossy_comm.compress(codec={name!r}, mode='rel'), whole input one "
-                  "chunk, jitted, eb_rel traced" + (", capacity = raw frame size"
-                                                    if name == "fixed" else "")))
+        out.append(
+            peers.PeerCodec(
+                f"jlc-{name}",
+                "jax_lossy_comm",
+                True,
+                True,
+                package=package,
+                compress=compress,
+                decompress=lambda b, s, _d=dfn: _d(b, tuple(s)),
+                nbytes=nbytes,
+                prepare=prepare,
+                to_numpy=to_numpy,
+                notes=f"jax_lossy_comm.compress(codec={name!r}, mode='rel'), whole input one "
+                "chunk, jitted, eb_rel traced"
+                + (", capacity = raw frame size" if name == "fixed" else ""),
+            )
+        )
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # One measurement
 # --------------------------------------------------------------------------------------------
-def bench_codec(codec: peers.PeerCodec, x: np.ndarray, eb_abs: float, *, warmup: int = 2,
-                repeats: int = 7, min_repeats: int = 3, budget_s: float = 3.0) -> dict[str, Any]:
+def bench_codec(
+    codec: peers.PeerCodec,
+    x: np.ndarray,
+    eb_abs: float,
+    *,
+    warmup: int = 2,
+    repeats: int = 7,
+    min_repeats: int = 3,
+    budget_s: float = 3.0,
+) -> dict[str, Any]:
     """Measure one codec on one input float32[rows, dim] at absolute bound `eb_abs`.
 
     Returns:
@@ -159,7 +193,9 @@ def bench_codec(codec: peers.PeerCodec, x: np.ndarray, eb_abs: float, *, warmup:
       Exceptions inside the codec become status "error" with the message.
     """
     row: dict[str, Any] = {
-        "codec": codec.name, "family": codec.family, "error_bounded": codec.error_bounded,
+        "codec": codec.name,
+        "family": codec.family,
+        "error_bounded": codec.error_bounded,
     }  # package and notes are listed once per codec in the result's "codecs"
     if not codec.available:
         row.update(status="skipped", skip_reason=codec.skip_reason)
@@ -173,23 +209,43 @@ def bench_codec(codec: peers.PeerCodec, x: np.ndarray, eb_abs: float, *, warmup:
         y = np.asarray(y, dtype=np.float32).reshape(shape)
         nbytes = int(codec.nbytes(blob))
         max_err = bu.max_abs_error(x, y)
-        t_c = bu.time_fn(lambda: codec.compress(xp, eb_abs), warmup=warmup, repeats=repeats,
-                         min_repeats=min_repeats, budget_s=budget_s)
-        t_d = bu.time_fn(lambda: codec.decompress(blob, shape), warmup=warmup,
-                         repeats=repeats, min_repeats=min_repeats, budget_s=budget_s)
+        t_c = bu.time_fn(
+            lambda: codec.compress(xp, eb_abs),
+            warmup=warmup,
+            repeats=repeats,
+            min_repeats=min_repeats,
+            budget_s=budget_s,
+        )
+        t_d = bu.time_fn(
+            lambda: codec.decompress(blob, shape),
+            warmup=warmup,
+            repeats=repeats,
+            min_repeats=min_repeats,
+            budget_s=budget_s,
+        )
     except Exception as e:  # noqa: BLE001 - one broken codec must not stop the comparison
-        row.update(status="error", error=f"{type(e).__name__}: {e}"[:500],
-                   traceback=traceback.format_exc(limit=3))
+        row.update(
+            status="error",
+            error=f"{type(e).__name__}: {e}"[:500],
+            traceback=traceback.format_exc(limit=3),
+        )
         return row
     over = max_err / eb_abs if eb_abs > 0 else (0.0 if max_err == 0 else math.inf)
     bound_ok = bool(max_err <= eb_abs)
     row.update(
-        status="ok", raw_bytes=raw, compressed_bytes=nbytes,
+        status="ok",
+        raw_bytes=raw,
+        compressed_bytes=nbytes,
         ratio=raw / nbytes if nbytes else math.inf,
-        max_err=max_err, max_err_over_eb=over, bound_ok=bound_ok,
+        max_err=max_err,
+        max_err_over_eb=over,
+        bound_ok=bound_ok,
         bound_violated=bool(codec.error_bounded and not bound_ok),
-        compress=t_c.to_json(), decompress=t_d.to_json(),
-        compress_gbps=bu.gbps(raw, t_c.median_s), decompress_gbps=bu.gbps(raw, t_d.median_s))
+        compress=t_c.to_json(),
+        decompress=t_d.to_json(),
+        compress_gbps=bu.gbps(raw, t_c.median_s),
+        decompress_gbps=bu.gbps(raw, t_d.median_s),
+    )
     if codec.family == "quantization" and isinstance(blob, bytes):
         row["code_bytes"] = peers.quantize_code_width(blob)
         row["outliers"] = peers.quantize_outliers(blob)
@@ -199,12 +255,21 @@ def bench_codec(codec: peers.PeerCodec, x: np.ndarray, eb_abs: float, *, warmup:
 # --------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------
-def run(*, codecs: Sequence[peers.PeerCodec] | None = None,
-        extra_codecs: Sequence[peers.PeerCodec] = (), dump_names: Sequence[str] | None = None,
-        eb_rels: Sequence[float] = DEFAULT_EB_RELS, tile_bytes: int | None = DEFAULT_TILE_BYTES,
-        tile_eb_rels: Sequence[float] | None = None, data: str | None = None,
-        warmup: int = 2, repeats: int = 7, min_repeats: int = 3, budget_s: float = 3.0,
-        verbose: bool = True) -> dict[str, Any]:
+def run(
+    *,
+    codecs: Sequence[peers.PeerCodec] | None = None,
+    extra_codecs: Sequence[peers.PeerCodec] = (),
+    dump_names: Sequence[str] | None = None,
+    eb_rels: Sequence[float] = DEFAULT_EB_RELS,
+    tile_bytes: int | None = DEFAULT_TILE_BYTES,
+    tile_eb_rels: Sequence[float] | None = None,
+    data: str | None = None,
+    warmup: int = 2,
+    repeats: int = 7,
+    min_repeats: int = 3,
+    budget_s: float = 3.0,
+    verbose: bool = True,
+) -> dict[str, Any]:
     """Run the comparison; returns the JSON-able result (environment, params, codecs, rows).
 
     Args:
@@ -230,26 +295,61 @@ def run(*, codecs: Sequence[peers.PeerCodec] | None = None,
             eb_abs = bu.eb_abs_from_rel(x, eb_rel)
             block_rows = []
             for codec in codec_list:
-                r = bench_codec(codec, x, eb_abs, warmup=warmup, repeats=repeats,
-                                min_repeats=min_repeats, budget_s=budget_s)
-                r.update(dump=dump.name, source_dump=bu.dump_name(dump.meta), tiled=tiled,
-                         shape=list(x.shape), eb_rel=eb_rel, eb_abs=eb_abs)
+                r = bench_codec(
+                    codec,
+                    x,
+                    eb_abs,
+                    warmup=warmup,
+                    repeats=repeats,
+                    min_repeats=min_repeats,
+                    budget_s=budget_s,
+                )
+                r.update(
+                    dump=dump.name,
+                    source_dump=bu.dump_name(dump.meta),
+                    tiled=tiled,
+                    shape=list(x.shape),
+                    eb_rel=eb_rel,
+                    eb_abs=eb_abs,
+                )
                 block_rows.append(r)
             rows.extend(block_rows)
             if verbose:
-                print(format_table(block_rows, title=f"{dump.name} {list(x.shape)} "
-                                   f"{x.nbytes / 2**20:.2f} MiB  REL {eb_rel}  "
-                                   f"eb_abs {eb_abs:.6g}"), flush=True)
+                print(
+                    format_table(
+                        block_rows,
+                        title=f"{dump.name} {list(x.shape)} "
+                        f"{x.nbytes / 2**20:.2f} MiB  REL {eb_rel}  "
+                        f"eb_abs {eb_abs:.6g}",
+                    ),
+                    flush=True,
+                )
     return {
         "benchmark": "peer codecs (issue 6)",
         "environment": bu.environment_record(),
-        "params": {"eb_rels": list(eb_rels), "tile_bytes": tile_bytes,
-                   "tile_eb_rels": list(tile_eb_rels or eb_rels), "warmup": warmup,
-                   "repeats": repeats, "min_repeats": min_repeats, "budget_s": budget_s,
-                   "dumps": [d.name for d in dumps], "threads": "single"},
-        "codecs": [{"name": c.name, "family": c.family, "error_bounded": c.error_bounded,
-                    "available": c.available, "skip_reason": c.skip_reason,
-                    "package": c.package, "notes": c.notes} for c in codec_list],
+        "params": {
+            "eb_rels": list(eb_rels),
+            "tile_bytes": tile_bytes,
+            "tile_eb_rels": list(tile_eb_rels or eb_rels),
+            "warmup": warmup,
+            "repeats": repeats,
+            "min_repeats": min_repeats,
+            "budget_s": budget_s,
+            "dumps": [d.name for d in dumps],
+            "threads": "single",
+        },
+        "codecs": [
+            {
+                "name": c.name,
+                "family": c.family,
+                "error_bounded": c.error_bounded,
+                "available": c.available,
+                "skip_reason": c.skip_reason,
+                "package": c.package,
+                "notes": c.notes,
+            }
+            for c in codec_list
+        ],
         "rows": rows,
     }
 
@@ -270,26 +370,37 @@ def format_table(rows: Sequence[dict[str, Any]], title: str = "") -> str:
             lines.append(f"{r['codec']:<22} error: {r['error']}")
             continue
         bound = "ok" if r["bound_ok"] else ("VIOLATED" if r["error_bounded"] else "EXCEEDS")
-        lines.append(f"{r['codec']:<22} {r['ratio']:>9.2f} {r['max_err_over_eb']:>10.4f} "
-                     f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {bound}")
+        lines.append(
+            f"{r['codec']:<22} {r['ratio']:>9.2f} {r['max_err_over_eb']:>10.4f} "
+            f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {bound}"
+        )
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str] | None = None,
-         extra_codecs: Sequence[peers.PeerCodec] | None = None) -> dict[str, Any]:
+def main(
+    argv: Sequence[str] | None = None, extra_codecs: Sequence[peers.PeerCodec] | None = None
+) -> dict[str, Any]:
     """CLI entry; `extra_codecs` (default: `library_codecs()`) are benchmarked beside the
     peers."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--eb-rel", type=float, nargs="+", default=list(DEFAULT_EB_RELS))
-    ap.add_argument("--tile-eb-rel", type=float, nargs="+", default=None,
-                    help="REL bounds for the tilings (default: --eb-rel)")
-    ap.add_argument("--tile-mib", type=float, default=DEFAULT_TILE_BYTES / 2**20,
-                    help="tile each dump to at least this many MiB (0: no tilings)")
+    ap.add_argument(
+        "--tile-eb-rel",
+        type=float,
+        nargs="+",
+        default=None,
+        help="REL bounds for the tilings (default: --eb-rel)",
+    )
+    ap.add_argument(
+        "--tile-mib",
+        type=float,
+        default=DEFAULT_TILE_BYTES / 2**20,
+        help="tile each dump to at least this many MiB (0: no tilings)",
+    )
     ap.add_argument("--no-tiles", action="store_true")
     ap.add_argument("--dumps", nargs="+", default=None, help="e.g. terabyte_table01")
     ap.add_argument("--codecs", nargs="+", default=None, help="peer names to keep")
-    ap.add_argument("--no-library", action="store_true",
-                    help="do not add jax_lossy_comm entries")
+    ap.add_argument("--no-library", action="store_true", help="do not add jax_lossy_comm entries")
     ap.add_argument("--data", default=None, help="shared data folder (default ../shared/data)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=7)
@@ -305,16 +416,27 @@ def main(argv: Sequence[str] | None = None,
     for c in list(codecs) + list(extra_codecs):
         state = "available" if c.available else f"SKIPPED ({c.skip_reason})"
         print(f"# {c.name:<22} {c.package:<40} {state}")
-    result = run(codecs=codecs, extra_codecs=extra_codecs, dump_names=args.dumps,
-                 eb_rels=args.eb_rel, tile_bytes=tile_bytes, tile_eb_rels=args.tile_eb_rel,
-                 data=args.data, warmup=args.warmup, repeats=args.repeats,
-                 min_repeats=args.min_repeats, budget_s=args.budget_s)
+    result = run(
+        codecs=codecs,
+        extra_codecs=extra_codecs,
+        dump_names=args.dumps,
+        eb_rels=args.eb_rel,
+        tile_bytes=tile_bytes,
+        tile_eb_rels=args.tile_eb_rel,
+        data=args.data,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        min_repeats=args.min_repeats,
+        budget_s=args.budget_s,
+    )
     result["argv"] = list(sys.argv if argv is None else argv)
     path = bu.write_json(result, args.out)
     bad = [r for r in result["rows"] if r.get("bound_violated")]
     for r in bad:
-        print(f"!! {r['codec']} violated its error bound on {r['dump']} REL {r['eb_rel']}: "
-              f"max_err/eb = {r['max_err_over_eb']:.6f}")
+        print(
+            f"!! {r['codec']} violated its error bound on {r['dump']} REL {r['eb_rel']}: "
+            f"max_err/eb = {r['max_err_over_eb']:.6f}"
+        )
     print(f"wrote {path}")
     return result
 

@@ -45,7 +45,8 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import struct
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -115,11 +116,19 @@ class PeerCodec:
         return np.asarray(y, dtype=np.float32).reshape(x.shape), int(self.nbytes(blob))
 
 
-def unavailable(name: str, family: str, error_bounded: bool, reason: str,
-                package: str = "", notes: str = "") -> PeerCodec:
+def unavailable(
+    name: str, family: str, error_bounded: bool, reason: str, package: str = "", notes: str = ""
+) -> PeerCodec:
     """An entry that is reported as skipped with `reason`."""
-    return PeerCodec(name=name, family=family, error_bounded=error_bounded, available=False,
-                     skip_reason=reason, package=package, notes=notes)
+    return PeerCodec(
+        name=name,
+        family=family,
+        error_bounded=error_bounded,
+        available=False,
+        skip_reason=reason,
+        package=package,
+        notes=notes,
+    )
 
 
 def _version(dist: str) -> str:
@@ -152,9 +161,18 @@ def _zstd_raw_peers() -> list[PeerCodec]:
     def decompress(blob: bytes, shape: Shape) -> np.ndarray:
         return np.frombuffer(dctx.decompress(blob), dtype=np.float32).reshape(shape)
 
-    return [PeerCodec("zstd-1", "lossless", True, True, package=_version("zstandard"),
-                      compress=compress, decompress=decompress,
-                      notes="zstd level 1 on raw float32 bytes (lossless)")]
+    return [
+        PeerCodec(
+            "zstd-1",
+            "lossless",
+            True,
+            True,
+            package=_version("zstandard"),
+            compress=compress,
+            decompress=decompress,
+            notes="zstd level 1 on raw float32 bytes (lossless)",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,8 +195,9 @@ def _dequantize(codes: np.ndarray, base: np.float32, step: np.float32) -> np.nda
     return y
 
 
-def quantize_encode(x: np.ndarray, eb_abs: float, *, level: int | None,
-                    zstd_module: Any = None) -> bytes:
+def quantize_encode(
+    x: np.ndarray, eb_abs: float, *, level: int | None, zstd_module: Any = None
+) -> bytes:
     """Error-bounded quantization without prediction; optional zstd on the codes.
 
     Args:
@@ -199,21 +218,29 @@ def quantize_encode(x: np.ndarray, eb_abs: float, *, level: int | None,
     hi = np.float32(fin_vals.max()) if fin_vals.size else np.float32(0.0)
     lvl = 0 if level is None else int(level)
 
-    def pack(width: int, base: float, step: float, codes_bytes: bytes, out_idx: np.ndarray,
-             out_val: np.ndarray) -> bytes:
+    def pack(
+        width: int,
+        base: float,
+        step: float,
+        codes_bytes: bytes,
+        out_idx: np.ndarray,
+        out_val: np.ndarray,
+    ) -> bytes:
         section = codes_bytes
         if level is not None:
             section = zstd_module.ZstdCompressor(level=lvl).compress(codes_bytes)
         hdr = _QHDR.pack(_QMAGIC, width, lvl, base, step, n, out_idx.size, len(section))
-        return b"".join((hdr, section, out_idx.astype("<u4").tobytes(),
-                         out_val.astype("<f4").tobytes()))
+        return b"".join(
+            (hdr, section, out_idx.astype("<u4").tobytes(), out_val.astype("<f4").tobytes())
+        )
 
     empty_i = np.zeros(0, np.uint32)
     if not (eb_abs > 0) or not np.isfinite(eb_abs):
         if hi == lo and all_finite:
             # constant chunk: header + codes that are all 0
-            return pack(1, float(lo), 0.0, np.zeros(n, np.uint8).tobytes(), empty_i,
-                        np.zeros(0, np.float32))
+            return pack(
+                1, float(lo), 0.0, np.zeros(n, np.uint8).tobytes(), empty_i, np.zeros(0, np.float32)
+            )
         # zero error bound on non-constant data: lossless fallback (raw float32)
         return pack(0, 0.0, 0.0, flat.tobytes(), empty_i, np.zeros(0, np.float32))
     step = np.float32(2.0 * eb_abs)
@@ -234,11 +261,13 @@ def quantize_encode(x: np.ndarray, eb_abs: float, *, level: int | None,
     # proves |x - y| < eb exactly; only the rest (and NaN/Inf) are checked in float64.
     d = np.abs(flat - y)
     suspect = np.flatnonzero(~(d <= np.float32(float(eb_abs) * (1.0 - 2.0**-20))))
-    exact_ok = np.abs(flat[suspect].astype(np.float64) - y[suspect].astype(np.float64)) \
-        <= float(eb_abs)  # NaN compares False: an outlier too
+    exact_ok = np.abs(flat[suspect].astype(np.float64) - y[suspect].astype(np.float64)) <= float(
+        eb_abs
+    )  # NaN compares False: an outlier too
     out_idx = suspect[~exact_ok].astype(np.uint32)
-    return pack(codes.dtype.itemsize, float(lo), float(step), codes.tobytes(), out_idx,
-                flat[out_idx])
+    return pack(
+        codes.dtype.itemsize, float(lo), float(step), codes.tobytes(), out_idx, flat[out_idx]
+    )
 
 
 def quantize_decode(blob: bytes, shape: Shape, *, zstd_module: Any = None) -> np.ndarray:
@@ -258,7 +287,7 @@ def quantize_decode(blob: bytes, shape: Shape, *, zstd_module: Any = None) -> np
     off = _QHDR.size
     if off + sec + 8 * n_out != len(mv):
         raise ValueError("quantized blob length does not match its header")
-    section = bytes(mv[off:off + sec])
+    section = bytes(mv[off : off + sec])
     if lvl:
         section = zstd_module.ZstdDecompressor().decompress(section)
     off += sec
@@ -273,8 +302,8 @@ def quantize_decode(blob: bytes, shape: Shape, *, zstd_module: Any = None) -> np
             raise ValueError("codes section does not hold n codes")
         out = _dequantize(codes, np.float32(base), np.float32(step))
     if n_out:
-        idx = np.frombuffer(mv[off:off + 4 * n_out], dtype="<u4")
-        vals = np.frombuffer(mv[off + 4 * n_out:off + 8 * n_out], dtype="<f4")
+        idx = np.frombuffer(mv[off : off + 4 * n_out], dtype="<u4")
+        vals = np.frombuffer(mv[off + 4 * n_out : off + 8 * n_out], dtype="<f4")
         if idx.size and int(idx.max()) >= n:
             raise ValueError("outlier index out of range")
         out[idx] = vals
@@ -292,28 +321,47 @@ def quantize_outliers(blob: bytes) -> int:
 
 
 def _quant_peers() -> list[PeerCodec]:
-    note = ("q = round((x-min)/(2 eb_abs)), narrowest uint that holds the codes "
-            "(uint8 at REL >= ~0.002), outliers raw")
-    out = [PeerCodec(
-        "quant-codes", "quantization", True, True, package="numpy " + np.__version__,
-        compress=lambda x, eb: quantize_encode(x, eb, level=None),
-        decompress=lambda b, s: quantize_decode(b, s),
-        notes=note + "; fixed-rate codes, no lossless stage")]
+    note = (
+        "q = round((x-min)/(2 eb_abs)), narrowest uint that holds the codes "
+        "(uint8 at REL >= ~0.002), outliers raw"
+    )
+    out = [
+        PeerCodec(
+            "quant-codes",
+            "quantization",
+            True,
+            True,
+            package="numpy " + np.__version__,
+            compress=lambda x, eb: quantize_encode(x, eb, level=None),
+            decompress=lambda b, s: quantize_decode(b, s),
+            notes=note + "; fixed-rate codes, no lossless stage",
+        )
+    ]
     try:
         import zstandard
     except Exception as e:  # noqa: BLE001
         for lvl in (1, 19):
-            out.append(unavailable(f"quant-codes+zstd-{lvl}", "quantization", True,
-                                   _reason(e), "zstandard"))
+            out.append(
+                unavailable(
+                    f"quant-codes+zstd-{lvl}", "quantization", True, _reason(e), "zstandard"
+                )
+            )
         return out
     for lvl in (1, 19):
-        out.append(PeerCodec(
-            f"quant-codes+zstd-{lvl}", "quantization", True, True,
-            package=_version("zstandard"),
-            compress=(lambda x, eb, _l=lvl: quantize_encode(x, eb, level=_l,
-                                                            zstd_module=zstandard)),
-            decompress=lambda b, s: quantize_decode(b, s, zstd_module=zstandard),
-            notes=note + f"; zstd level {lvl} on the codes"))
+        out.append(
+            PeerCodec(
+                f"quant-codes+zstd-{lvl}",
+                "quantization",
+                True,
+                True,
+                package=_version("zstandard"),
+                compress=(
+                    lambda x, eb, _l=lvl: quantize_encode(x, eb, level=_l, zstd_module=zstandard)
+                ),
+                decompress=lambda b, s: quantize_decode(b, s, zstd_module=zstandard),
+                notes=note + f"; zstd level {lvl} on the codes",
+            )
+        )
     return out
 
 
@@ -321,16 +369,27 @@ def _quant_peers() -> list[PeerCodec]:
 # SZ3 through pysz
 # --------------------------------------------------------------------------------------------
 def _sz3_peers() -> list[PeerCodec]:
-    names = (("sz3-default", None, "SZ3 default algorithm (INTERP_LORENZO: SZ3 picks "
-              "interpolation or Lorenzo per input), ABS mode, openmp off"),
-             ("sz3-nopred", "NOPRED", "SZ3 szAlgorithm.NOPRED (no prediction: quantization + "
-              "Huffman + zstd), ABS mode, openmp off"))
+    names = (
+        (
+            "sz3-default",
+            None,
+            "SZ3 default algorithm (INTERP_LORENZO: SZ3 picks "
+            "interpolation or Lorenzo per input), ABS mode, openmp off",
+        ),
+        (
+            "sz3-nopred",
+            "NOPRED",
+            "SZ3 szAlgorithm.NOPRED (no prediction: quantization + "
+            "Huffman + zstd), ABS mode, openmp off",
+        ),
+    )
     try:
         from pysz import sz, szAlgorithm, szConfig, szErrorBoundMode
     except Exception as e:  # noqa: BLE001
         return [unavailable(n, "sz3", True, _reason(e), "pysz") for n, _, _ in names]
     out = []
     for name, algo, note in names:
+
         def compress(x: np.ndarray, eb_abs: float, _algo=algo) -> np.ndarray:
             conf = szConfig()
             conf.errorBoundMode = szErrorBoundMode.ABS
@@ -345,9 +404,19 @@ def _sz3_peers() -> list[PeerCodec]:
             y, _ = sz.decompress(blob, np.float32, tuple(shape))
             return y
 
-        out.append(PeerCodec(name, "sz3", True, True, package=_version("pysz"),
-                             compress=compress, decompress=decompress,
-                             nbytes=lambda b: int(b.nbytes), notes=note))
+        out.append(
+            PeerCodec(
+                name,
+                "sz3",
+                True,
+                True,
+                package=_version("pysz"),
+                compress=compress,
+                decompress=decompress,
+                nbytes=lambda b: int(b.nbytes),
+                notes=note,
+            )
+        )
     return out
 
 
@@ -361,16 +430,26 @@ def _zfp_peers() -> list[PeerCodec]:
         return [unavailable("zfp-accuracy", "zfp", True, _reason(e), "zfpy")]
 
     def compress(x: np.ndarray, eb_abs: float) -> bytes:
-        return zfpy.compress_numpy(np.ascontiguousarray(x, dtype=np.float32),
-                                   tolerance=float(eb_abs))
+        return zfpy.compress_numpy(
+            np.ascontiguousarray(x, dtype=np.float32), tolerance=float(eb_abs)
+        )
 
     def decompress(blob: bytes, shape: Shape) -> np.ndarray:
         return zfpy.decompress_numpy(blob).reshape(shape)
 
-    return [PeerCodec("zfp-accuracy", "zfp", True, True, package=_version("zfpy"),
-                      compress=compress, decompress=decompress,
-                      notes="ZFP fixed-accuracy, tolerance = eb_abs, 2-D [rows, dim], "
-                            "header included, serial")]
+    return [
+        PeerCodec(
+            "zfp-accuracy",
+            "zfp",
+            True,
+            True,
+            package=_version("zfpy"),
+            compress=compress,
+            decompress=decompress,
+            notes="ZFP fixed-accuracy, tolerance = eb_abs, 2-D [rows, dim], "
+            "header included, serial",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,24 +458,34 @@ def _zfp_peers() -> list[PeerCodec]:
 _FBGEMM_NAMES = (
     ("fbgemm-fp16", "FP16", "fp32_to_fp16_with_clamp"),
     ("fbgemm-bf16", "BF16", "fp32_to_bf16_with_clamp"),
-    ("fbgemm-int8-rowwise", "INT8", "FloatToFused8BitRowwiseQuantized, row_dim 32 "
-     "(TorchRec default): uint8 codes + fp32 scale and bias per 32 values"),
+    (
+        "fbgemm-int8-rowwise",
+        "INT8",
+        "FloatToFused8BitRowwiseQuantized, row_dim 32 "
+        "(TorchRec default): uint8 codes + fp32 scale and bias per 32 values",
+    ),
     ("fbgemm-mx4", "MX4", "fp32_to_mx4, group 32, RoundingMode.even (python reference on CPU)"),
-    ("fbgemm-hfp8", "HFP8", "fp32_to_hfp8_with_clamp(ebits 4, mbits 3, bias 15), "
-     "TorchRec FP8 without row_dim (the row-wise FP8 op is GPU only)"),
+    (
+        "fbgemm-hfp8",
+        "HFP8",
+        "fp32_to_hfp8_with_clamp(ebits 4, mbits 3, bias 15), "
+        "TorchRec FP8 without row_dim (the row-wise FP8 op is GPU only)",
+    ),
 )
 
 
 def _fbgemm_peers() -> list[PeerCodec]:
     try:
-        import torch
         import fbgemm_gpu  # noqa: F401 - registers torch.ops.fbgemm
+        import torch
         from fbgemm_gpu.quantize_comm import QuantizedCommCodec
         from fbgemm_gpu.quantize_utils import fp32_to_hfp8_with_clamp, hfp8_to_fp32
         from fbgemm_gpu.split_embedding_configs import SparseType
     except Exception as e:  # noqa: BLE001 - missing, or an ABI mismatch with torch
-        return [unavailable(n, "fbgemm-qcomm", False, _reason(e), "fbgemm-gpu-cpu", note)
-                for n, _, note in _FBGEMM_NAMES]
+        return [
+            unavailable(n, "fbgemm-qcomm", False, _reason(e), "fbgemm-gpu-cpu", note)
+            for n, _, note in _FBGEMM_NAMES
+        ]
     pkg = f"{_version('fbgemm-gpu-cpu')}, {_version('torch')}"
     out = []
 
@@ -412,11 +501,21 @@ def _fbgemm_peers() -> list[PeerCodec]:
 
     for name, prec, note in _FBGEMM_NAMES:
         if prec == "HFP8":
-            out.append(PeerCodec(
-                name, "fbgemm-qcomm", False, True, package=pkg,
-                compress=lambda t, eb: fp32_to_hfp8_with_clamp(t, 4, 3, 15),
-                decompress=lambda q, s: hfp8_to_fp32(q, 4, 15).view(s),
-                nbytes=tensor_nbytes, prepare=prepare, to_numpy=to_numpy, notes=note))
+            out.append(
+                PeerCodec(
+                    name,
+                    "fbgemm-qcomm",
+                    False,
+                    True,
+                    package=pkg,
+                    compress=lambda t, eb: fp32_to_hfp8_with_clamp(t, 4, 3, 15),
+                    decompress=lambda q, s: hfp8_to_fp32(q, 4, 15).view(s),
+                    nbytes=tensor_nbytes,
+                    prepare=prepare,
+                    to_numpy=to_numpy,
+                    notes=note,
+                )
+            )
             continue
         codec = QuantizedCommCodec(getattr(SparseType, prec))
 
@@ -429,19 +528,39 @@ def _fbgemm_peers() -> list[PeerCodec]:
             q, ctx = blob
             return _c.decode(q, ctx).view(shape)
 
-        out.append(PeerCodec(name, "fbgemm-qcomm", False, True, package=pkg,
-                             compress=compress, decompress=decompress, nbytes=tensor_nbytes,
-                             prepare=prepare, to_numpy=to_numpy, notes=note))
+        out.append(
+            PeerCodec(
+                name,
+                "fbgemm-qcomm",
+                False,
+                True,
+                package=pkg,
+                compress=compress,
+                decompress=decompress,
+                nbytes=tensor_nbytes,
+                prepare=prepare,
+                to_numpy=to_numpy,
+                notes=note,
+            )
+        )
     return out
 
 
 # --------------------------------------------------------------------------------------------
 # JAX casts (jitted) and a helper for JAX-native codecs (the library's codec plugs in here)
 # --------------------------------------------------------------------------------------------
-def jax_codec(name: str, family: str, error_bounded: bool,
-              compress_fn: Callable[..., Any], decompress_fn: Callable[..., Any], *,
-              nbytes: Callable[[Any], int], package: str = "", notes: str = "",
-              eb_traced: bool = True) -> PeerCodec:
+def jax_codec(
+    name: str,
+    family: str,
+    error_bounded: bool,
+    compress_fn: Callable[..., Any],
+    decompress_fn: Callable[..., Any],
+    *,
+    nbytes: Callable[[Any], int],
+    package: str = "",
+    notes: str = "",
+    eb_traced: bool = True,
+) -> PeerCodec:
     """Wrap jittable JAX functions as a PeerCodec.
 
     Args:
@@ -465,17 +584,24 @@ def jax_codec(name: str, family: str, error_bounded: bool,
         cfn = jax.jit(compress_fn)
         compress = lambda x, eb: cfn(x)  # noqa: E731
     dfn = jax.jit(decompress_fn, static_argnums=1)
-    return PeerCodec(name, family, error_bounded, True, package=package,
-                     compress=compress, decompress=lambda b, s: dfn(b, tuple(s)),
-                     nbytes=nbytes, prepare=lambda x: jax.device_put(np.asarray(x)),
-                     to_numpy=lambda y: np.asarray(jax.device_get(y), dtype=np.float32),
-                     notes=notes)
+    return PeerCodec(
+        name,
+        family,
+        error_bounded,
+        True,
+        package=package,
+        compress=compress,
+        decompress=lambda b, s: dfn(b, tuple(s)),
+        nbytes=nbytes,
+        prepare=lambda x: jax.device_put(np.asarray(x)),
+        to_numpy=lambda y: np.asarray(jax.device_get(y), dtype=np.float32),
+        notes=notes,
+    )
 
 
 def _jax_cast_peers() -> list[PeerCodec]:
     names = (("jax-bf16", "bfloat16"), ("jax-fp8-e4m3", "float8_e4m3fn"))
     try:
-        import jax
         import jax.numpy as jnp
     except Exception as e:  # noqa: BLE001
         return [unavailable(n, "cast", False, _reason(e), "jax") for n, _ in names]
@@ -486,13 +612,19 @@ def _jax_cast_peers() -> list[PeerCodec]:
         except AttributeError as e:
             out.append(unavailable(name, "cast", False, _reason(e), _version("jax")))
             continue
-        out.append(jax_codec(
-            name, "cast", False,
-            lambda x, _d=dtype: x.astype(_d),
-            lambda y, shape: y.astype(jnp.float32).reshape(shape),
-            nbytes=lambda b: int(b.size * b.dtype.itemsize),
-            package=f"{_version('jax')}, {_version('jaxlib')}", eb_traced=False,
-            notes=f"jit(x.astype({dt})) and back to float32 (round to nearest even)"))
+        out.append(
+            jax_codec(
+                name,
+                "cast",
+                False,
+                lambda x, _d=dtype: x.astype(_d),
+                lambda y, shape: y.astype(jnp.float32).reshape(shape),
+                nbytes=lambda b: int(b.size * b.dtype.itemsize),
+                package=f"{_version('jax')}, {_version('jaxlib')}",
+                eb_traced=False,
+                notes=f"jit(x.astype({dt})) and back to float32 (round to nearest even)",
+            )
+        )
     return out
 
 
@@ -500,7 +632,12 @@ def _jax_cast_peers() -> list[PeerCodec]:
 # Registry
 # --------------------------------------------------------------------------------------------
 _FACTORIES: tuple[Callable[[], list[PeerCodec]], ...] = (
-    _zstd_raw_peers, _quant_peers, _sz3_peers, _zfp_peers, _fbgemm_peers, _jax_cast_peers,
+    _zstd_raw_peers,
+    _quant_peers,
+    _sz3_peers,
+    _zfp_peers,
+    _fbgemm_peers,
+    _jax_cast_peers,
 )
 
 
@@ -521,8 +658,7 @@ def registry(names: Sequence[str] | None = None) -> list[PeerCodec]:
         try:
             out.extend(factory())
         except Exception as e:  # noqa: BLE001 - a factory bug must not hide the others
-            out.append(unavailable(factory.__name__.strip("_"), "unknown", False,
-                                   _reason(e)))
+            out.append(unavailable(factory.__name__.strip("_"), "unknown", False, _reason(e)))
     if names is not None:
         wanted = set(names)
         out = [c for c in out if c.name in wanted]

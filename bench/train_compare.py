@@ -37,8 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -58,11 +59,29 @@ def run_flags(name: str, steps: int, early_stage_frac: float) -> list[str]:
     if name == "exact":
         return ["--compression", "off"]
     if name == "jlc-paper":
-        return ["--compression", "on", "--codec", "auto", "--eb-preset", "paper_kaggle",
-                "--eb-early-stage", early]
+        return [
+            "--compression",
+            "on",
+            "--codec",
+            "auto",
+            "--eb-preset",
+            "paper_kaggle",
+            "--eb-early-stage",
+            early,
+        ]
     if name == "jlc-auto":
-        return ["--compression", "on", "--codec", "auto", "--eb-policy", "auto",
-                "--eb-early-stage", early, "--eb-update-every", str(max(1, steps // 10))]
+        return [
+            "--compression",
+            "on",
+            "--codec",
+            "auto",
+            "--eb-policy",
+            "auto",
+            "--eb-early-stage",
+            early,
+            "--eb-update-every",
+            str(max(1, steps // 10)),
+        ]
     if name in ("int8-rowwise", "bf16"):
         return ["--compression", "on", "--codec", name]
     raise ValueError(f"unknown run {name!r}; expected one of {RUNS}")
@@ -93,18 +112,24 @@ def read_metrics(path: str | os.PathLike[str], log_every: int) -> dict[str, Any]
     frame = sum(r["frame_bytes"] for r in train) / tot
     sps = sorted(r["samples_per_s"] for r in train[1:]) or [r["samples_per_s"] for r in train]
     return {
-        "auc": final.get("auc"), "logloss": final.get("logloss"),
-        "accuracy": final.get("accuracy"), "final_step": final.get("step"),
-        "moved_bytes_per_step": moved, "raw_bytes_per_step": raw,
+        "auc": final.get("auc"),
+        "logloss": final.get("logloss"),
+        "accuracy": final.get("accuracy"),
+        "final_step": final.get("step"),
+        "moved_bytes_per_step": moved,
+        "raw_bytes_per_step": raw,
         "frame_bytes_per_step": frame,
         "exchange_ratio": raw / frame if frame else None,
         "moved_ratio": raw / moved if moved else None,
         "fallback_steps": sum(r.get("fallback_steps", 0) for r in train),
         "samples_per_s": sps[len(sps) // 2] if sps else None,
-        "curves": {"step": [r["step"] for r in train], "loss": [r["loss"] for r in train],
-                   "eval_step": [r["step"] for r in evals],
-                   "eval_auc": [r["auc"] for r in evals],
-                   "eval_logloss": [r["logloss"] for r in evals]},
+        "curves": {
+            "step": [r["step"] for r in train],
+            "loss": [r["loss"] for r in train],
+            "eval_step": [r["step"] for r in evals],
+            "eval_auc": [r["auc"] for r in evals],
+            "eval_logloss": [r["logloss"] for r in evals],
+        },
         "error_bound_last": train[-1].get("error_bound") if train else None,
     }
 
@@ -112,12 +137,31 @@ def read_metrics(path: str | os.PathLike[str], log_every: int) -> dict[str, Any]
 def run_one(name: str, args, workdir: Path) -> dict[str, Any]:
     """One trainer run in a subprocess; its metrics (or the error)."""
     out = workdir / name
-    cmd = [sys.executable, "-m", "models.dlrm.train", "--preset", args.preset,
-           "--devices", str(args.devices), "--steps", str(args.steps), "--seed",
-           str(args.seed), "--log-every", str(args.log_every), "--eval-every",
-           str(args.eval_every), "--checkpoint-every", "0", "--eval-rows", str(args.eval_rows),
-           "--no-progress", "--out", str(out), *run_flags(name, args.steps,
-                                                          args.early_stage_frac)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "models.dlrm.train",
+        "--preset",
+        args.preset,
+        "--devices",
+        str(args.devices),
+        "--steps",
+        str(args.steps),
+        "--seed",
+        str(args.seed),
+        "--log-every",
+        str(args.log_every),
+        "--eval-every",
+        str(args.eval_every),
+        "--checkpoint-every",
+        "0",
+        "--eval-rows",
+        str(args.eval_rows),
+        "--no-progress",
+        "--out",
+        str(out),
+        *run_flags(name, args.steps, args.early_stage_frac),
+    ]
     if args.data:
         cmd += ["--data", args.data]
     cmd += args.extra
@@ -126,37 +170,49 @@ def run_one(name: str, args, workdir: Path) -> dict[str, Any]:
     env["PYTHONPATH"] = str(bu.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(cmd, cwd=bu.REPO_ROOT, env=env, capture_output=True, text=True,
-                           timeout=args.run_timeout)
+        p = subprocess.run(
+            cmd, cwd=bu.REPO_ROOT, env=env, capture_output=True, text=True, timeout=args.run_timeout
+        )
         rc, log = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired as e:
-        rc, log = None, (e.stdout or b"").decode(errors="replace") if isinstance(
-            e.stdout, bytes) else (e.stdout or "")
+        rc, log = (
+            None,
+            (e.stdout or b"").decode(errors="replace")
+            if isinstance(e.stdout, bytes)
+            else (e.stdout or ""),
+        )
     wall = time.perf_counter() - t0
     res: dict[str, Any] = {"name": name, "flags": cmd[3:], "returncode": rc, "wall_s": wall}
     if rc != 0 or not (out / "metrics.jsonl").is_file():
         res.update(status="error" if rc is not None else "timeout", log_tail=log[-2000:])
         return res
     exch = next((l for l in log.splitlines() if "exchange:" in l), "")
-    res.update(status="ok", exchange=exch.split("exchange:", 1)[-1].strip(),
-               **read_metrics(out / "metrics.jsonl", args.log_every))
+    res.update(
+        status="ok",
+        exchange=exch.split("exchange:", 1)[-1].strip(),
+        **read_metrics(out / "metrics.jsonl", args.log_every),
+    )
     return res
 
 
 def format_table(runs: Sequence[dict[str, Any]]) -> str:
     """Plain-text table: run, AUC, log loss, MiB moved / step, ratio vs raw, AUC delta."""
     ex = next((r for r in runs if r["name"] == "exact" and r.get("status") == "ok"), None)
-    head = (f"{'run':<14} {'AUC':>8} {'dAUC':>8} {'log loss':>9} {'MiB/step':>9} "
-            f"{'raw/moved':>9} {'samples/s':>10}")
+    head = (
+        f"{'run':<14} {'AUC':>8} {'dAUC':>8} {'log loss':>9} {'MiB/step':>9} "
+        f"{'raw/moved':>9} {'samples/s':>10}"
+    )
     lines = [head, "-" * len(head)]
     for r in runs:
         if r.get("status") != "ok":
             lines.append(f"{r['name']:<14} {r.get('status')}: {r.get('log_tail', '')[-200:]!r}")
             continue
         d = r["auc"] - ex["auc"] if ex else float("nan")
-        lines.append(f"{r['name']:<14} {r['auc']:8.5f} {d:+8.5f} {r['logloss']:9.5f} "
-                     f"{r['moved_bytes_per_step'] / 2**20:9.3f} {r['moved_ratio']:9.2f} "
-                     f"{r['samples_per_s'] or 0:10.0f}")
+        lines.append(
+            f"{r['name']:<14} {r['auc']:8.5f} {d:+8.5f} {r['logloss']:9.5f} "
+            f"{r['moved_bytes_per_step'] / 2**20:9.3f} {r['moved_ratio']:9.2f} "
+            f"{r['samples_per_s'] or 0:10.0f}"
+        )
     return "\n".join(lines)
 
 
@@ -170,13 +226,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eval-rows", type=int, default=8192)
-    ap.add_argument("--early-stage-frac", type=float, default=0.5,
-                    help="schedule early stage as a fraction of --steps")
+    ap.add_argument(
+        "--early-stage-frac",
+        type=float,
+        default=0.5,
+        help="schedule early stage as a fraction of --steps",
+    )
     ap.add_argument("--data", default=None, help="trainer --data (default: synthetic)")
     ap.add_argument("--run-timeout", type=float, default=900)
     ap.add_argument("--workdir", default=None, help="trainer outputs (default: temp dir)")
-    ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
-                    help="more trainer flags for every run")
+    ap.add_argument(
+        "--extra", nargs=argparse.REMAINDER, default=[], help="more trainer flags for every run"
+    )
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     args = ap.parse_args(argv)
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="jlc_train_compare_"))
@@ -184,14 +245,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for name in args.runs:
         r = run_one(name, args, workdir)
         runs.append(r)
-        print(f"# {name}: {r.get('status')} in {r['wall_s']:.0f} s"
-              + (f", AUC {r['auc']:.5f}" if r.get("status") == "ok" else ""), flush=True)
-    result = {"benchmark": "DLRM training: exact vs compressed vs quantized-comm exchange "
-                           "(issue 6)",
-              "environment": bu.environment_record(),
-              "params": {k: v for k, v in vars(args).items() if k != "out"},
-              "data": args.data or "synthetic (models/dlrm/synthetic.py)",
-              "runs": runs, "argv": list(sys.argv if argv is None else argv)}
+        print(
+            f"# {name}: {r.get('status')} in {r['wall_s']:.0f} s"
+            + (f", AUC {r['auc']:.5f}" if r.get("status") == "ok" else ""),
+            flush=True,
+        )
+    result = {
+        "benchmark": "DLRM training: exact vs compressed vs quantized-comm exchange (issue 6)",
+        "environment": bu.environment_record(),
+        "params": {k: v for k, v in vars(args).items() if k != "out"},
+        "data": args.data or "synthetic (models/dlrm/synthetic.py)",
+        "runs": runs,
+        "argv": list(sys.argv if argv is None else argv),
+    }
     print(format_table(runs))
     print(f"wrote {bu.write_json(result, args.out)}")
     return result

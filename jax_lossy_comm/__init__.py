@@ -6,8 +6,15 @@ Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
 
 from jax_lossy_comm.codec import compress, decompress, frame_status
 from jax_lossy_comm.exchange import ExchangeStats, compressed_all_to_all
+from jax_lossy_comm.frame import (
+    CODECS,
+    STATUS,
+    FrameInfo,
+    describe_status,
+    frame_capacity,
+    frame_info,
+)
 from jax_lossy_comm.qcomm import bf16_all_to_all, int8_rowwise_all_to_all
-from jax_lossy_comm.frame import CODECS, STATUS, FrameInfo, describe_status, frame_capacity, frame_info
 
 __version__ = "0.1.0"
 

@@ -13,13 +13,18 @@ except ImportError as e:  # pragma: no cover - exercised only on broken installs
     _ext = None
     IMPORT_ERROR: ImportError | None = e
     if os.environ.get("JLC_REQUIRE_EXTENSION") == "1":
-        raise ImportError("jax_lossy_comm's compiled extension is required (JLC_REQUIRE_EXTENSION=1) "
-                          "but could not be imported; install with `pip install -e .` from the "
-                          "checkout, or run from outside it") from e
-    warnings.warn(f"jax_lossy_comm: compiled codec not found ({e}); using the pure-jax reference "
-                  "codec (raw and fixed-rate forms only). A source checkout on sys.path without a "
-                  "build shadows an installed package: install it with `pip install -e .`.",
-                  RuntimeWarning, stacklevel=2)
+        raise ImportError(
+            "jax_lossy_comm's compiled extension is required (JLC_REQUIRE_EXTENSION=1) "
+            "but could not be imported; install with `pip install -e .` from the "
+            "checkout, or run from outside it"
+        ) from e
+    warnings.warn(
+        f"jax_lossy_comm: compiled codec not found ({e}); using the pure-jax reference "
+        "codec (raw and fixed-rate forms only). A source checkout on sys.path without a "
+        "build shadows an installed package: install it with `pip install -e .`.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 else:
     IMPORT_ERROR = None
 

@@ -12,7 +12,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -53,12 +53,21 @@ def _check_error_bound(error_bound, batch_shape: tuple[int, ...]) -> jax.Array:
     try:
         return jnp.broadcast_to(eb, batch_shape)
     except ValueError:
-        raise ValueError(f"error_bound of shape {eb.shape} does not broadcast to the chunk grid "
-                         f"{batch_shape} (the input's leading dimensions)") from None
+        raise ValueError(
+            f"error_bound of shape {eb.shape} does not broadcast to the chunk grid "
+            f"{batch_shape} (the input's leading dimensions)"
+        ) from None
 
 
-def compress(x: jax.Array, error_bound, *, mode: str = "rel", codec: str = "auto",
-             capacity: int | None = None, min_error_bound: float | None = None):
+def compress(
+    x: jax.Array,
+    error_bound,
+    *,
+    mode: str = "rel",
+    codec: str = "auto",
+    capacity: int | None = None,
+    min_error_bound: float | None = None,
+):
     """Compresses each chunk ``x[..., rows, dim]`` into a frame with a hard error bound.
 
     Per chunk: quantization without prediction (codes ``q = rint((x - min) / (2 eb_abs))``),
@@ -111,12 +120,15 @@ def compress(x: jax.Array, error_bound, *, mode: str = "rel", codec: str = "auto
     eb = _check_error_bound(error_bound, batch)
     if not _ffi.available():
         from jax_lossy_comm import reference
+
         return reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
     _ffi.ensure_registered()
     call = jax.ffi.ffi_call(
         "lc_compress",
-        (jax.ShapeDtypeStruct(batch + (capacity,), jnp.uint8),
-         jax.ShapeDtypeStruct(batch, jnp.int32)),
+        (
+            jax.ShapeDtypeStruct(batch + (capacity,), jnp.uint8),
+            jax.ShapeDtypeStruct(batch, jnp.int32),
+        ),
         vmap_method="broadcast_all",
     )
     return call(x, eb, mode=np.int32(MODES[mode]), codec=np.int32(CODECS[codec]))
@@ -129,8 +141,10 @@ def _chunk_shape(frames: jax.Array, shape: Sequence[int]) -> tuple[int, int]:
         return shape
     if len(shape) == len(lead) + 2 and shape[:-2] == lead:
         return shape[-2:]
-    raise ValueError(f"shape must be (rows, dim) or frames.shape[:-1] + (rows, dim) = {lead} + "
-                     f"(rows, dim), got {shape}")
+    raise ValueError(
+        f"shape must be (rows, dim) or frames.shape[:-1] + (rows, dim) = {lead} + "
+        f"(rows, dim), got {shape}"
+    )
 
 
 def _check_frames(frames, nbytes):
@@ -138,12 +152,20 @@ def _check_frames(frames, nbytes):
     if frames.dtype != jnp.uint8 or frames.ndim < 1:
         raise TypeError(f"frames must be uint8[..., capacity], got {frames.dtype}{frames.shape}")
     if nbytes.dtype != jnp.int32 or nbytes.shape != frames.shape[:-1]:
-        raise TypeError(f"nbytes must be int32{frames.shape[:-1]}, got {nbytes.dtype}{nbytes.shape}")
+        raise TypeError(
+            f"nbytes must be int32{frames.shape[:-1]}, got {nbytes.dtype}{nbytes.shape}"
+        )
     return frames, nbytes
 
 
-def decompress(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int], dtype=jnp.float32,
-               return_status: bool = False):
+def decompress(
+    frames: jax.Array,
+    nbytes: jax.Array,
+    *,
+    shape: Sequence[int],
+    dtype=jnp.float32,
+    return_status: bool = False,
+):
     """Decodes frames made by :func:`compress` (on any platform) back to values.
 
     Args:
@@ -166,21 +188,25 @@ def decompress(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int], dt
     dt = _check_dtype(dtype, "dtype")
     if not _ffi.available():
         from jax_lossy_comm import reference
+
         x, status = reference.decompress(frames, nbytes, shape=(rows, dim), dtype=dt)
     else:
         _ffi.ensure_registered()
         call = jax.ffi.ffi_call(
             "lc_decompress",
-            (jax.ShapeDtypeStruct(nbytes.shape + (rows, dim), dt),
-             jax.ShapeDtypeStruct(nbytes.shape, jnp.int32)),
+            (
+                jax.ShapeDtypeStruct(nbytes.shape + (rows, dim), dt),
+                jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
+            ),
             vmap_method="broadcast_all",
         )
         x, status = call(frames, nbytes)
     return (x, status) if return_status else x
 
 
-def frame_status(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int],
-                 dtype=jnp.float32) -> jax.Array:
+def frame_status(
+    frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int], dtype=jnp.float32
+) -> jax.Array:
     """Checks frames fully without writing values: ``int32[...]``, 0 = valid.
 
     Args and errors as :func:`decompress`; the status codes are in
@@ -192,7 +218,9 @@ def frame_status(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int],
     if not _ffi.available():
         return decompress(frames, nbytes, shape=(rows, dim), dtype=dt, return_status=True)[1]
     _ffi.ensure_registered()
-    call = jax.ffi.ffi_call("lc_frame_status", jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
-                            vmap_method="broadcast_all")
-    return call(frames, nbytes, rows=np.int64(rows), dim=np.int64(dim),
-                dtype=np.int32(DTYPES[dt]))
+    call = jax.ffi.ffi_call(
+        "lc_frame_status",
+        jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
+        vmap_method="broadcast_all",
+    )
+    return call(frames, nbytes, rows=np.int64(rows), dim=np.int64(dim), dtype=np.int32(DTYPES[dt]))

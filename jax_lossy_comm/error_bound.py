@@ -45,7 +45,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -235,7 +235,7 @@ _BUILDERS = {
 
 
 def make_schedule(
-    kind: Union[str, Schedule], *, eb_constant: float = 2.0, early_stage: int = 65536
+    kind: str | Schedule, *, eb_constant: float = 2.0, early_stage: int = 65536
 ) -> Schedule:
     """Returns the schedule named ``kind``, or ``kind`` itself when it is a callable.
 
@@ -260,7 +260,7 @@ def make_schedule(
 
 
 def schedule_multiplier(
-    kind: Union[str, Schedule],
+    kind: str | Schedule,
     step,
     *,
     eb_constant: float = 2.0,
@@ -314,8 +314,12 @@ def _require(ok: bool, field: str, message: str, value) -> None:
 
 
 def _positive(field: str, value) -> None:
-    _require(_is_real(value) and math.isfinite(value) and value > 0, field,
-             "must be a finite number > 0", value)
+    _require(
+        _is_real(value) and math.isfinite(value) and value > 0,
+        field,
+        "must be a finite number > 0",
+        value,
+    )
 
 
 def _parse_tier(name, spec) -> Tier:
@@ -323,29 +327,47 @@ def _parse_tier(name, spec) -> Tier:
     field = f"tiers[{name!r}]"
     if isinstance(spec, Mapping):
         unknown = set(spec) - {"value", "tables"}
-        _require(not unknown and "value" in spec and "tables" in spec, field,
-                 "must have exactly the keys 'value' and 'tables'", dict(spec))
+        _require(
+            not unknown and "value" in spec and "tables" in spec,
+            field,
+            "must have exactly the keys 'value' and 'tables'",
+            dict(spec),
+        )
         value, tables = spec["value"], spec["tables"]
     else:
-        _require(isinstance(spec, Sequence) and len(spec) == 2, field,
-                 "must be (value, table ids)", spec)
+        _require(
+            isinstance(spec, Sequence) and len(spec) == 2, field, "must be (value, table ids)", spec
+        )
         value, tables = spec
     _positive(f"{field}.value", value)
-    _require(isinstance(tables, (Sequence, set, frozenset)) and not isinstance(tables, str)
-             and all(_is_int(i) for i in tables), f"{field}.tables",
-             "must be a collection of integer table ids", tables)
+    _require(
+        isinstance(tables, (Sequence, set, frozenset))
+        and not isinstance(tables, str)
+        and all(_is_int(i) for i in tables),
+        f"{field}.tables",
+        "must be a collection of integer table ids",
+        tables,
+    )
     return Tier(str(name), float(value), tuple(sorted({int(i) for i in tables})))
 
 
 def _parse_tiers(tiers) -> tuple[Tier, ...]:
     if isinstance(tiers, Mapping):
         return tuple(_parse_tier(name, spec) for name, spec in tiers.items())
-    _require(isinstance(tiers, Sequence) and not isinstance(tiers, str), "tiers",
-             "must be a mapping name -> (value, table ids) or a sequence of Tier", tiers)
+    _require(
+        isinstance(tiers, Sequence) and not isinstance(tiers, str),
+        "tiers",
+        "must be a mapping name -> (value, table ids) or a sequence of Tier",
+        tiers,
+    )
     parsed = []
     for tier in tiers:
-        _require(isinstance(tier, Sequence) and len(tier) == 3, "tiers",
-                 "entries must be Tier(name, value, tables)", tier)
+        _require(
+            isinstance(tier, Sequence) and len(tier) == 3,
+            "tiers",
+            "entries must be Tier(name, value, tables)",
+            tier,
+        )
         parsed.append(_parse_tier(tier[0], tier[1:]))
     return tuple(parsed)
 
@@ -371,7 +393,7 @@ class ErrorBoundConfig:
     # {"value": v, "tables": ids}; stored as a tuple of Tier. A table is in at most one.
     tiers: tuple[Tier, ...] = ()
     # Iteration-wise schedule: one of SCHEDULE_KINDS or a callable step -> multiplier.
-    schedule: Union[str, Schedule] = "linear"
+    schedule: str | Schedule = "linear"
     # Multiplier at step 0 of the built-in schedules (paper: 2).
     eb_constant: float = 2.0
     # Steps until the built-in schedules reach 1 (paper: 65536).
@@ -392,49 +414,98 @@ class ErrorBoundConfig:
     distinct_power: float = 0.5
 
     def __post_init__(self):
-        _require(_is_int(self.num_tables) and self.num_tables >= 1, "num_tables",
-                 "must be an integer >= 1", self.num_tables)
+        _require(
+            _is_int(self.num_tables) and self.num_tables >= 1,
+            "num_tables",
+            "must be an integer >= 1",
+            self.num_tables,
+        )
         _positive("base", self.base)
         object.__setattr__(self, "tiers", _parse_tiers(self.tiers))
         owner: dict[int, str] = {}
         for tier in self.tiers:
             for table in tier.tables:
-                _require(0 <= table < self.num_tables, f"tiers[{tier.name!r}].tables",
-                         f"table ids must be in [0, {self.num_tables})", table)
-                _require(table not in owner, "tiers",
-                         f"tiers {owner.get(table)!r} and {tier.name!r} overlap on table", table)
+                _require(
+                    0 <= table < self.num_tables,
+                    f"tiers[{tier.name!r}].tables",
+                    f"table ids must be in [0, {self.num_tables})",
+                    table,
+                )
+                _require(
+                    table not in owner,
+                    "tiers",
+                    f"tiers {owner.get(table)!r} and {tier.name!r} overlap on table",
+                    table,
+                )
                 owner[table] = tier.name
-        _require(len({t.name for t in self.tiers}) == len(self.tiers), "tiers",
-                 "tier names must be unique", [t.name for t in self.tiers])
-        _require(callable(self.schedule) or self.schedule in SCHEDULE_KINDS, "schedule",
-                 f"must be one of {SCHEDULE_KINDS} or a callable", self.schedule)
+        _require(
+            len({t.name for t in self.tiers}) == len(self.tiers),
+            "tiers",
+            "tier names must be unique",
+            [t.name for t in self.tiers],
+        )
+        _require(
+            callable(self.schedule) or self.schedule in SCHEDULE_KINDS,
+            "schedule",
+            f"must be one of {SCHEDULE_KINDS} or a callable",
+            self.schedule,
+        )
         _positive("eb_constant", self.eb_constant)
-        _require(_is_int(self.early_stage) and self.early_stage > 0, "early_stage",
-                 "must be an integer > 0", self.early_stage)
+        _require(
+            _is_int(self.early_stage) and self.early_stage > 0,
+            "early_stage",
+            "must be an integer > 0",
+            self.early_stage,
+        )
         _require(self.policy in POLICIES, "policy", f"must be one of {POLICIES}", self.policy)
         _positive("tightest", self.tightest)
         _positive("loosest", self.loosest)
-        _require(self.tightest <= self.loosest, "loosest", f"must be >= tightest "
-                 f"({self.tightest})", self.loosest)
-        _require(_is_int(self.update_every) and self.update_every >= 1, "update_every",
-                 "must be an integer >= 1", self.update_every)
-        _require(_is_real(self.smoothing) and 0 < self.smoothing <= 1, "smoothing",
-                 "must be in (0, 1]", self.smoothing)
-        _require(_is_real(self.stats_decay) and 0 <= self.stats_decay < 1, "stats_decay",
-                 "must be in [0, 1)", self.stats_decay)
-        _require(_is_real(self.distinct_power) and 0 <= self.distinct_power < math.inf,
-                 "distinct_power", "must be a finite number >= 0", self.distinct_power)
+        _require(
+            self.tightest <= self.loosest,
+            "loosest",
+            f"must be >= tightest ({self.tightest})",
+            self.loosest,
+        )
+        _require(
+            _is_int(self.update_every) and self.update_every >= 1,
+            "update_every",
+            "must be an integer >= 1",
+            self.update_every,
+        )
+        _require(
+            _is_real(self.smoothing) and 0 < self.smoothing <= 1,
+            "smoothing",
+            "must be in (0, 1]",
+            self.smoothing,
+        )
+        _require(
+            _is_real(self.stats_decay) and 0 <= self.stats_decay < 1,
+            "stats_decay",
+            "must be in [0, 1)",
+            self.stats_decay,
+        )
+        _require(
+            _is_real(self.distinct_power) and 0 <= self.distinct_power < math.inf,
+            "distinct_power",
+            "must be a finite number >= 0",
+            self.distinct_power,
+        )
         if self.policy == "auto":
             for field, value in [("base", self.base)] + [
-                (f"tiers[{t.name!r}].value", t.value) for t in self.tiers]:
-                _require(self.tightest <= value <= self.loosest, field,
-                         f"must lie in [tightest, loosest] = [{self.tightest}, {self.loosest}] "
-                         "when policy is 'auto'", value)
+                (f"tiers[{t.name!r}].value", t.value) for t in self.tiers
+            ]:
+                _require(
+                    self.tightest <= value <= self.loosest,
+                    field,
+                    f"must lie in [tightest, loosest] = [{self.tightest}, {self.loosest}] "
+                    "when policy is 'auto'",
+                    value,
+                )
 
     # ---- serialisation -----------------------------------------------------------------
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "ErrorBoundConfig":
+    def from_dict(cls, d: Mapping[str, Any]) -> ErrorBoundConfig:
         """Builds a config from a plain mapping (as read from JSON or YAML).
 
         Args:
@@ -453,8 +524,9 @@ class ErrorBoundConfig:
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - fields)
         if unknown:
-            raise ValueError(f"ErrorBoundConfig: unknown field(s) {unknown}; "
-                             f"known: {sorted(fields)}")
+            raise ValueError(
+                f"ErrorBoundConfig: unknown field(s) {unknown}; known: {sorted(fields)}"
+            )
         _require("num_tables" in d, "num_tables", "is required", None)
         return cls(**d)
 
@@ -464,14 +536,18 @@ class ErrorBoundConfig:
         Raises:
           ValueError: if ``schedule`` is a callable (it cannot be serialised).
         """
-        _require(isinstance(self.schedule, str), "schedule",
-                 "a callable schedule cannot be serialised", self.schedule)
+        _require(
+            isinstance(self.schedule, str),
+            "schedule",
+            "a callable schedule cannot be serialised",
+            self.schedule,
+        )
         d = dataclasses.asdict(self)
         d["tiers"] = {t.name: {"value": t.value, "tables": list(t.tables)} for t in self.tiers}
         return d
 
     @classmethod
-    def from_file(cls, path: Union[str, os.PathLike]) -> "ErrorBoundConfig":
+    def from_file(cls, path: str | os.PathLike) -> ErrorBoundConfig:
         """Reads a config from a ``.json``, ``.yaml`` or ``.yml`` file (see :meth:`from_dict`).
 
         Raises:
@@ -498,21 +574,39 @@ class ErrorBoundConfig:
         """
         g = parser.add_argument_group("adaptive error bound")
         g.add_argument("--eb-config", help="JSON or YAML file with the error-bound config")
-        g.add_argument("--eb-preset", choices=["paper_kaggle"],
-                       help="start from the paper's Criteo Kaggle setting")
+        g.add_argument(
+            "--eb-preset",
+            choices=["paper_kaggle"],
+            help="start from the paper's Criteo Kaggle setting",
+        )
         for field, kind, help_ in _FLAG_FIELDS:
-            extra = {"choices": SCHEDULE_KINDS} if field == "schedule" else (
-                {"choices": POLICIES} if field == "policy" else {})
-            g.add_argument("--" + _flag_name(field), dest="eb_" + field, type=kind,
-                           default=None, help=help_, **extra)
-        g.add_argument("--eb-tier", dest="eb_tier", action="append", default=None,
-                       metavar="NAME=VALUE:ID,ID,...",
-                       help="a tier of tables sharing one bound, e.g. tighten=0.01:2,3,9")
+            extra = (
+                {"choices": SCHEDULE_KINDS}
+                if field == "schedule"
+                else ({"choices": POLICIES} if field == "policy" else {})
+            )
+            g.add_argument(
+                "--" + _flag_name(field),
+                dest="eb_" + field,
+                type=kind,
+                default=None,
+                help=help_,
+                **extra,
+            )
+        g.add_argument(
+            "--eb-tier",
+            dest="eb_tier",
+            action="append",
+            default=None,
+            metavar="NAME=VALUE:ID,ID,...",
+            help="a tier of tables sharing one bound, e.g. tighten=0.01:2,3,9",
+        )
         return parser
 
     @classmethod
-    def from_flags(cls, args: argparse.Namespace, *, num_tables: Optional[int] = None
-                   ) -> "ErrorBoundConfig":
+    def from_flags(
+        cls, args: argparse.Namespace, *, num_tables: int | None = None
+    ) -> ErrorBoundConfig:
         """Builds a config from flags added by :meth:`add_flags`.
 
         Precedence: preset, then ``--eb-config`` file, then individual flags; ``num_tables``
@@ -534,8 +628,12 @@ class ErrorBoundConfig:
             d.update(paper_kaggle_config(num_tables or 26).to_dict())
         if args.eb_config:
             content = _unwrap(_read_mapping(args.eb_config))
-            _require(isinstance(content, Mapping), "<root>",
-                     f"{args.eb_config} must hold a mapping", content)
+            _require(
+                isinstance(content, Mapping),
+                "<root>",
+                f"{args.eb_config} must hold a mapping",
+                content,
+            )
             d.update(content)
         if num_tables is not None:
             d.setdefault("num_tables", num_tables)
@@ -575,11 +673,12 @@ def _parse_tier_flag(text: str) -> tuple[str, tuple[float, list[int]]]:
         value, ids = rest.split(":", 1)
         return name.strip(), (float(value), [int(i) for i in ids.split(",") if i.strip()])
     except ValueError:
-        raise ValueError(f"ErrorBoundConfig.tiers: --eb-tier must look like "
-                         f"NAME=VALUE:ID,ID,..., got {text!r}") from None
+        raise ValueError(
+            f"ErrorBoundConfig.tiers: --eb-tier must look like NAME=VALUE:ID,ID,..., got {text!r}"
+        ) from None
 
 
-def _read_mapping(path: Union[str, os.PathLike]) -> Any:
+def _read_mapping(path: str | os.PathLike) -> Any:
     """Parsed content of a ``.json``, ``.yaml`` or ``.yml`` file (not validated)."""
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
@@ -621,8 +720,10 @@ def paper_kaggle_config(num_tables: int = 26, **overrides) -> ErrorBoundConfig:
     fields = dict(
         num_tables=num_tables,
         base=0.03,
-        tiers={"tighten": (0.01, (2, 3, 9, 11, 15, 20, 23, 25)),
-               "loosen": (0.05, (8, 16, 19, 21, 22, 24))},
+        tiers={
+            "tighten": (0.01, (2, 3, 9, 11, 15, 20, 23, 25)),
+            "loosen": (0.05, (8, 16, 19, 21, 22, 24)),
+        },
         schedule="log",
         eb_constant=2.0,
         early_stage=65536,
@@ -657,8 +758,12 @@ def min_error_bound(config: ErrorBoundConfig) -> float:
     Raises:
       ValueError: if ``config.schedule`` is a callable (its range is unknown).
     """
-    _require(isinstance(config.schedule, str), "schedule",
-             "min_error_bound cannot bound a callable schedule", config.schedule)
+    _require(
+        isinstance(config.schedule, str),
+        "schedule",
+        "min_error_bound cannot bound a callable schedule",
+        config.schedule,
+    )
     lowest = config.tightest if config.policy == "auto" else float(table_bounds(config).min())
     # Same float32 product as error_bounds, so the floor is exact, not rounded up.
     return float(np.float32(lowest) * np.float32(min(1.0, config.eb_constant)))
@@ -680,7 +785,9 @@ class TableStats(NamedTuple):
     value_range: jax.Array  # float32[num_tables]: max - min of the pooled embeddings
     #   (the range REL mode multiplies eb_rel by), >= 0.
     distinct_fraction: jax.Array  # float32[num_tables]: distinct rows / rows of the
-  #   pooled embeddings, in (0, 1].
+
+
+#   pooled embeddings, in (0, 1].
 
 
 class ErrorBoundState(NamedTuple):
@@ -728,8 +835,9 @@ def error_bounds(state: ErrorBoundState, config: ErrorBoundConfig) -> jax.Array:
     References:
       Feng et al., SC24, arXiv 2407.04272, dual-level adaptive error bound.
     """
-    schedule = make_schedule(config.schedule, eb_constant=config.eb_constant,
-                             early_stage=config.early_stage)
+    schedule = make_schedule(
+        config.schedule, eb_constant=config.eb_constant, early_stage=config.early_stage
+    )
     multiplier = jnp.asarray(schedule(state.step), jnp.float32)
     # Tiers come from the config, so a resumed run with changed tiers uses the new ones; the
     # automatic policy's bounds are state (they depend on statistics seen so far).
@@ -789,13 +897,14 @@ def _check_stats(stats: TableStats, config: ErrorBoundConfig) -> TableStats:
         raise TypeError(f"stats must be a TableStats, got {type(stats).__name__}")
     for name, x in zip(TableStats._fields, stats):
         if jnp.shape(x) != (config.num_tables,):
-            raise ValueError(f"TableStats.{name} must have shape ({config.num_tables},), "
-                             f"got {jnp.shape(x)}")
+            raise ValueError(
+                f"TableStats.{name} must have shape ({config.num_tables},), got {jnp.shape(x)}"
+            )
     return TableStats(*(jnp.asarray(x, jnp.float32) for x in stats))
 
 
 def update(
-    state: ErrorBoundState, stats: Optional[TableStats], config: ErrorBoundConfig
+    state: ErrorBoundState, stats: TableStats | None, config: ErrorBoundConfig
 ) -> ErrorBoundState:
     """Advances the state by one training step; pure and jit/shard_map-safe.
 
@@ -834,8 +943,8 @@ def update(
         stats = _check_stats(stats, config)
         decay = config.stats_decay
         avg = jax.tree.map(
-            lambda a, x: jnp.where(jnp.isfinite(x), decay * a + (1.0 - decay) * x, a),
-            avg, stats)
+            lambda a, x: jnp.where(jnp.isfinite(x), decay * a + (1.0 - decay) * x, a), avg, stats
+        )
         count = count + 1
     table_bound = state.table_bound
     if config.policy == "auto":
@@ -847,5 +956,9 @@ def update(
         moved = jnp.clip(moved, config.tightest, config.loosest)
         due = (step % config.update_every == 0) & (count > 0)
         table_bound = jnp.where(due, moved, table_bound)
-    return ErrorBoundState(step.astype(jnp.int32), table_bound.astype(jnp.float32),
-                           TableStats(*avg), count.astype(jnp.int32))
+    return ErrorBoundState(
+        step.astype(jnp.int32),
+        table_bound.astype(jnp.float32),
+        TableStats(*avg),
+        count.astype(jnp.int32),
+    )

@@ -75,7 +75,7 @@ DEFAULT_MIN_ERROR_BOUND = 0.01
 DEFAULT_OUTLIERS = 16
 #: Packed path: bucket sizes (bytes per destination) shrink from the full capacity by this
 #: factor per step (2 ** 0.5: at most 29% of a bucket is padding) ...
-PACKED_BUCKET_STEP = 2.0 ** 0.5
+PACKED_BUCKET_STEP = 2.0**0.5
 #: ... down to this fraction of the full capacity (smaller needs use the smallest bucket).
 PACKED_MIN_FRACTION = 1.0 / 64
 PATHS = ("auto", "dense", "packed", "ragged")
@@ -114,11 +114,11 @@ class ExchangeStats(NamedTuple):
 class _Layout(NamedTuple):
     """Static geometry of one exchange: how ``x`` becomes ``[P, (T,) rows, dim]`` chunks."""
 
-    shape: tuple          # x.shape
-    p: int                # axis size
+    shape: tuple  # x.shape
+    p: int  # axis size
     split: int
     concat: int
-    table: int | None     # table axis in block coordinates (None: one chunk per peer)
+    table: int | None  # table axis in block coordinates (None: one chunk per peer)
     tiled: bool
 
     @property
@@ -157,7 +157,7 @@ class _Layout(NamedTuple):
         """x -> float[P, (T,) rows, dim]: block for peer d is chunk row d."""
         if self.tiled:
             s = self.shape
-            x = x.reshape(s[:self.split] + (self.p, s[self.split] // self.p) + s[self.split + 1:])
+            x = x.reshape(s[: self.split] + (self.p, s[self.split] // self.p) + s[self.split + 1 :])
             x = jnp.moveaxis(x, self.split, 0)
         else:
             x = jnp.moveaxis(x, self.split, 0)
@@ -169,14 +169,14 @@ class _Layout(NamedTuple):
         """Received chunks float[P_src, (T,) rows, dim] -> the all_to_all result."""
         b = self.block_shape
         if self.table is not None:
-            bt = (b[self.table],) + b[:self.table] + b[self.table + 1:]
+            bt = (b[self.table],) + b[: self.table] + b[self.table + 1 :]
             c = jnp.moveaxis(c.reshape((self.p,) + bt), 1, 1 + self.table)
         else:
             c = c.reshape((self.p,) + b)
         c = jnp.moveaxis(c, 0, self.concat)
         return c.reshape(self.out_shape)
 
-    def transposed(self) -> "_Layout":
+    def transposed(self) -> _Layout:
         """Layout of the cotangent's exchange (split and concat swapped)."""
         table = None
         if self.table is not None:
@@ -200,17 +200,21 @@ def _make_layout(shape, p, split_axis, concat_axis, table_axis, tiled) -> _Layou
     split = norm(split_axis, "split_axis", nd)
     concat = norm(concat_axis, "concat_axis", nd)
     if tiled and shape[split] % p:
-        raise ValueError(f"x.shape[split_axis]={shape[split]} is not divisible by the axis size "
-                         f"{p} (tiled=True)")
+        raise ValueError(
+            f"x.shape[split_axis]={shape[split]} is not divisible by the axis size {p} (tiled=True)"
+        )
     if not tiled and shape[split] != p:
-        raise ValueError(f"x.shape[split_axis]={shape[split]} must equal the axis size {p} "
-                         f"(tiled=False)")
+        raise ValueError(
+            f"x.shape[split_axis]={shape[split]} must equal the axis size {p} (tiled=False)"
+        )
     table = None
     if table_axis is not None:
         t = norm(table_axis, "table_axis", nd)
         if t == nd - 1 or (not tiled and t == split):
-            raise ValueError(f"table_axis={table_axis} cannot be the last axis (the codec's dim) "
-                             f"or, untiled, the split axis")
+            raise ValueError(
+                f"table_axis={table_axis} cannot be the last axis (the codec's dim) "
+                f"or, untiled, the split axis"
+            )
         table = t if tiled else t - (t > split)
     lay = _Layout(tuple(int(s) for s in shape), int(p), split, concat, table, bool(tiled))
     if not tiled and concat > len(lay.block_shape):
@@ -228,7 +232,7 @@ class _Config(NamedTuple):
     mode: str
     codec: str
     capacity: int
-    path: str                 # "dense" | "ragged" | "_ragged_emulated" (tests)
+    path: str  # "dense" | "ragged" | "_ragged_emulated" (tests)
     backward: str
     backward_capacity: int
 
@@ -275,13 +279,23 @@ def _capacity(lay: _Layout, dtype, codec, mode, path, min_eb, capacity, concrete
             min_eb = m
         else:
             min_eb = DEFAULT_MIN_ERROR_BOUND
-    return _frame.frame_capacity((rows, dim), dtype, codec, float(min_eb), mode,
-                                 outliers=DEFAULT_OUTLIERS)
+    return _frame.frame_capacity(
+        (rows, dim), dtype, codec, float(min_eb), mode, outliers=DEFAULT_OUTLIERS
+    )
 
 
 # ------------------------------------------------------------------------------ the exchange
-def _emulated_ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets,
-                                recv_sizes, *, axis_name, max_size: int):
+def _emulated_ragged_all_to_all(
+    operand,
+    output,
+    input_offsets,
+    send_sizes,
+    output_offsets,
+    recv_sizes,
+    *,
+    axis_name,
+    max_size: int,
+):
     """``jax.lax.ragged_all_to_all``'s documented semantics with dense collectives (slices of
     at most ``max_size`` elements); lets CPU tests check the ragged path's offsets."""
     n = input_offsets.shape[0]
@@ -311,7 +325,7 @@ def _exchange_frames(cfg: _Config, frames, nbytes):
     p, cap = frames.shape[0], frames.shape[-1]
     t = nbytes.size // p
     flat = frames.reshape(-1)
-    slot = (jnp.arange(p * t, dtype=jnp.int32) * cap)                 # [P*T], (dest, table)
+    slot = jnp.arange(p * t, dtype=jnp.int32) * cap  # [P*T], (dest, table)
     send_sizes = jnp.maximum(nbytes.reshape(-1), 0).astype(jnp.int32)
     recv_sizes = jnp.maximum(rnb.reshape(-1), 0).astype(jnp.int32)
     me = jax.lax.axis_index(ax).astype(jnp.int32)
@@ -319,11 +333,13 @@ def _exchange_frames(cfg: _Config, frames, nbytes):
     output_offsets = (me * t + jnp.arange(p * t, dtype=jnp.int32) % t) * cap
     out = jnp.zeros_like(flat)
     if cfg.path == "_ragged_emulated":
-        recv = _emulated_ragged_all_to_all(flat, out, slot, send_sizes, output_offsets,
-                                           recv_sizes, axis_name=ax, max_size=cap)
+        recv = _emulated_ragged_all_to_all(
+            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax, max_size=cap
+        )
     else:
-        recv = jax.lax.ragged_all_to_all(flat, out, slot, send_sizes, output_offsets,
-                                         recv_sizes, axis_name=ax)
+        recv = jax.lax.ragged_all_to_all(
+            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax
+        )
     return recv.reshape(frames.shape), rnb
 
 
@@ -358,9 +374,9 @@ def _pack(frames, nbytes, size: int):
     """
     p, t, cap = frames.shape
     used = jnp.clip(nbytes, 0, cap)
-    off = 4 * t + jnp.cumsum(used, axis=1) - used                           # [P, T]
+    off = 4 * t + jnp.cumsum(used, axis=1) - used  # [P, T]
     header = jax.lax.bitcast_convert_type(nbytes.astype(jnp.int32), jnp.uint8).reshape(p, 4 * t)
-    buf = jnp.zeros((p, size), jnp.uint8).at[:, :4 * t].set(header)
+    buf = jnp.zeros((p, size), jnp.uint8).at[:, : 4 * t].set(header)
     for d in range(p):
         for k in range(t):
             buf = jax.lax.dynamic_update_slice(buf, frames[d, k][None], (d, off[d, k]))
@@ -371,11 +387,15 @@ def _unpack(buf, t: int, cap: int):
     """Inverse of :func:`_pack` on the receiver: ``uint8[P, size]`` -> frames
     ``uint8[P, T, cap]`` (zero past each frame's bytes) and counts ``int32[P, T]``."""
     p, size = buf.shape
-    nb = jax.lax.bitcast_convert_type(buf[:, :4 * t].reshape(p, t, 4), jnp.int32)
+    nb = jax.lax.bitcast_convert_type(buf[:, : 4 * t].reshape(p, t, 4), jnp.int32)
     used = jnp.clip(nb, 0, cap)
-    off = 4 * t + jnp.cumsum(used, axis=1) - used                           # [P, T]
-    fr = jnp.stack([jnp.stack([jax.lax.dynamic_slice(buf, (d, off[d, k]), (1, cap))[0]
-                               for k in range(t)]) for d in range(p)])
+    off = 4 * t + jnp.cumsum(used, axis=1) - used  # [P, T]
+    fr = jnp.stack(
+        [
+            jnp.stack([jax.lax.dynamic_slice(buf, (d, off[d, k]), (1, cap))[0] for k in range(t)])
+            for d in range(p)
+        ]
+    )
     i = jnp.arange(cap, dtype=jnp.int32)
     return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
 
@@ -401,8 +421,9 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
         agg = jax.lax.pmax(jnp.stack([n_over, need]), ax)
         any_over = agg[0] > 0
         buckets = packed_buckets(t_, cap)
-        k = jnp.minimum(jnp.searchsorted(jnp.asarray(buckets, jnp.int32), agg[1]),
-                        len(buckets) - 1).astype(jnp.int32)
+        k = jnp.minimum(
+            jnp.searchsorted(jnp.asarray(buckets, jnp.int32), agg[1]), len(buckets) - 1
+        ).astype(jnp.int32)
 
         top = buckets[-1]
 
@@ -410,6 +431,7 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
             def go(buf):  # only the first `size` bytes per destination travel
                 got = jax.lax.all_to_all(buf[:, :size], ax, 0, 0, tiled=True)
                 return jnp.pad(got, ((0, 0), (0, top - size)))
+
             return go
 
         def compressed(_):
@@ -443,15 +465,19 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
     if cfg.path == "dense":
         comp_moved = jnp.float32(frames.size + nb_bytes)
     elif cfg.path == "packed":
-        comp_moved = (jnp.asarray(buckets, jnp.float32)[k] * frames.shape[0])
+        comp_moved = jnp.asarray(buckets, jnp.float32)[k] * frames.shape[0]
     else:
         comp_moved = frame_bytes + nb_bytes
     moved = jnp.where(any_over, raw_bytes, comp_moved)
     stats = ExchangeStats(
-        raw_bytes=raw_bytes, frame_bytes=frame_bytes, moved_bytes=moved.astype(jnp.float32),
+        raw_bytes=raw_bytes,
+        frame_bytes=frame_bytes,
+        moved_bytes=moved.astype(jnp.float32),
         compression_ratio=(chunk_raw / jnp.maximum(fb, 1.0)).astype(jnp.float32),
-        overflow_count=n_over, fallback=any_over.astype(jnp.int32),
-        capacity_bytes=jnp.float32(cap))
+        overflow_count=n_over,
+        fallback=any_over.astype(jnp.int32),
+        capacity_bytes=jnp.float32(cap),
+    )
     return y, stats
 
 
@@ -478,12 +504,24 @@ def _exchange_bwd(cfg, res, cts):
 _exchange.defvjp(_exchange_fwd, _exchange_bwd)
 
 
-def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, error_bound,
-                          table_axis: int | None = None, tiled: bool = True, mode: str = "rel",
-                          codec: str = "auto", min_error_bound: float | None = None,
-                          capacity: int | None = None, path: str = "auto",
-                          backward: str = "exact", backward_error_bound=None,
-                          return_stats: bool = False):
+def compressed_all_to_all(
+    x,
+    axis_name,
+    split_axis: int,
+    concat_axis: int,
+    *,
+    error_bound,
+    table_axis: int | None = None,
+    tiled: bool = True,
+    mode: str = "rel",
+    codec: str = "auto",
+    min_error_bound: float | None = None,
+    capacity: int | None = None,
+    path: str = "auto",
+    backward: str = "exact",
+    backward_error_bound=None,
+    return_stats: bool = False,
+):
     """``jax.lax.all_to_all`` of ``x`` with error-bounded lossy compression of the payload.
 
     Call inside ``shard_map`` over ``axis_name`` (P devices). The block ``x`` sends to peer
@@ -575,8 +613,10 @@ def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, er
         try:
             np.broadcast_shapes(e.shape, grid)
         except ValueError:
-            raise ValueError(f"{what} of shape {e.shape} does not broadcast to the chunk grid "
-                             f"{grid} (peers, tables)") from None
+            raise ValueError(
+                f"{what} of shape {e.shape} does not broadcast to the chunk grid "
+                f"{grid} (peers, tables)"
+            ) from None
         return e, c
 
     eb, eb_c = prep(error_bound, lay.grid, "error_bound")
@@ -586,8 +626,9 @@ def compressed_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, er
         beb, beb_c = prep(backward_error_bound, lay.transposed().grid, "backward_error_bound")
     dtype = np.dtype(x.dtype)
     cap = _capacity(lay, dtype, codec, mode, cap_path, min_error_bound, capacity, eb_c)
-    bcap = _capacity(lay.transposed(), dtype, codec, mode, cap_path, min_error_bound, capacity,
-                     beb_c)
+    bcap = _capacity(
+        lay.transposed(), dtype, codec, mode, cap_path, min_error_bound, capacity, beb_c
+    )
     cfg = _Config(axis_name, lay, dtype, mode, codec, cap, path, backward, bcap)
     y, stats = _exchange(cfg, x, eb, beb)
     return (y, stats) if return_stats else y

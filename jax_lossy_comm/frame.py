@@ -95,8 +95,13 @@ def pos_bytes(n: int) -> int:
 def fixed_frame_bytes(rows: int, dim: int, bits: int, dtype=np.float32, outliers: int = 0) -> int:
     """Size of a fixed-rate frame with ``bits``-bit codes and ``outliers`` exact values."""
     n = rows * dim
-    return (header_bytes(rows, dim) + 8 + _varint_size(outliers) + (n * bits + 7) // 8
-            + outliers * (pos_bytes(n) + _dtype_size(dtype)))
+    return (
+        header_bytes(rows, dim)
+        + 8
+        + _varint_size(outliers)
+        + (n * bits + 7) // 8
+        + outliers * (pos_bytes(n) + _dtype_size(dtype))
+    )
 
 
 #: Largest frame: byte counts travel as int32 (and outlier positions as uint32).
@@ -114,12 +119,20 @@ def check_min_error_bound(min_error_bound) -> float:
 def check_chunk_size(rows: int, dim: int, dtype) -> None:
     """Raises ValueError when a ``[rows, dim]`` chunk's raw frame would not fit an int32 count."""
     if raw_frame_bytes(rows, dim, dtype) > MAX_FRAME_BYTES:
-        raise ValueError(f"a chunk of [{rows}, {dim}] {np.dtype(dtype)} values exceeds the "
-                         f"{MAX_FRAME_BYTES}-byte frame limit: split it into smaller chunks")
+        raise ValueError(
+            f"a chunk of [{rows}, {dim}] {np.dtype(dtype)} values exceeds the "
+            f"{MAX_FRAME_BYTES}-byte frame limit: split it into smaller chunks"
+        )
 
 
-def frame_capacity(shape, dtype=np.float32, codec: str = "auto", min_error_bound: float | None = None,
-                   mode: str = "rel", outliers: int = 0) -> int:
+def frame_capacity(
+    shape,
+    dtype=np.float32,
+    codec: str = "auto",
+    min_error_bound: float | None = None,
+    mode: str = "rel",
+    outliers: int = 0,
+) -> int:
     """Static frame capacity in bytes for chunks of ``shape[-2:] = (rows, dim)``.
 
     Args:
@@ -152,8 +165,10 @@ def frame_capacity(shape, dtype=np.float32, codec: str = "auto", min_error_bound
     raw = raw_frame_bytes(rows, dim, dtype)
     if min_error_bound is None or mode != "rel" or codec not in ("auto", "fixed"):
         if codec == "fixed":
-            raise ValueError("codec='fixed' needs min_error_bound in mode='rel' to size its frames "
-                             "statically (or pass capacity= explicitly)")
+            raise ValueError(
+                "codec='fixed' needs min_error_bound in mode='rel' to size its frames "
+                "statically (or pass capacity= explicitly)"
+            )
         return raw
     eb = check_min_error_bound(min_error_bound)
     fixed = fixed_frame_bytes(rows, dim, rel_code_bits(eb), dtype, outliers)
@@ -164,7 +179,7 @@ class FrameInfo(NamedTuple):
     """Header fields of one frame (see ``xla_ffi/frame.h``); ``None`` fields are absent."""
 
     nbytes: int
-    form: str            # "raw" or "quantized"; "overflow" when nbytes < 0
+    form: str  # "raw" or "quantized"; "overflow" when nbytes < 0
     dtype: np.dtype | None
     mode: str | None
     bits: int
@@ -209,8 +224,9 @@ def frame_info(frames, nbytes) -> list[FrameInfo]:
     for row, n in zip(f, nb):
         n = int(n)
         if n < 0:
-            out.append(FrameInfo(n, "overflow", None, None, 0, False, False, False, 0, 0, None,
-                                 None, 0, 0))
+            out.append(
+                FrameInfo(n, "overflow", None, None, 0, False, False, False, 0, 0, None, None, 0, 0)
+            )
             continue
         b = row[:n].tobytes()
         if len(b) < HEADER_FIXED_BYTES or b[0] != MAGIC or b[1] >> 4 != VERSION:
@@ -220,18 +236,35 @@ def frame_info(frames, nbytes) -> list[FrameInfo]:
         dim, o = _read_varint(b, o)
         dtype = _DTYPE_BY_CODE.get(flags & 3)
         if form == FORM_RAW:
-            out.append(FrameInfo(n, "raw", dtype, None, 0, False, False, False, rows, dim, None,
-                                 None, 0, rows))
+            out.append(
+                FrameInfo(
+                    n, "raw", dtype, None, 0, False, False, False, rows, dim, None, None, 0, rows
+                )
+            )
             continue
-        eb_abs, base = np.frombuffer(b[o:o + 8], "<f4").astype(float)
+        eb_abs, base = np.frombuffer(b[o : o + 8], "<f4").astype(float)
         n_out, o = _read_varint(b, o + 8)
         n_unique = rows
         if flags & FLAG_DEDUP:
             n_unique, o = _read_varint(b, o)
-        out.append(FrameInfo(n, "quantized", dtype, "abs" if flags & 4 else "rel", bits,
-                             bool(flags & FLAG_DEDUP), bool(flags & FLAG_CODES_HUFFMAN),
-                             bool(flags & FLAG_INDEX_HUFFMAN), rows, dim, float(eb_abs),
-                             float(base), n_out, n_unique))
+        out.append(
+            FrameInfo(
+                n,
+                "quantized",
+                dtype,
+                "abs" if flags & 4 else "rel",
+                bits,
+                bool(flags & FLAG_DEDUP),
+                bool(flags & FLAG_CODES_HUFFMAN),
+                bool(flags & FLAG_INDEX_HUFFMAN),
+                rows,
+                dim,
+                float(eb_abs),
+                float(base),
+                n_out,
+                n_unique,
+            )
+        )
     return out
 
 

@@ -95,8 +95,8 @@ def int8_rowwise_quantize(x, row_dim: int = ROW_DIM_DEFAULT):
     pad = (row_dim + 3) // 4 * 4 - row_dim
     if pad:
         q = jnp.concatenate([q, jnp.zeros(q.shape[:-1] + (pad,), jnp.uint8)], axis=-1)
-    sb = jnp.concatenate([scale, lo], axis=-1)                      # float32[..., g, 2]
-    sb = jax.lax.bitcast_convert_type(sb, jnp.uint8)                # uint8[..., g, 2, 4]
+    sb = jnp.concatenate([scale, lo], axis=-1)  # float32[..., g, 2]
+    sb = jax.lax.bitcast_convert_type(sb, jnp.uint8)  # uint8[..., g, 2, 4]
     sb = sb.reshape(sb.shape[:-2] + (INT8_SCALE_BIAS_BYTES,))
     return jnp.concatenate([q, sb], axis=-1)
 
@@ -119,7 +119,7 @@ def int8_rowwise_dequantize(packed, row_dim: int = ROW_DIM_DEFAULT, dtype=jnp.fl
     if packed.shape[-1] != w:
         raise ValueError(f"packed rows have {packed.shape[-1]} bytes, row_dim={row_dim} needs {w}")
     q = packed[..., :row_dim].astype(jnp.float32)
-    sb = packed[..., w - INT8_SCALE_BIAS_BYTES:]
+    sb = packed[..., w - INT8_SCALE_BIAS_BYTES :]
     sb = jax.lax.bitcast_convert_type(sb.reshape(sb.shape[:-1] + (2, 4)), jnp.float32)
     y = q * sb[..., 0:1] + sb[..., 1:2]
     return y.reshape(y.shape[:-2] + (y.shape[-2] * row_dim,)).astype(dtype)
@@ -134,10 +134,10 @@ def bf16_encode(x):
 # ------------------------------------------------------------------------------------ exchange
 class _Config(NamedTuple):
     axis_name: object
-    layout: _Layout       # data layout: one chunk per peer (C order of each block)
-    grid: tuple           # shape of compression_ratio: [P] or [P, T] (table_axis)
+    layout: _Layout  # data layout: one chunk per peer (C order of each block)
+    grid: tuple  # shape of compression_ratio: [P] or [P, T] (table_axis)
     dtype: object
-    codec: str            # "int8-rowwise" | "bf16"
+    codec: str  # "int8-rowwise" | "bf16"
     row_dim: int
     backward: str
 
@@ -159,17 +159,21 @@ def _forward_impl(cfg: _Config, x, *, backward_pass: bool = False):
     lay = cfg.layout.transposed() if backward_pass else cfg.layout
     ax = cfg.axis_name
     rows, dim = lay.chunk_shape
-    blocks = lay.to_chunks(x).reshape(lay.p, rows * dim)            # one row per peer
+    blocks = lay.to_chunks(x).reshape(lay.p, rows * dim)  # one row per peer
     wire = _encode(cfg, blocks)
     recv = jax.lax.all_to_all(wire, ax, 0, 0, tiled=True)
     y = lay.from_chunks(_decode(cfg, recv, x.dtype).reshape((lay.p,) + lay.chunk_shape))
     raw_bytes = jnp.float32(math.prod(lay.shape) * np.dtype(x.dtype).itemsize)
     moved = jnp.float32(wire.size * wire.dtype.itemsize)
     stats = ExchangeStats(
-        raw_bytes=raw_bytes, frame_bytes=moved, moved_bytes=moved,
+        raw_bytes=raw_bytes,
+        frame_bytes=moved,
+        moved_bytes=moved,
         compression_ratio=jnp.full(cfg.grid, raw_bytes / moved, jnp.float32),
-        overflow_count=jnp.int32(0), fallback=jnp.int32(0),
-        capacity_bytes=jnp.float32(wire.size * wire.dtype.itemsize / lay.p))
+        overflow_count=jnp.int32(0),
+        fallback=jnp.int32(0),
+        capacity_bytes=jnp.float32(wire.size * wire.dtype.itemsize / lay.p),
+    )
     return y, stats
 
 
@@ -196,13 +200,27 @@ def _exchange_bwd(cfg, res, cts):
 _exchange.defvjp(_exchange_fwd, _exchange_bwd)
 
 
-def _qcomm_all_to_all(codec, x, axis_name, split_axis, concat_axis, *, table_axis, tiled,
-                      row_dim, backward, return_stats):
+def _qcomm_all_to_all(
+    codec,
+    x,
+    axis_name,
+    split_axis,
+    concat_axis,
+    *,
+    table_axis,
+    tiled,
+    row_dim,
+    backward,
+    return_stats,
+):
     if backward not in BACKWARDS:
         raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
     x = jnp.asarray(x)
-    if np.dtype(x.dtype) not in (np.dtype(np.float32), np.dtype(jnp.bfloat16),
-                                 np.dtype(np.float16)):
+    if np.dtype(x.dtype) not in (
+        np.dtype(np.float32),
+        np.dtype(jnp.bfloat16),
+        np.dtype(np.float16),
+    ):
         raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
     p = jax.lax.axis_size(axis_name)
     grid = _make_layout(x.shape, p, split_axis, concat_axis, table_axis, tiled).grid
@@ -212,8 +230,10 @@ def _qcomm_all_to_all(codec, x, axis_name, split_axis, concat_axis, *, table_axi
         for l in (lay, lay.transposed()):
             n = math.prod(l.chunk_shape)
             if row_dim < 1 or n % row_dim:
-                raise ValueError(f"each peer's block has {n} values, not a multiple of "
-                                 f"row_dim={row_dim} (TorchRec asserts the same)")
+                raise ValueError(
+                    f"each peer's block has {n} values, not a multiple of "
+                    f"row_dim={row_dim} (TorchRec asserts the same)"
+                )
     cfg = _Config(axis_name, lay, grid, np.dtype(x.dtype), codec, int(row_dim), backward)
     y, stats = _exchange(cfg, x)
     return (y, stats) if return_stats else y
@@ -226,14 +246,27 @@ _COMPAT_DOC = """
 """
 
 
-def int8_rowwise_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *,
-                            error_bound=None, table_axis: int | None = None, tiled: bool = True,
-                            mode: str = "rel", codec: str = "auto",
-                            min_error_bound: float | None = None, capacity: int | None = None,
-                            path: str = "auto", backward: str = "exact",
-                            backward_error_bound=None, return_stats: bool = False,
-                            row_dim: int = ROW_DIM_DEFAULT):
-    """``jax.lax.all_to_all`` of ``x`` with TorchRec's INT8 row-wise quantized communication.
+def int8_rowwise_all_to_all(
+    x,
+    axis_name,
+    split_axis: int,
+    concat_axis: int,
+    *,
+    error_bound=None,
+    table_axis: int | None = None,
+    tiled: bool = True,
+    mode: str = "rel",
+    codec: str = "auto",
+    min_error_bound: float | None = None,
+    capacity: int | None = None,
+    path: str = "auto",
+    backward: str = "exact",
+    backward_error_bound=None,
+    return_stats: bool = False,
+    row_dim: int = ROW_DIM_DEFAULT,
+):
+    (
+        """``jax.lax.all_to_all`` of ``x`` with TorchRec's INT8 row-wise quantized communication.
 
     Call inside ``shard_map`` over ``axis_name`` (P devices). Each peer's block is flattened,
     cut into rows of ``row_dim`` values, quantized to uint8 with a float32 scale and bias per
@@ -251,7 +284,9 @@ def int8_rowwise_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *,
         ``"compressed"`` (the cotangent is INT8-quantized too).
       return_stats: also return :class:`ExchangeStats` (``moved_bytes`` = packed bytes of all
         P blocks, the one kept for itself included; ``fallback`` and ``overflow_count`` 0).
-      row_dim: values per quantization row (static; TorchRec default 32).""" + _COMPAT_DOC + """
+      row_dim: values per quantization row (static; TorchRec default 32)."""
+        + _COMPAT_DOC
+        + """
     Returns:
       ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype, or ``(y, ExchangeStats)``.
 
@@ -262,18 +297,42 @@ def int8_rowwise_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *,
     References:
       Yang et al., DLP-KDD 2020; FBGEMM ``quantize_comm.py`` (``SparseType.INT8``).
     """
+    )
     del error_bound, mode, codec, min_error_bound, capacity, path, backward_error_bound
-    return _qcomm_all_to_all("int8-rowwise", x, axis_name, split_axis, concat_axis,
-                             table_axis=table_axis, tiled=tiled, row_dim=row_dim,
-                             backward=backward, return_stats=return_stats)
+    return _qcomm_all_to_all(
+        "int8-rowwise",
+        x,
+        axis_name,
+        split_axis,
+        concat_axis,
+        table_axis=table_axis,
+        tiled=tiled,
+        row_dim=row_dim,
+        backward=backward,
+        return_stats=return_stats,
+    )
 
 
-def bf16_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, error_bound=None,
-                    table_axis: int | None = None, tiled: bool = True, mode: str = "rel",
-                    codec: str = "auto", min_error_bound: float | None = None,
-                    capacity: int | None = None, path: str = "auto", backward: str = "exact",
-                    backward_error_bound=None, return_stats: bool = False):
-    """``jax.lax.all_to_all`` of ``x`` sent as bfloat16 (TorchRec ``SparseType.BF16``).
+def bf16_all_to_all(
+    x,
+    axis_name,
+    split_axis: int,
+    concat_axis: int,
+    *,
+    error_bound=None,
+    table_axis: int | None = None,
+    tiled: bool = True,
+    mode: str = "rel",
+    codec: str = "auto",
+    min_error_bound: float | None = None,
+    capacity: int | None = None,
+    path: str = "auto",
+    backward: str = "exact",
+    backward_error_bound=None,
+    return_stats: bool = False,
+):
+    (
+        """``jax.lax.all_to_all`` of ``x`` sent as bfloat16 (TorchRec ``SparseType.BF16``).
 
     FBGEMM ``fp32_to_bf16_with_clamp`` (clamp to the finite bfloat16 range, round to nearest
     even), exchange ``bfloat16``, cast back to ``x.dtype``. Relative error <= 2^-9 per value
@@ -281,7 +340,9 @@ def bf16_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, error_bo
 
     Args:
       x, axis_name, split_axis, concat_axis, table_axis, tiled, backward, return_stats: as in
-        :func:`int8_rowwise_all_to_all` (``moved_bytes`` = 2 bytes per value).""" + _COMPAT_DOC + """
+        :func:`int8_rowwise_all_to_all` (``moved_bytes`` = 2 bytes per value)."""
+        + _COMPAT_DOC
+        + """
     Returns:
       ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype, or ``(y, ExchangeStats)``.
 
@@ -291,7 +352,17 @@ def bf16_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, error_bo
     References:
       Yang et al., DLP-KDD 2020; FBGEMM ``quantize_utils.fp32_to_bf16_with_clamp``.
     """
+    )
     del error_bound, mode, codec, min_error_bound, capacity, path, backward_error_bound
-    return _qcomm_all_to_all("bf16", x, axis_name, split_axis, concat_axis,
-                             table_axis=table_axis, tiled=tiled, row_dim=ROW_DIM_DEFAULT,
-                             backward=backward, return_stats=return_stats)
+    return _qcomm_all_to_all(
+        "bf16",
+        x,
+        axis_name,
+        split_axis,
+        concat_axis,
+        table_axis=table_axis,
+        tiled=tiled,
+        row_dim=ROW_DIM_DEFAULT,
+        backward=backward,
+        return_stats=return_stats,
+    )

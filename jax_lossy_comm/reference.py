@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -55,12 +55,12 @@ from jax import lax
 from jax_lossy_comm import frame
 
 _U32, _I32, _U8 = jnp.uint32, jnp.int32, jnp.uint8
-_F32, _BF16, _F16 = 0, 1, 2                          # frame.h DType
+_F32, _BF16, _F16 = 0, 1, 2  # frame.h DType
 _NAN_BITS = {_F32: 0x7FC00000, _BF16: 0x7FC0, _F16: 0x7E00}  # store_value(u2f(0x7fc00000))
-_MIN_FRAME_BYTES = frame.HEADER_FIXED_BYTES + 2       # parse_header: kHeaderFixed + 2
-_VARINT_WRITE_BYTES = 5                               # put_varint of a value < 2**32
-_VARINT_READ_BYTES = 9                                # Reader::varint fails at a 9th continuation
-_STATUS_UNSUPPORTED = 10                              # frame.STATUS[10]
+_MIN_FRAME_BYTES = frame.HEADER_FIXED_BYTES + 2  # parse_header: kHeaderFixed + 2
+_VARINT_WRITE_BYTES = 5  # put_varint of a value < 2**32
+_VARINT_READ_BYTES = 9  # Reader::varint fails at a 9th continuation
+_STATUS_UNSUPPORTED = 10  # frame.STATUS[10]
 
 
 # ---------------------------------------------------------------- bits and floats (frame.h)
@@ -123,10 +123,19 @@ def _from_f32(f: jax.Array, code: int) -> jax.Array:
     shift = jnp.clip(126 - (a >> 23).astype(_I32), 1, 31).astype(_U32)  # 14 + (113 - e) - 1
     subnormal = sign | _round_half_even_shift((a & 0x7FFFFF) | 0x800000, shift)
     normal = sign | _round_half_even_shift(a - 0x38000000, jnp.uint32(13))  # rebias by -112
-    return jnp.where(a > 0x7F800000, nan,
-                     jnp.where(a >= 0x477FF000, sign | 0x7C00,                # rounds to Inf
-                               jnp.where(a < 0x33000000, sign,                # below 2^-25: 0
-                                         jnp.where(a < 0x38800000, subnormal, normal))))
+    return jnp.where(
+        a > 0x7F800000,
+        nan,
+        jnp.where(
+            a >= 0x477FF000,
+            sign | 0x7C00,  # rounds to Inf
+            jnp.where(
+                a < 0x33000000,
+                sign,  # below 2^-25: 0
+                jnp.where(a < 0x38800000, subnormal, normal),
+            ),
+        ),
+    )
 
 
 def _round_to_dtype(f: jax.Array, code: int) -> jax.Array:
@@ -201,7 +210,9 @@ def _checksum(buf: jax.Array, nbytes) -> jax.Array:
     w = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (b[:, 3] << 24)
     i = jnp.arange(words, dtype=_U32)
     h = jnp.where(pos[::4] < nbytes, _fmix32(w ^ (i * jnp.uint32(0x9E3779B9))), 0)
-    seed = _fmix32(jnp.asarray(nbytes).astype(_U32) * jnp.uint32(0x27D4EB2F) + jnp.uint32(0x165667B1))
+    seed = _fmix32(
+        jnp.asarray(nbytes).astype(_U32) * jnp.uint32(0x27D4EB2F) + jnp.uint32(0x165667B1)
+    )
     return seed + jnp.sum(h, dtype=_U32)
 
 
@@ -221,7 +232,7 @@ def _pack(codes: jax.Array, bits) -> jax.Array:
     k = jnp.arange(4, dtype=_I32)
     parts = (word[:, None] >> (8 * k).astype(_U32)) & 0xFF
     out = jnp.zeros(3 * n + 4, _U32).at[(bitpos >> 3)[:, None] + k].add(parts)  # disjoint bits
-    return out[:3 * n].astype(_U8)
+    return out[: 3 * n].astype(_U8)
 
 
 def _assemble(pieces, capacity: int):
@@ -275,15 +286,21 @@ def _quantize(v, finite, vmin, inv, step, maxcode, eb_abs, code: int):
     rec = _dequantize(vmin, qf, step, code)
     ok = finite & _within_bound(v, rec, eb_abs)
     q2 = qf + jnp.where(v > rec, jnp.float32(1), jnp.float32(-1))
-    ok2 = (finite & ~ok & (q2 >= 0) & (q2 <= maxcode)
-           & _within_bound(v, _dequantize(vmin, q2, step, code), eb_abs))
+    ok2 = (
+        finite
+        & ~ok
+        & (q2 >= 0)
+        & (q2 <= maxcode)
+        & _within_bound(v, _dequantize(vmin, q2, step, code), eb_abs)
+    )
     return jnp.where(ok2, q2, qf).astype(_U32), ~(ok | ok2)
 
 
 def _header_pieces(form, flags, bits, rows: int, dim: int):
     """Magic, version|form, flags, bits, zero checksum, varint rows and dim (frame.h)."""
-    fixed = jnp.stack([jnp.uint32(frame.MAGIC), (frame.VERSION << 4) | form, flags, bits,
-                       *[jnp.uint32(0)] * 4]).astype(_U8)
+    fixed = jnp.stack(
+        [jnp.uint32(frame.MAGIC), (frame.VERSION << 4) | form, flags, bits, *[jnp.uint32(0)] * 4]
+    ).astype(_U8)
     return [(fixed, frame.HEADER_FIXED_BYTES), _varint(rows), _varint(dim)]
 
 
@@ -317,8 +334,14 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     mc = lax.round(value_range * inv, lax.RoundingMethod.TO_NEAREST_EVEN)
     constant = value_range == 0
     spans = jnp.isfinite(step) & (step > 0) & jnp.isfinite(inv) & (mc < 2.0**frame.MAX_BITS)
-    quant_ok = ((codec != frame.CODECS["raw"]) & jnp.bool_(n > 0) & (eb >= 0) & jnp.isfinite(eb)
-                & (constant | spans) & jnp.isfinite(eb_abs))
+    quant_ok = (
+        (codec != frame.CODECS["raw"])
+        & jnp.bool_(n > 0)
+        & (eb >= 0)
+        & jnp.isfinite(eb)
+        & (constant | spans)
+        & jnp.isfinite(eb_abs)
+    )
     maxcode = jnp.where(quant_ok & ~constant, mc, jnp.float32(0))
     inv = jnp.where(constant, jnp.float32(0), inv)
     codes, outlier = _quantize(v, finite, vmin, inv, step, maxcode, eb_abs, code)
@@ -329,8 +352,13 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     # 4. Sizes and the form (raw when the chosen form does not fit but raw does).
     raw_bytes = frame.raw_frame_bytes(rows, dim, dt)
     packed = _packed_bytes(n, bits)
-    fixed_bytes = (frame.header_bytes(rows, dim) + 8 + _varint_size(n_out.astype(_U32)) + packed
-                   + n_out * (pb + isz))
+    fixed_bytes = (
+        frame.header_bytes(rows, dim)
+        + 8
+        + _varint_size(n_out.astype(_U32))
+        + packed
+        + n_out * (pb + isz)
+    )
     quant = quant_ok & ((codec != frame.CODECS["auto"]) | (fixed_bytes < raw_bytes))
     quant = quant & ((fixed_bytes <= capacity) | (raw_bytes > capacity))
     best = jnp.where(quant, fixed_bytes, raw_bytes)
@@ -340,8 +368,11 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     abs_flag = jnp.where(mode == frame.MODES["abs"], 4, 0)
     flags = jnp.where(quant, code | abs_flag, code).astype(_U32)
     rank = jnp.cumsum(outlier, dtype=_I32) - 1  # outlier positions in increasing order
-    pos = jnp.zeros(n, _U32).at[jnp.where(outlier, rank, n)].set(
-        jnp.arange(n, dtype=_U32), mode="drop", unique_indices=True)
+    pos = (
+        jnp.zeros(n, _U32)
+        .at[jnp.where(outlier, rank, n)]
+        .set(jnp.arange(n, dtype=_U32), mode="drop", unique_indices=True)
+    )
     xbytes = _le_bytes(xbits, isz)
 
     def when(q, length):
@@ -394,8 +425,9 @@ def _read_varint(get: _Bytes, p, end, vmax: int):
     t = jnp.argmax(term).astype(_I32)
     inside = k <= t
     payload = b & 0x7F
-    low = jnp.sum(jnp.where(inside & (k < 5), payload << (7 * jnp.minimum(k, 4)).astype(_U32), 0),
-                  dtype=_U32)
+    low = jnp.sum(
+        jnp.where(inside & (k < 5), payload << (7 * jnp.minimum(k, 4)).astype(_U32), 0), dtype=_U32
+    )
     high_mask = jnp.asarray([0, 0, 0, 0, 0x70] + [0x7F] * 4, _U32)  # bits at 2^32 and up
     high = jnp.any(inside & ((payload & high_mask) != 0))
     ok = jnp.any(term) & jnp.all(~inside | (p + k < end)) & ~high & (low <= vmax)
@@ -446,8 +478,14 @@ def _header_checks(get: _Bytes, f, nbytes, r: _Reader, rows: int, dim: int, code
         (get(0) != frame.MAGIC, 3),
         ((b1 >> 4) != frame.VERSION, 4),
         (get.word(4) != _checksum(f, nbytes), 7),
-        ((form > frame.FORM_QUANT) | ((flags & 3) > 2) | ((flags & 0xC0) != 0)
-         | (bits > frame.MAX_BITS) | ((form == frame.FORM_RAW) & (((flags & ~3) | bits) != 0)), 5),
+        (
+            (form > frame.FORM_QUANT)
+            | ((flags & 3) > 2)
+            | ((flags & 0xC0) != 0)
+            | (bits > frame.MAX_BITS)
+            | ((form == frame.FORM_RAW) & (((flags & ~3) | bits) != 0)),
+            5,
+        ),
         (~r.ok, 2),
         ((h_rows != rows) | (h_dim != dim) | ((flags & 3) != code), 6),
     ]
@@ -476,9 +514,14 @@ def _decode_quant(get: _Bytes, r: _Reader, nbytes, flags, bits, rows: int, dim: 
     n_unique = r.varint(rows, present=dedup)
     checks = [
         (~r.ok, 2),
-        (~jnp.isfinite(eb_abs) | (eb_abs < 0) | ~jnp.isfinite(base)
-         | (dedup & ((n_unique < 1) | (n == 0)))
-         | (((flags & frame.FLAG_INDEX_HUFFMAN) != 0) & ~dedup), 5),
+        (
+            ~jnp.isfinite(eb_abs)
+            | (eb_abs < 0)
+            | ~jnp.isfinite(base)
+            | (dedup & ((n_unique < 1) | (n == 0)))
+            | (((flags & frame.FLAG_INDEX_HUFFMAN) != 0) & ~dedup),
+            5,
+        ),
         ((flags & (frame.FLAG_DEDUP | frame.FLAG_CODES_HUFFMAN)) != 0, _STATUS_UNSUPPORTED),
     ]
     bits = jnp.minimum(bits, frame.MAX_BITS).astype(_I32)
@@ -494,7 +537,9 @@ def _decode_quant(get: _Bytes, r: _Reader, nbytes, flags, bits, rows: int, dim: 
     bitpos = k * bits
     mask = (jnp.uint32(1) << bits.astype(_U32)) - 1
     q = (get.word(codes_at + (bitpos >> 3)) >> (bitpos & 7).astype(_U32)) & mask
-    values = _from_f32(_dequantize(base, q.astype(jnp.float32), eb_abs * jnp.float32(2), code), code)
+    values = _from_f32(
+        _dequantize(base, q.astype(jnp.float32), eb_abs * jnp.float32(2), code), code
+    )
     slot = jnp.where(listed & (pos < n), pos, n).astype(_I32)
     last = jnp.full(n, -1, _I32).at[slot].max(k, mode="drop")
     exact = get.word(vals_at + jnp.maximum(last, 0) * isz, isz)
@@ -521,16 +566,19 @@ def _decode_frame(f: jax.Array, nbytes, *, rows: int, dim: int, dtype: np.dtype)
     checks += [(raw & failed, s) for failed, s in raw_checks]
     checks += [(~raw & failed, s) for failed, s in quant_checks]
     status = _first_error(checks)
-    x_bits = jnp.where(status != 0, jnp.uint32(_NAN_BITS[code]),
-                       jnp.where(raw, raw_bits, quant_bits))
+    x_bits = jnp.where(
+        status != 0, jnp.uint32(_NAN_BITS[code]), jnp.where(raw, raw_bits, quant_bits)
+    )
     return _from_dtype_bits(x_bits, dtype).reshape(rows, dim), status
 
 
 # ---------------------------------------------------------------- public API
 def _check_chunk_size(rows: int, dim: int) -> None:
     if 24 * rows * dim >= 2**31:
-        raise ValueError(f"chunk [{rows}, {dim}] too large for the reference codec's int32 offsets "
-                         "(needs 24 * rows * dim < 2**31)")
+        raise ValueError(
+            f"chunk [{rows}, {dim}] too large for the reference codec's int32 offsets "
+            "(needs 24 * rows * dim < 2**31)"
+        )
 
 
 @functools.partial(jax.jit, static_argnames=("capacity",))
@@ -544,8 +592,14 @@ def _decompress_chunks(frames, nbytes, *, rows, dim, dtype):
     return jax.vmap(decode)(frames, nbytes)
 
 
-def compress(x: jax.Array, error_bound, *, mode: str = "rel", codec: str = "auto",
-             capacity: int | None = None):
+def compress(
+    x: jax.Array,
+    error_bound,
+    *,
+    mode: str = "rel",
+    codec: str = "auto",
+    capacity: int | None = None,
+):
     """Encodes each chunk ``x[..., rows, dim]`` into a frame, in pure jax.numpy.
 
     The frames of ``codec="raw"`` and ``"fixed"`` equal the compiled codec's byte for byte
@@ -593,10 +647,13 @@ def compress(x: jax.Array, error_bound, *, mode: str = "rel", codec: str = "auto
         raise ValueError(f"capacity {capacity} is below the frame header or above 2**31 - 1")
     eb = jnp.broadcast_to(jnp.asarray(error_bound, jnp.float32), tuple(batch))
     chunks = math.prod(batch)
-    ids = [jnp.full(chunks, table[name], _I32) for table, name in ((frame.MODES, mode),
-                                                                    (frame.CODECS, codec))]
-    frames, nbytes = _compress_chunks(x.reshape(chunks, rows, dim), eb.reshape(chunks), *ids,
-                                      capacity=capacity)
+    ids = [
+        jnp.full(chunks, table[name], _I32)
+        for table, name in ((frame.MODES, mode), (frame.CODECS, codec))
+    ]
+    frames, nbytes = _compress_chunks(
+        x.reshape(chunks, rows, dim), eb.reshape(chunks), *ids, capacity=capacity
+    )
     return frames.reshape(*batch, capacity), nbytes.reshape(batch)
 
 
@@ -628,13 +685,16 @@ def decompress(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int], dt
     if frames.dtype != jnp.uint8 or frames.ndim < 1:
         raise TypeError(f"frames must be uint8[..., capacity], got {frames.dtype}{frames.shape}")
     if nbytes.dtype != jnp.int32 or nbytes.shape != frames.shape[:-1]:
-        raise TypeError(f"nbytes must be int32{frames.shape[:-1]}, got {nbytes.dtype}{nbytes.shape}")
+        raise TypeError(
+            f"nbytes must be int32{frames.shape[:-1]}, got {nbytes.dtype}{nbytes.shape}"
+        )
     if len(shape) != 2:
         raise ValueError(f"shape must be (rows, dim), got {tuple(shape)}")
     rows, dim = (int(s) for s in shape)
     _check_chunk_size(rows, dim)
     *batch, capacity = frames.shape
     chunks = math.prod(batch)
-    x, status = _decompress_chunks(frames.reshape(chunks, capacity), nbytes.reshape(chunks),
-                                   rows=rows, dim=dim, dtype=dt)
+    x, status = _decompress_chunks(
+        frames.reshape(chunks, capacity), nbytes.reshape(chunks), rows=rows, dim=dim, dtype=dt
+    )
     return x.reshape(*batch, rows, dim), status.reshape(batch)

@@ -22,20 +22,25 @@ os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={LOCAL_DEVICE
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
 
 
 def main(pid: int, nproc: int, port: int) -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=nproc,
-                               process_id=pid, initialization_timeout=40)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=nproc,
+        process_id=pid,
+        initialization_timeout=40,
+    )
     import jax_lossy_comm as jlc
 
     ndev = jax.device_count()
     assert ndev == nproc * LOCAL_DEVICES, ndev
     mesh = jax.make_mesh((ndev,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
     rows, L, dim = 16, 2, 32
-    rng = np.random.default_rng(0)                      # same global data in every process
+    rng = np.random.default_rng(0)  # same global data in every process
     xg = rng.standard_normal((ndev * ndev * rows, L, dim)).astype(np.float32)
     xg[:, 1] *= 10.0
     wg = rng.standard_normal((ndev * rows, ndev * L, dim)).astype(np.float32)
@@ -46,24 +51,41 @@ def main(pid: int, nproc: int, port: int) -> None:
     eb = jax.device_put(jnp.asarray(ebs), NamedSharding(mesh, P()))
 
     def fwd(x, eb):
-        y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                         return_stats=True)
-        return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), s.moved_bytes[None], \
-            s.raw_bytes[None], s.fallback[None]
+        y, s = jlc.compressed_all_to_all(
+            x, "i", 0, 1, error_bound=eb, table_axis=1, return_stats=True
+        )
+        return (
+            y,
+            jax.lax.all_to_all(x, "i", 0, 1, tiled=True),
+            s.moved_bytes[None],
+            s.raw_bytes[None],
+            s.fallback[None],
+        )
 
-    y, ye, moved, raw, fb = jax.jit(jax.shard_map(
-        fwd, mesh=mesh, in_specs=(P("i"), P()), out_specs=(P("i"),) * 5))(x, eb)
+    y, ye, moved, raw, fb = jax.jit(
+        jax.shard_map(fwd, mesh=mesh, in_specs=(P("i"), P()), out_specs=(P("i"),) * 5)
+    )(x, eb)
 
     def loss(backward):
         def h(x, w, eb):
             if backward is None:
                 yy = jax.lax.all_to_all(x, "i", 0, 1, tiled=True)
             else:
-                yy = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                               backward=backward, backward_error_bound=0.01)
+                yy = jlc.compressed_all_to_all(
+                    x,
+                    "i",
+                    0,
+                    1,
+                    error_bound=eb,
+                    table_axis=1,
+                    backward=backward,
+                    backward_error_bound=0.01,
+                )
             return jax.lax.psum(jnp.sum(yy * w), "i")
-        return jax.jit(jax.grad(jax.shard_map(h, mesh=mesh, in_specs=(P("i"), P("i"), P()),
-                                              out_specs=P())))(x, w, eb)
+
+        return jax.jit(
+            jax.grad(jax.shard_map(h, mesh=mesh, in_specs=(P("i"), P("i"), P()), out_specs=P()))
+        )(x, w, eb)
 
     g_ref, g_exact, g_comp = loss(None), loss("exact"), loss("compressed")
 
@@ -73,7 +95,7 @@ def main(pid: int, nproc: int, port: int) -> None:
     for shard, shard_e in zip(y.addressable_shards, ye.addressable_shards):
         d = shard.index[0].start // rows
         yd = np.asarray(shard.data, np.float64).reshape(rows, ndev, L, dim)
-        exact = xs[:, d].transpose(1, 0, 2, 3)               # [rows, src, L, dim]
+        exact = xs[:, d].transpose(1, 0, 2, 3)  # [rows, src, L, dim]
         assert np.array_equal(np.asarray(shard_e.data, np.float64).reshape(exact.shape), exact)
         for i in range(ndev):
             for t in range(L):
@@ -83,8 +105,9 @@ def main(pid: int, nproc: int, port: int) -> None:
                 assert err <= eb_abs * (1 + 1e-6), (pid, d, i, t, err, eb_abs)
                 max_ratio = max(max_ratio, err / eb_abs)
     wrange = float(wg.max() - wg.min())
-    for a, b, c in zip(g_ref.addressable_shards, g_exact.addressable_shards,
-                       g_comp.addressable_shards):
+    for a, b, c in zip(
+        g_ref.addressable_shards, g_exact.addressable_shards, g_comp.addressable_shards
+    ):
         ra, rb, rc = (np.asarray(s.data, np.float64) for s in (a, b, c))
         np.testing.assert_allclose(rb, ra, rtol=1e-6, atol=1e-6)
         assert np.abs(rc - ra).max() <= 0.01 * wrange * (1 + 1e-6)
@@ -97,13 +120,27 @@ def main(pid: int, nproc: int, port: int) -> None:
     xn[-rows:, 0] = np.nan
     xn[-1, 0, :3] = np.inf
     xb = jax.make_array_from_callback(xn.shape, sh, lambda idx: xn[idx])
-    y2, ye2, _, _, fb2 = jax.jit(jax.shard_map(
-        fwd, mesh=mesh, in_specs=(P("i"), P()), out_specs=(P("i"),) * 5))(xb, eb)
+    y2, ye2, _, _, fb2 = jax.jit(
+        jax.shard_map(fwd, mesh=mesh, in_specs=(P("i"), P()), out_specs=(P("i"),) * 5)
+    )(xb, eb)
     for a, b in zip(y2.addressable_shards, ye2.addressable_shards):
-        assert np.array_equal(np.asarray(a.data).view(np.uint32), np.asarray(b.data).view(np.uint32))
+        assert np.array_equal(
+            np.asarray(a.data).view(np.uint32), np.asarray(b.data).view(np.uint32)
+        )
     assert all(int(np.asarray(s.data)[0]) == 1 for s in fb2.addressable_shards)
-    print("OK " + json.dumps({"process": pid, "devices": ndev, "max_err_over_bound": max_ratio,
-                              "moved_bytes": moved_l, "raw_bytes": raw_l}), flush=True)
+    print(
+        "OK "
+        + json.dumps(
+            {
+                "process": pid,
+                "devices": ndev,
+                "max_err_over_bound": max_ratio,
+                "moved_bytes": moved_l,
+                "raw_bytes": raw_l,
+            }
+        ),
+        flush=True,
+    )
     jax.distributed.shutdown()
 
 

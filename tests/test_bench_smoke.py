@@ -24,27 +24,61 @@ import train_compare  # noqa: E402
 
 
 def test_pareto_front_fixed_points():
-    pts = [(1.0, 10.0), (2.0, 5.0), (0.5, 20.0), (0.4, 15.0), (2.0, 5.0), (3.0, 1.0),
-           (1.0, 9.0), (float("nan"), 100.0)]
+    pts = [
+        (1.0, 10.0),
+        (2.0, 5.0),
+        (0.5, 20.0),
+        (0.4, 15.0),
+        (2.0, 5.0),
+        (3.0, 1.0),
+        (1.0, 9.0),
+        (float("nan"), 100.0),
+    ]
     assert plots.pareto_front(pts) == [True, True, True, False, True, True, False, False]
     assert plots.pareto_front([]) == []
     assert plots.pareto_front([(1.0, 1.0)]) == [True]
 
 
-def _row(codec, family, ratio, gbps, ok=True, bounded=True, dump="kaggle_table08", eb=0.01,
-         nbytes=16384, seconds=1e-4):
-    return {"status": "ok", "codec": codec, "family": family, "error_bounded": bounded,
-            "ratio": ratio, "compress_gbps": gbps, "decompress_gbps": gbps * 2,
-            "max_err_over_eb": 0.9 if ok else 2.0, "bound_ok": ok,
-            "bound_violated": bounded and not ok, "dump": dump, "tiled": False,
-            "shape": [128, 32], "eb_rel": eb, "raw_bytes": nbytes,
-            "compress": {"median_s": seconds}}
+def _row(
+    codec,
+    family,
+    ratio,
+    gbps,
+    ok=True,
+    bounded=True,
+    dump="kaggle_table08",
+    eb=0.01,
+    nbytes=16384,
+    seconds=1e-4,
+):
+    return {
+        "status": "ok",
+        "codec": codec,
+        "family": family,
+        "error_bounded": bounded,
+        "ratio": ratio,
+        "compress_gbps": gbps,
+        "decompress_gbps": gbps * 2,
+        "max_err_over_eb": 0.9 if ok else 2.0,
+        "bound_ok": ok,
+        "bound_violated": bounded and not ok,
+        "dump": dump,
+        "tiled": False,
+        "shape": [128, 32],
+        "eb_rel": eb,
+        "raw_bytes": nbytes,
+        "compress": {"median_s": seconds},
+    }
 
 
 PEERS = {
     "params": {"eb_rels": [0.01]},
-    "environment": {"utc": "2026-01-01T00:00:00+00:00", "cpu_model": "cpu", "cpu_count": 2,
-                    "git_commit": "abc"},
+    "environment": {
+        "utc": "2026-01-01T00:00:00+00:00",
+        "cpu_model": "cpu",
+        "cpu_count": 2,
+        "git_commit": "abc",
+    },
     "codecs": [{"name": "sz3-default", "available": False, "skip_reason": "no pysz"}],
     "rows": [
         _row("zstd-1", "lossless", 50.0, 1.5),
@@ -56,8 +90,14 @@ PEERS = {
         _row("zstd-1", "lossless", 2.0, 0.6, dump="terabyte_table01", nbytes=1 << 19),
         _row("jlc-auto", "jax_lossy_comm", 21.0, 0.5, dump="terabyte_table01", nbytes=1 << 19),
         _row("sz3-nopred", "sz3", 25.0, 0.6, dump="terabyte_table01"),
-        {"status": "skipped", "codec": "sz3-default", "skip_reason": "no pysz",
-         "dump": "kaggle_table08", "eb_rel": 0.01, "tiled": False},
+        {
+            "status": "skipped",
+            "codec": "sz3-default",
+            "skip_reason": "no pysz",
+            "dump": "kaggle_table08",
+            "eb_rel": 0.01,
+            "tiled": False,
+        },
     ],
 }
 
@@ -70,24 +110,47 @@ def test_pareto_analysis_verdicts():
     assert "jlc-entropy" in k["front_bounded_with_forms"]
     assert "jlc-auto" not in k["front_bounded_with_forms"]
     assert k["auto"]["on_front"] and k["auto"]["dominated_by_library_forms"] == ["jlc-entropy"]
-    assert [p["codec"] for p in k["auto"]["faster_peers"]] == ["zstd-1", "quant-codes+zstd-1",
-                                                               "jax-bf16"]
-    assert k["violations"] == [{"codec": "fbgemm-mx4", "max_err_over_eb": 2.0,
-                                "error_bounded": False}]
+    assert [p["codec"] for p in k["auto"]["faster_peers"]] == [
+        "zstd-1",
+        "quant-codes+zstd-1",
+        "jax-bf16",
+    ]
+    assert k["violations"] == [
+        {"codec": "fbgemm-mx4", "max_err_over_eb": 2.0, "error_bounded": False}
+    ]
     t = by["terabyte_table01"]
     assert not t["auto"]["on_front"] and t["auto"]["dominated_by"] == ["sz3-nopred"]
     assert t["auto"]["higher_ratio_peers"] == ["sz3-nopred"]
 
 
 def test_markdown_and_summary():
-    train = {"params": {"preset": "kaggle", "steps": 10}, "environment": PEERS["environment"],
-             "runs": [{"name": "exact", "status": "ok", "auc": 0.7, "logloss": 0.5,
-                       "moved_bytes_per_step": 2**20, "moved_ratio": 1.0,
-                       "frame_bytes_per_step": 2**20, "samples_per_s": 1000.0},
-                      {"name": "jlc-paper", "status": "ok", "auc": 0.699, "logloss": 0.501,
-                       "moved_bytes_per_step": 2**18, "moved_ratio": 4.0,
-                       "frame_bytes_per_step": 2**16, "samples_per_s": 900.0},
-                      {"name": "bf16", "status": "error", "log_tail": "boom"}]}
+    train = {
+        "params": {"preset": "kaggle", "steps": 10},
+        "environment": PEERS["environment"],
+        "runs": [
+            {
+                "name": "exact",
+                "status": "ok",
+                "auc": 0.7,
+                "logloss": 0.5,
+                "moved_bytes_per_step": 2**20,
+                "moved_ratio": 1.0,
+                "frame_bytes_per_step": 2**20,
+                "samples_per_s": 1000.0,
+            },
+            {
+                "name": "jlc-paper",
+                "status": "ok",
+                "auc": 0.699,
+                "logloss": 0.501,
+                "moved_bytes_per_step": 2**18,
+                "moved_ratio": 4.0,
+                "frame_bytes_per_step": 2**16,
+                "samples_per_s": 900.0,
+            },
+            {"name": "bf16", "status": "error", "log_tail": "boom"},
+        ],
+    }
     netns = {"status": "skipped", "skip_reason": "not root"}
     md = make_results.render_markdown(PEERS, train, netns, full=True)
     assert "| kaggle_table08 | [128, 32] | 190.0 |" in md
@@ -95,7 +158,7 @@ def test_markdown_and_summary():
     assert "-0.00100" in md and "4.00x" in md
     assert "Skipped: not root" in md
     assert "sz3-default (no pysz)" in md
-    assert "none.**" in md                       # no error-bounded codec violated its bound
+    assert "none.**" in md  # no error-bounded codec violated its bound
     assert "why: 50 us of jlc-auto's 100 us" in md
     short = make_results.render_markdown(PEERS, train, netns, full=False)
     assert "RESULTS.md" in short and "#### " not in short
@@ -115,18 +178,51 @@ def test_replace_between_markers():
 
 def test_trainer_metrics_summaries(tmp_path):
     import json
-    recs = [{"kind": "config", "step": 0, "config": {"batch_size": 1024}},
-            {"kind": "train", "step": 3, "samples_per_s": 100.0, "moved_bytes": 30.0,
-             "raw_bytes": 60.0, "frame_bytes": 15.0, "loss": 0.7, "auc": 0.5,
-             "compression_ratio": 4.0, "moved_ratio": 2.0, "fallback_steps": 0},
-            {"kind": "train", "step": 6, "samples_per_s": 1024.0, "moved_bytes": 30.0,
-             "raw_bytes": 60.0, "frame_bytes": 15.0, "loss": 0.6, "auc": 0.6,
-             "compression_ratio": 4.0, "moved_ratio": 2.0, "fallback_steps": 1},
-            {"kind": "train", "step": 9, "samples_per_s": 512.0, "moved_bytes": 30.0,
-             "raw_bytes": 60.0, "frame_bytes": 15.0, "loss": 0.5, "auc": 0.6,
-             "compression_ratio": 4.0, "moved_ratio": 2.0, "fallback_steps": 0},
-            {"kind": "eval", "step": 9, "auc": 0.61, "logloss": 0.55},
-            {"kind": "final", "step": 9, "auc": 0.61, "logloss": 0.55, "accuracy": 0.7}]
+
+    recs = [
+        {"kind": "config", "step": 0, "config": {"batch_size": 1024}},
+        {
+            "kind": "train",
+            "step": 3,
+            "samples_per_s": 100.0,
+            "moved_bytes": 30.0,
+            "raw_bytes": 60.0,
+            "frame_bytes": 15.0,
+            "loss": 0.7,
+            "auc": 0.5,
+            "compression_ratio": 4.0,
+            "moved_ratio": 2.0,
+            "fallback_steps": 0,
+        },
+        {
+            "kind": "train",
+            "step": 6,
+            "samples_per_s": 1024.0,
+            "moved_bytes": 30.0,
+            "raw_bytes": 60.0,
+            "frame_bytes": 15.0,
+            "loss": 0.6,
+            "auc": 0.6,
+            "compression_ratio": 4.0,
+            "moved_ratio": 2.0,
+            "fallback_steps": 1,
+        },
+        {
+            "kind": "train",
+            "step": 9,
+            "samples_per_s": 512.0,
+            "moved_bytes": 30.0,
+            "raw_bytes": 60.0,
+            "frame_bytes": 15.0,
+            "loss": 0.5,
+            "auc": 0.6,
+            "compression_ratio": 4.0,
+            "moved_ratio": 2.0,
+            "fallback_steps": 0,
+        },
+        {"kind": "eval", "step": 9, "auc": 0.61, "logloss": 0.55},
+        {"kind": "final", "step": 9, "auc": 0.61, "logloss": 0.55, "accuracy": 0.7},
+    ]
     s = netns_bench.summarize_metrics(recs, 1024, 3)
     assert s["intervals"] == 2 and s["step_times_s"] == [1.0, 2.0]
     assert s["step_time_s"] == 1.5 and s["moved_bytes_per_step"] == 10.0
@@ -139,12 +235,19 @@ def test_trainer_metrics_summaries(tmp_path):
     assert m["samples_per_s"] == 1024.0
     assert "jlc-paper" in train_compare.RUNS
     assert train_compare.run_flags("jlc-auto", 100, 0.5)[-4:] == [
-        "--eb-early-stage", "50", "--eb-update-every", "10"]
+        "--eb-early-stage",
+        "50",
+        "--eb-update-every",
+        "10",
+    ]
     with pytest.raises(ValueError):
         train_compare.run_flags("nope", 10, 0.5)
-    sp = netns_bench.speedups([
-        {"rate": "1gbit", "mode": "exact", "status": "ok", "step_time_s": 3.0},
-        {"rate": "1gbit", "mode": "compressed", "status": "ok", "step_time_s": 2.0}])
+    sp = netns_bench.speedups(
+        [
+            {"rate": "1gbit", "mode": "exact", "status": "ok", "step_time_s": 3.0},
+            {"rate": "1gbit", "mode": "compressed", "status": "ok", "step_time_s": 2.0},
+        ]
+    )
     assert sp == {"1gbit": {"compressed": 1.5}}
 
 
@@ -158,11 +261,23 @@ def test_rate_bits():
 
 def test_serial_model():
     """Step = unlimited step + link bytes / rate; speedup, free-codec cap, rate for 1.5x."""
+
     def run(rate, mode, t, mib):
-        return {"rate": rate, "mode": mode, "status": "ok", "step_time_s": t,
-                "samples_per_s": 1.0, "link_bytes_per_step": mib * 2**20}
-    runs = [run("unlimited", "exact", 0.2, 19.0), run("unlimited", "compressed", 0.24, 7.0),
-            run("1gbit", "exact", 0.3, 19.0), run("1gbit", "compressed", 0.26, 7.0)]
+        return {
+            "rate": rate,
+            "mode": mode,
+            "status": "ok",
+            "step_time_s": t,
+            "samples_per_s": 1.0,
+            "link_bytes_per_step": mib * 2**20,
+        }
+
+    runs = [
+        run("unlimited", "exact", 0.2, 19.0),
+        run("unlimited", "compressed", 0.24, 7.0),
+        run("1gbit", "exact", 0.3, 19.0),
+        run("1gbit", "compressed", 0.26, 7.0),
+    ]
     m = netns_bench.serial_model(runs, "1gbit", "compressed")
     le, lc = 19 * 2**20 * 8 / 1e9, 7 * 2**20 * 8 / 1e9
     assert m["link_exact_s"] == pytest.approx(le) and m["link_mode_s"] == pytest.approx(lc)
@@ -174,14 +289,20 @@ def test_serial_model():
 
     def model(rate, ce=0.2, cc=0.24, be=bits_e, bc=bits_c):
         return (ce + be / rate) / (cc + bc / rate)
+
     assert m["reached"] == "slower" and model(r) == pytest.approx(1.5)
     assert model(r / 2) > 1.5 > model(2 * r)
     assert netns_bench.serial_model(runs[2:], "1gbit", "compressed") is None  # no unlimited
 
     def case(cc, mib_c):
-        rs = [run("unlimited", "exact", 0.2, 19.0), run("unlimited", "compressed", cc, mib_c),
-              run("1gbit", "exact", 0.3, 19.0), run("1gbit", "compressed", 0.3, mib_c)]
+        rs = [
+            run("unlimited", "exact", 0.2, 19.0),
+            run("unlimited", "compressed", cc, mib_c),
+            run("1gbit", "exact", 0.3, 19.0),
+            run("1gbit", "compressed", 0.3, mib_c),
+        ]
         return netns_bench.serial_model(rs, "1gbit", "compressed")
+
     # as many bytes as exact and more compute: never
     assert case(0.24, 19.0)["reached"] == "never" and case(0.24, 19.0)["rate_for_target"] is None
     # compute 2x faster, few bytes saved: 1.5x on fast links only (at the rate or faster)
@@ -196,6 +317,7 @@ def test_serial_model():
 def test_rel_bound_within():
     """The REL bound handed to the library never gives a float32 eb_abs above the harness's."""
     import os
+
     saved = dict(os.environ)
     try:  # peer_bench sets single-thread env vars at import: keep this process's as they were
         import peer_bench

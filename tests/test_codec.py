@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
-
 import jax
 import jax.numpy as jnp
 import ml_dtypes
+import numpy as np
+import pytest
+from conftest import DUMPS, load_dump, requires_dumps
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import jax_lossy_comm as lc
 from jax_lossy_comm import frame
 
-from conftest import DUMPS, load_dump, requires_dumps
-
 DTYPES = [np.float32, ml_dtypes.bfloat16, np.float16]
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def roundtrip(x, eb, **kw):
@@ -80,9 +82,12 @@ def chunks(draw):
 
 
 @SETTINGS
-@given(x=chunks(), eb=st.sampled_from([0.0, 1e-4, 0.01, 0.03, 0.05, 0.3]),
-       mode=st.sampled_from(["rel", "abs"]),
-       codec=st.sampled_from(["auto", "raw", "fixed", "dedup", "entropy"]))
+@given(
+    x=chunks(),
+    eb=st.sampled_from([0.0, 1e-4, 0.01, 0.03, 0.05, 0.3]),
+    mode=st.sampled_from(["rel", "abs"]),
+    codec=st.sampled_from(["auto", "raw", "fixed", "dedup", "entropy"]),
+)
 def test_error_bound_holds_for_every_codec(x, eb, mode, codec):
     cap = frame.raw_frame_bytes(x.shape[-2], x.shape[-1], x.dtype)  # always fits
     frames, nbytes, y, status = roundtrip(x, eb, mode=mode, codec=codec, capacity=cap)
@@ -98,8 +103,10 @@ def test_error_bound_holds_for_every_codec(x, eb, mode, codec):
 @SETTINGS
 @given(x=chunks(), eb=st.sampled_from([0.01, 0.05]))
 def test_auto_is_never_larger_than_any_single_form(x, eb):
-    sizes = {c: roundtrip(x, eb, codec=c, capacity=frame.raw_frame_bytes(*x.shape[-2:], x.dtype))[1]
-             for c in ("auto", "raw", "fixed", "dedup", "entropy")}
+    sizes = {
+        c: roundtrip(x, eb, codec=c, capacity=frame.raw_frame_bytes(*x.shape[-2:], x.dtype))[1]
+        for c in ("auto", "raw", "fixed", "dedup", "entropy")
+    }
     for c in ("raw", "fixed", "dedup", "entropy"):
         assert np.all(sizes["auto"] <= sizes[c]), c
 
@@ -118,7 +125,9 @@ def test_empty_chunks():
         x = np.zeros(shape, np.float32)
         frames, nbytes, y, status = roundtrip(x, 0.01)
         assert y.shape == shape and np.all(status == 0)
-        assert frames.shape == shape[:-2] + (frame.raw_frame_bytes(shape[-2], shape[-1], np.float32),)
+        assert frames.shape == shape[:-2] + (
+            frame.raw_frame_bytes(shape[-2], shape[-1], np.float32),
+        )
 
 
 def test_non_finite_values_round_trip_bit_exactly():
@@ -183,13 +192,16 @@ def test_reduced_precision_inputs_decode_to_their_dtype(dtype):
 
 
 @requires_dumps
-@pytest.mark.parametrize("name,min_ratio", [
-    ("terabyte_table01_iter20_2048x64_f32.bin", 21.0),
-    ("terabyte_table05_iter20_2048x64_f32.bin", 1000.0),
-    ("terabyte_table08_iter20_2048x64_f32.bin", 300.0),
-    ("kaggle_table05_iter20_128x32_f32.bin", 1.0),
-    ("kaggle_table08_iter20_128x32_f32.bin", 1.0),
-])
+@pytest.mark.parametrize(
+    "name,min_ratio",
+    [
+        ("terabyte_table01_iter20_2048x64_f32.bin", 21.0),
+        ("terabyte_table05_iter20_2048x64_f32.bin", 1000.0),
+        ("terabyte_table08_iter20_2048x64_f32.bin", 300.0),
+        ("kaggle_table05_iter20_128x32_f32.bin", 1.0),
+        ("kaggle_table08_iter20_128x32_f32.bin", 1.0),
+    ],
+)
 def test_real_dumps_ratio_and_bound(name, min_ratio):
     zstandard = pytest.importorskip("zstandard")
     x = load_dump(name)
@@ -252,16 +264,19 @@ def test_traced_negative_bound_stores_lossless():
     assert np.array_equal(lc.decompress(f, n, shape=(8, 8)), x)
 
 
-@pytest.mark.parametrize("bad,exc", [
-    (dict(error_bound=-0.1), ValueError),
-    (dict(error_bound=float("nan")), ValueError),
-    (dict(error_bound=np.array([0.1, 0.2, 0.3])), ValueError),   # does not broadcast to (2,)
-    (dict(mode="relative"), ValueError),
-    (dict(codec="zstd"), ValueError),
-    (dict(codec="fixed"), ValueError),                            # needs min_error_bound
-    (dict(min_error_bound=0.0), ValueError),
-    (dict(capacity=4), ValueError),
-])
+@pytest.mark.parametrize(
+    "bad,exc",
+    [
+        (dict(error_bound=-0.1), ValueError),
+        (dict(error_bound=float("nan")), ValueError),
+        (dict(error_bound=np.array([0.1, 0.2, 0.3])), ValueError),  # does not broadcast to (2,)
+        (dict(mode="relative"), ValueError),
+        (dict(codec="zstd"), ValueError),
+        (dict(codec="fixed"), ValueError),  # needs min_error_bound
+        (dict(min_error_bound=0.0), ValueError),
+        (dict(capacity=4), ValueError),
+    ],
+)
 def test_bad_arguments_raise_clear_errors(bad, exc):
     x = np.zeros((2, 8, 8), np.float32)
     kw = dict(error_bound=0.01)
@@ -300,7 +315,9 @@ def _valid_frames():
     x[2, 5, 7] = np.nan
     out = []
     for codec in ("raw", "fixed", "dedup", "entropy"):
-        f, n = lc.compress(x, 0.01, codec=codec, capacity=frame.raw_frame_bytes(128, 32, np.float32))
+        f, n = lc.compress(
+            x, 0.01, codec=codec, capacity=frame.raw_frame_bytes(128, 32, np.float32)
+        )
         out.append((np.asarray(f), np.asarray(n)))
     return out
 
@@ -316,8 +333,13 @@ def valid_frames():
 
 
 @settings(max_examples=200, deadline=None)
-@given(which=st.integers(0, 15), pos=st.integers(0, 2**20), bit=st.integers(0, 7),
-       cut=st.integers(-40, 0), mode=st.sampled_from(["flip", "truncate", "extend", "garbage"]))
+@given(
+    which=st.integers(0, 15),
+    pos=st.integers(0, 2**20),
+    bit=st.integers(0, 7),
+    cut=st.integers(-40, 0),
+    mode=st.sampled_from(["flip", "truncate", "extend", "garbage"]),
+)
 def test_corrupt_frames_give_status_and_nan_never_a_crash(which, pos, bit, cut, mode):
     f, n = valid_frames()[which // 4]
     f, n = f[which % 4].copy(), n[which % 4].copy()
@@ -367,7 +389,9 @@ def test_compiled_extension_is_what_runs():
     if os.environ.get("JLC_REQUIRE_EXTENSION") != "1" and not _ffi.available():
         pytest.skip(f"extension not built: {_ffi.IMPORT_ERROR}")
     assert _ffi.available()
-    f, n = lc.compress(np.zeros((4, 4), np.float32) + np.arange(4, dtype=np.float32), 0.01, codec="entropy")
+    f, n = lc.compress(
+        np.zeros((4, 4), np.float32) + np.arange(4, dtype=np.float32), 0.01, codec="entropy"
+    )
     assert lc.frame_info(f, n)[0].form == "quantized"  # the reference has no entropy form
 
 
@@ -384,7 +408,11 @@ def test_exchange_rejects_a_concrete_negative_bound():
     from jax.sharding import PartitionSpec as P
 
     mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
-    fn = jax.shard_map(lambda v: lc.compressed_all_to_all(v, "x", 0, 0, error_bound=-1.0),
-                       mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    fn = jax.shard_map(
+        lambda v: lc.compressed_all_to_all(v, "x", 0, 0, error_bound=-1.0),
+        mesh=mesh,
+        in_specs=P("x"),
+        out_specs=P("x"),
+    )
     with pytest.raises(ValueError, match="error_bound must be finite and >= 0"):
         fn(jnp.zeros((4, 8), jnp.float32))

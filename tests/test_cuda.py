@@ -45,8 +45,10 @@ def _gpu_device():
     if not devs:
         return None, "no CUDA device visible to JAX"
     if not _ffi.has_cuda():
-        return None, ("jax_lossy_comm was built without the CUDA handlers (nvcc not found at build "
-                      "time, or JLC_CUDA=OFF); rebuild with JLC_CUDA=ON")
+        return None, (
+            "jax_lossy_comm was built without the CUDA handlers (nvcc not found at build "
+            "time, or JLC_CUDA=OFF); rebuild with JLC_CUDA=ON"
+        )
     return devs[0], None
 
 
@@ -73,15 +75,17 @@ def compress_on(dev, x, eb, **kw):
 
 def decompress_on(dev, frames, nbytes, shape, dtype):
     with jax.default_device(dev):
-        x, st = jlc.decompress(_put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype,
-                               return_status=True)
+        x, st = jlc.decompress(
+            _put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype, return_status=True
+        )
     return np.asarray(x), np.asarray(st)
 
 
 def status_on(dev, frames, nbytes, shape, dtype):
     with jax.default_device(dev):
-        return np.asarray(jlc.frame_status(_put(frames, dev), _put(nbytes, dev), shape=shape,
-                                           dtype=dtype))
+        return np.asarray(
+            jlc.frame_status(_put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype)
+        )
 
 
 def bits_of(a) -> np.ndarray:
@@ -177,8 +181,9 @@ def same_on_both(x, eb, shape2, dtype, codec, cap=None, mode="rel"):
 # ------------------------------------------------------------------------------------ tests
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("codec", CODECS)
-@pytest.mark.parametrize("kind", ["normal", "dup", "special", "constant", "zeros", "nan", "wide",
-                                  "subnormal"])
+@pytest.mark.parametrize(
+    "kind", ["normal", "dup", "special", "constant", "zeros", "nan", "wide", "subnormal"]
+)
 def test_frames_identical_and_cross_decode(dtype, codec, kind):
     shape = (3, 40, 24)
     x = jnp.asarray(make_data(kind, shape, seed=1), dtype)
@@ -216,8 +221,9 @@ def test_error_bound_on_gpu(dtype, codec, mode, eb):
     _check_same(xb[~fin], yb[~fin], "non-finite values must round-trip bit-exactly")
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 5), (5, 1, 7), (1, 1000, 33), (2, 64, 129),
-                                   (1, 2048, 64)])
+@pytest.mark.parametrize(
+    "shape", [(1, 1, 1), (2, 3, 5), (5, 1, 7), (1, 1000, 33), (2, 64, 129), (1, 2048, 64)]
+)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_shapes_all_codecs(shape, dtype):
     x = jnp.asarray(make_data("special", shape, seed=3), dtype)
@@ -264,8 +270,11 @@ def test_fixed_capacity_and_dlrm_exchange_shape():
     # The DLRM exchange: 26 tables x 8 peers chunks of [256, 64], one launch per call.
     x = make_data("normal", (26 * 8, 256, 64), seed=6)
     x[::5] = make_data("dup", (42, 256, 64), seed=7)
-    for codec, cap in (("fixed", frame_capacity((256, 64), np.float32, "fixed", 0.01, outliers=8)),
-                       ("auto", None), ("entropy", None)):
+    for codec, cap in (
+        ("fixed", frame_capacity((256, 64), np.float32, "fixed", 0.01, outliers=8)),
+        ("auto", None),
+        ("entropy", None),
+    ):
         fc, nc = compress_on(CPU, x, 0.01, codec=codec, capacity=cap)
         fg, ng = compress_on(GPU, x, 0.01, codec=codec, capacity=cap)
         _check_same(nc, ng, codec)
@@ -279,9 +288,12 @@ def test_fixed_capacity_and_dlrm_exchange_shape():
 def test_bad_nbytes_and_shape_statuses():
     x = make_data("normal", (2, 16, 8), seed=8)
     f, nb = compress_on(CPU, x, 0.01, codec="fixed", capacity=raw_frame_bytes(16, 8, np.float32))
-    cases = {"negative": np.array([-5, nb[1]], np.int32), "zero": np.array([0, 3], np.int32),
-             "past capacity": np.array([f.shape[-1] + 1, nb[1]], np.int32),
-             "short": np.array([nb[0] - 1, nb[1] + 1], np.int32)}
+    cases = {
+        "negative": np.array([-5, nb[1]], np.int32),
+        "zero": np.array([0, 3], np.int32),
+        "past capacity": np.array([f.shape[-1] + 1, nb[1]], np.int32),
+        "short": np.array([nb[0] - 1, nb[1] + 1], np.int32),
+    }
     for name, n in cases.items():
         for shape, dt in (((16, 8), np.float32), ((8, 16), np.float32), ((16, 8), np.float16)):
             sc = status_on(CPU, f, n, shape, dt)
@@ -295,8 +307,10 @@ def test_bad_nbytes_and_shape_statuses():
 def _fuzz(n_frames: int, seed: int):
     rng = np.random.default_rng(seed)
     rows, dim = 24, 16
-    xs = [make_data(k, (1, rows, dim), seed=seed + i)
-          for i, k in enumerate(["normal", "dup", "special", "constant", "wide"])]
+    xs = [
+        make_data(k, (1, rows, dim), seed=seed + i)
+        for i, k in enumerate(["normal", "dup", "special", "constant", "wide"])
+    ]
     x = np.concatenate(xs)
     cap = raw_frame_bytes(rows, dim, np.float32) + 16
     frames, nbytes = [], []
@@ -312,7 +326,9 @@ def _fuzz(n_frames: int, seed: int):
         f, nb = frames[j].copy(), int(nbytes[j])
         how = rng.integers(0, 5)
         if how == 0:  # flip bytes, checksum left stale
-            f[rng.integers(0, max(nb, 1), rng.integers(1, 4))] ^= rng.integers(1, 256, dtype=np.uint8)
+            f[rng.integers(0, max(nb, 1), rng.integers(1, 4))] ^= rng.integers(
+                1, 256, dtype=np.uint8
+            )
         elif how == 1:  # flip bytes past the header and re-seal: the sections get parsed
             pos = rng.integers(8, max(nb, 9), rng.integers(1, 6))
             f[pos % cap] ^= rng.integers(1, 256, dtype=np.uint8)
@@ -399,16 +415,25 @@ def test_empty_and_tiny_chunks_all_codecs():
     for shape in [(2, 0, 8), (2, 8, 0), (3, 1, 1), (2, 1, 300), (4, 2, 3)]:
         x = make_data("special", shape, seed=32) if 0 not in shape else np.zeros(shape, np.float32)
         for codec in CODECS:
-            same_on_both(x, 0.02, shape[1:], np.float32, codec,
-                         cap=raw_frame_bytes(shape[1], shape[2], np.float32))
+            same_on_both(
+                x,
+                0.02,
+                shape[1:],
+                np.float32,
+                codec,
+                cap=raw_frame_bytes(shape[1], shape[2], np.float32),
+            )
 
 
 def _dumps():
     if not (DUMPS / "manifest.json").is_file():
         return []
     import json
-    return [(e["file"].split("/")[-1], tuple(e["shape"]))
-            for e in json.loads((DUMPS / "manifest.json").read_text())]
+
+    return [
+        (e["file"].split("/")[-1], tuple(e["shape"]))
+        for e in json.loads((DUMPS / "manifest.json").read_text())
+    ]
 
 
 @pytest.mark.skipif(not _dumps(), reason=f"real embedding dumps absent ({DUMPS})")
@@ -422,7 +447,7 @@ def test_real_dumps_and_exchange_shape(dtype):
             for eb in (0.01, 0.05):
                 same_on_both(x, eb, shape, dtype, codec)
         if shape[1] == 64:
-            chunks += [a[r:r + 256] for r in range(0, shape[0] - 255, 256)]
+            chunks += [a[r : r + 256] for r in range(0, shape[0] - 255, 256)]
     if chunks:  # the DLRM exchange: 26 tables x 8 peers chunks of [256, 64] in one launch
         x = np.stack([chunks[k % len(chunks)] for k in range(26 * 8)])
         for codec in DICT_CODECS:
@@ -462,7 +487,6 @@ def test_fuzzed_dictionary_frames(seed):
     _check_same(dc, dg, "decompress status of corrupted dictionary frames")
     _check_same(bits_of(yc), bits_of(yg), "decoded corrupted dictionary frames")
     assert (sc == 8).any()  # some flips reached the sections (kCorrupt)
-
 
 
 def test_checksum_helper_matches_frames():

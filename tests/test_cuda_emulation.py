@@ -35,18 +35,37 @@ GOLDEN = ROOT / "tests" / "golden" / "cuda_emu.txt"
 @pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
 def test_cuda_kernels_under_cpu_emulation(tmp_path):
     exe = tmp_path / "check_kernels"
-    cmd = [CXX, "-std=c++20", "-O1", "-g", "-ffp-contract=off", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=undefined", "-pthread", "-DLC_CUDA_EMULATION",
-           "-Wno-unknown-pragmas", "-include", str(ROOT / "tests/cuda_emu/emu.h"),
-           f"-I{ROOT / 'xla_ffi'}", str(ROOT / "tests/cuda_emu/check_kernels.cc"), "-o", str(exe)]
+    cmd = [
+        CXX,
+        "-std=c++20",
+        "-O1",
+        "-g",
+        "-ffp-contract=off",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=undefined",
+        "-pthread",
+        "-DLC_CUDA_EMULATION",
+        "-Wno-unknown-pragmas",
+        "-include",
+        str(ROOT / "tests/cuda_emu/emu.h"),
+        f"-I{ROOT / 'xla_ffi'}",
+        str(ROOT / "tests/cuda_emu/check_kernels.cc"),
+        "-o",
+        str(exe),
+    ]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-4000:]
     digests = tmp_path / "golden.txt"
     args = [str(exe), "quick", "golden", str(digests)]
     if (DUMPS / "manifest.json").is_file():
         args.append(str(DUMPS))
-    run = subprocess.run(args, capture_output=True, text=True, timeout=900,
-                         env={"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"},
+    )
     assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-4000:])
     assert "0 failures" in run.stdout
     # Golden corpus: the same frames, sizes, values and statuses as the committed digests.
@@ -56,4 +75,6 @@ def test_cuda_kernels_under_cpu_emulation(tmp_path):
         want = [w for w in want if not w.startswith(("dump ", "exchange "))]
     assert len(got) == len(want)
     diff = [(g, w) for g, w in zip(got, want) if g != w]
-    assert not diff, f"{len(diff)} of {len(want)} cases differ from {GOLDEN.name}, first: {diff[:3]}"
+    assert not diff, (
+        f"{len(diff)} of {len(want)} cases differ from {GOLDEN.name}, first: {diff[:3]}"
+    )

@@ -20,10 +20,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 needs_data = pytest.mark.skipif(not os.path.isdir(KAGGLE), reason="shared data not present")
 
-GOOD = ("0\t1\t1\t5\t0\t1382\t4\t15\t2\t181\t1\t2\t\t2\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4"
-        "\t25c83c98\t7e0ccccf\tde7995b8\t1f89b1b4\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164"
-        "\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d"
-        "\t07b5194c\t\t3a171ecb\tc5c50484\te8b83407\t9727dd16\n")
+GOOD = (
+    "0\t1\t1\t5\t0\t1382\t4\t15\t2\t181\t1\t2\t\t2\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4"
+    "\t25c83c98\t7e0ccccf\tde7995b8\t1f89b1b4\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164"
+    "\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d"
+    "\t07b5194c\t\t3a171ecb\tc5c50484\te8b83407\t9727dd16\n"
+)
 
 
 def test_parse_first_dac_line():
@@ -49,8 +51,9 @@ def test_read_real_kaggle_terabyte_and_csv():
     b = s.next_batch()
     assert b["dense"].shape == (1000, 13) and b["ids"].shape == (1000, 26, 1)
     assert set(np.unique(b["label"])) == {0.0, 1.0}
-    ev, bad = ip.read_eval_set(ip.expand_paths(os.path.join(KAGGLE, "dac_head8000_split_test.tsv")),
-                               "kaggle", ROWS, 10_000)
+    ev, bad = ip.read_eval_set(
+        ip.expand_paths(os.path.join(KAGGLE, "dac_head8000_split_test.tsv")), "kaggle", ROWS, 10_000
+    )
     assert len(ev["label"]) == 391 and bad == 0
     tb, bad = ip.read_eval_set(ip.expand_paths(TERABYTE), "terabyte", ROWS, 10_000)
     assert len(tb["label"]) == 1000 and int(tb["label"].sum()) == 21
@@ -64,12 +67,15 @@ def _write(tmp_path, lines, name="day_0"):
     return str(p)
 
 
-@pytest.mark.parametrize("bad,why", [
-    ("0\t1\t2\n", "expected 40 tab-separated fields"),
-    (GOOD.replace("68fd1e64", "zz-not-hex"), "bad categorical value"),
-    (GOOD.replace("\t1382\t", "\tabc\t"), "bad integer feature"),
-    ("7" + GOOD[1:], "label must be 0 or 1"),
-])
+@pytest.mark.parametrize(
+    "bad,why",
+    [
+        ("0\t1\t2\n", "expected 40 tab-separated fields"),
+        (GOOD.replace("68fd1e64", "zz-not-hex"), "bad categorical value"),
+        (GOOD.replace("\t1382\t", "\tabc\t"), "bad integer feature"),
+        ("7" + GOOD[1:], "label must be 0 or 1"),
+    ],
+)
 def test_malformed_line_names_file_and_line(tmp_path, bad, why):
     path = _write(tmp_path, [GOOD, GOOD, bad, GOOD])
     s = ip.CriteoFileStream([path], "terabyte", ROWS, 4)
@@ -96,10 +102,30 @@ def test_csv_needs_header_columns(tmp_path):
 
 def test_cli_reports_malformed_line(tmp_path):
     path = _write(tmp_path, [GOOD] * 5 + ["broken line\n"] + [GOOD] * 100, "train.txt")
-    r = subprocess.run([sys.executable, "-m", "models.dlrm.train", "--preset", "tiny",
-                        "--data", path, "--devices", "2", "--out", str(tmp_path / "o"),
-                        "--holdout-every", "0", "--eval-data", path, "--no-progress"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "models.dlrm.train",
+            "--preset",
+            "tiny",
+            "--data",
+            path,
+            "--devices",
+            "2",
+            "--out",
+            str(tmp_path / "o"),
+            "--holdout-every",
+            "0",
+            "--eval-data",
+            path,
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr[-2000:]
     assert f"{path}:6: malformed kaggle line" in r.stderr
 
@@ -123,8 +149,10 @@ def test_stream_resumes_at_position_and_wraps():
 def test_process_shares_make_up_the_global_batch():
     train = ip.expand_paths(os.path.join(KAGGLE, "dac_head8000_split_train.tsv"))
     whole = ip.CriteoFileStream(train, "kaggle", ROWS, 64)
-    parts = [ip.CriteoFileStream(train, "kaggle", ROWS, 32, process_index=i, num_processes=2)
-             for i in range(2)]
+    parts = [
+        ip.CriteoFileStream(train, "kaggle", ROWS, 32, process_index=i, num_processes=2)
+        for i in range(2)
+    ]
     for _ in range(3):
         w = whole.next_batch()
         p = [s.next_batch() for s in parts]
@@ -144,6 +172,7 @@ def test_synthetic_is_deterministic_zipf_and_learnable():
     assert ss.position() == {"batch": 6}
     # The teacher's logit separates the labels (AUC is learnable).
     from sklearn.metrics import roc_auc_score
+
     big = gen.eval_set(20000)
     z = gen._raw_logit(big["dense"], big["ids"])
     assert roc_auc_score(big["label"], z) > 0.75

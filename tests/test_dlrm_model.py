@@ -4,8 +4,9 @@ model (exact exchange), one training step decreases the loss."""
 import os
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_force_host_platform_device_count=8")
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    )
 
 import dataclasses
 import functools
@@ -35,8 +36,9 @@ def test_plan_tables_places_every_table_once_and_balances():
         assert pl.slot_rows[pl.device_of[t], pl.slot_of[t]] == r
     buf = np.random.default_rng(0).normal(size=(8, pl.rows_per_device, 32)).astype(np.float32)
     tabs = sharding.split_tables(pl, buf)
-    np.testing.assert_array_equal(sharding.split_tables(pl, sharding.join_tables(pl, tabs))[7],
-                                  tabs[7])
+    np.testing.assert_array_equal(
+        sharding.split_tables(pl, sharding.join_tables(pl, tabs))[7], tabs[7]
+    )
 
 
 def test_plan_tables_splits_big_tables_row_wise():
@@ -46,8 +48,9 @@ def test_plan_tables_splits_big_tables_row_wise():
     assert len({int(pl.device_of[v]) for v in np.flatnonzero(pl.piece_table == 0)}) == 4
     assert pl.imbalance() < 1.2 and "split row-wise" in pl.describe()
     np.testing.assert_array_equal(pl.table_pieces[1:, 1:], -1)
-    tabs = [np.random.default_rng(t).normal(size=(r, 4)).astype(np.float32)
-            for t, r in enumerate(rows)]
+    tabs = [
+        np.random.default_rng(t).normal(size=(r, 4)).astype(np.float32) for t, r in enumerate(rows)
+    ]
     for a, b in zip(sharding.split_tables(pl, sharding.join_tables(pl, tabs)), tabs):
         np.testing.assert_array_equal(a, b)
     assert sharding.plan_tables(rows, 4, 4, split_rows=0).num_pieces == 4
@@ -69,16 +72,18 @@ def test_interact_matches_explicit_pairs():
     x, e = rng.normal(size=(2, 3)), rng.normal(size=(2, 4, 3))
     out = np.asarray(models.interact(jnp.asarray(x), jnp.asarray(e)))
     z = np.concatenate([x[:, None], e], 1)
-    want = np.concatenate([x, np.stack([np.sum(z[:, i] * z[:, j], -1)
-                                        for i in range(5) for j in range(i)], 1)], 1)
+    want = np.concatenate(
+        [x, np.stack([np.sum(z[:, i] * z[:, j], -1) for i in range(5) for j in range(i)], 1)], 1
+    )
     assert out.shape == (2, 3 + 10)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _built(lr, split_rows=-1):
-    cfg = dataclasses.replace(get_config("tiny"), compression="off", learning_rate=lr,
-                              split_rows=split_rows)
+    cfg = dataclasses.replace(
+        get_config("tiny"), compression="off", learning_rate=lr, split_rows=split_rows
+    )
     mesh = train.make_mesh()
     ctx, init_state, shard = train.setup(cfg, mesh)
     return cfg, mesh, ctx, jax.jit(init_state, out_shardings=shard)(), shard
@@ -96,8 +101,9 @@ def _setup(multi_hot=1, lr=1.0, split_rows=-1):
 
 def _reference_logits(ctx, params, batch):
     head = nnx.merge(ctx.graphdefs[0], params["head"])
-    ref = models.ReferenceEmbedding(sharding.split_tables(
-        ctx.placement, np.asarray(params["embedding"]["table"])))
+    ref = models.ReferenceEmbedding(
+        sharding.split_tables(ctx.placement, np.asarray(params["embedding"]["table"]))
+    )
     return head(jnp.asarray(batch["dense"]), ref(jnp.asarray(batch["ids"])))
 
 
@@ -119,8 +125,11 @@ def test_sharded_gradient_equals_reference(split_rows):
     params0 = jax.device_get(state.params)
 
     def ref_loss(params):
-        return jnp.mean(optax.sigmoid_binary_cross_entropy(
-            _reference_logits(ctx, params, batch), jnp.asarray(batch["label"])))
+        return jnp.mean(
+            optax.sigmoid_binary_cross_entropy(
+                _reference_logits(ctx, params, batch), jnp.asarray(batch["label"])
+            )
+        )
 
     # Gradient of the reference model, mapped into the sharded table layout.
     ref_grad = jax.grad(lambda head, tabs: ref_loss_tables(head, tabs), argnums=(0, 1))
@@ -129,22 +138,30 @@ def test_sharded_gradient_equals_reference(split_rows):
     def ref_loss_tables(head, tabs):
         h = nnx.merge(ctx.graphdefs[0], head)
         ref = models.ReferenceEmbedding(tabs)
-        return jnp.mean(optax.sigmoid_binary_cross_entropy(
-            h(jnp.asarray(batch["dense"]), ref(jnp.asarray(batch["ids"]))),
-            jnp.asarray(batch["label"])))
+        return jnp.mean(
+            optax.sigmoid_binary_cross_entropy(
+                h(jnp.asarray(batch["dense"]), ref(jnp.asarray(batch["ids"]))),
+                jnp.asarray(batch["label"]),
+            )
+        )
 
     g_head, g_tabs = ref_grad(params0["head"], [jnp.asarray(t) for t in tabs0])
-    step = jax.jit(train.make_train_step(ctx), in_shardings=(shard, None),
-                   out_shardings=(shard, None))
+    step = jax.jit(
+        train.make_train_step(ctx), in_shardings=(shard, None), out_shardings=(shard, None)
+    )
     new_state, m = step(state, train._to_global(batch, mesh, cfg.batch_size))
     params1 = jax.device_get(new_state.params)
     # SGD with lr 1: params1 = params0 - grad.
     got_head = jax.tree.map(lambda a, b: a - b, params0["head"], params1["head"])
-    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=2e-4, atol=1e-6),
-                 got_head, jax.device_get(g_head))
+    jax.tree.map(
+        lambda g, w: np.testing.assert_allclose(g, w, rtol=2e-4, atol=1e-6),
+        got_head,
+        jax.device_get(g_head),
+    )
     got_tabs = sharding.split_tables(
-        ctx.placement, np.asarray(params0["embedding"]["table"]) -
-        np.asarray(params1["embedding"]["table"]))
+        ctx.placement,
+        np.asarray(params0["embedding"]["table"]) - np.asarray(params1["embedding"]["table"]),
+    )
     for a, b in zip(got_tabs, g_tabs):
         np.testing.assert_allclose(a, np.asarray(b), rtol=2e-4, atol=1e-6)
     np.testing.assert_allclose(float(m["loss"]), float(ref_loss(params0)), rtol=1e-5)
@@ -155,8 +172,9 @@ def test_sharded_gradient_equals_reference(split_rows):
 
 def test_one_training_step_decreases_the_loss():
     cfg, mesh, ctx, state, shard, batch = _setup(lr=0.5)
-    step = jax.jit(train.make_train_step(ctx), in_shardings=(shard, None),
-                   out_shardings=(shard, None))
+    step = jax.jit(
+        train.make_train_step(ctx), in_shardings=(shard, None), out_shardings=(shard, None)
+    )
     gbatch = train._to_global(batch, mesh, cfg.batch_size)
     state, m0 = step(state, gbatch)
     _, m1 = step(state, gbatch)
@@ -209,7 +227,8 @@ def test_sparse_embedding_update_equals_dense_optax_update():
         assert ctx_s.sparse_update == sparse
         step = jax.jit(train.make_train_step(ctx_s), in_shardings=(shard_s, None))
         out[sparse] = jax.device_get(step(jax.tree.map(jnp.copy, state), gbatch)[0].params)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
-                 out[True], out[False])
+    jax.tree.map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), out[True], out[False]
+    )
     moved = np.abs(out[True]["embedding"]["table"] - np.asarray(state.params["embedding"]["table"]))
     assert moved.max() > 0

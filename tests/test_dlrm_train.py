@@ -19,8 +19,17 @@ TIMEOUT = 300
 
 
 def _cmd(out, *flags):
-    return [sys.executable, "-m", "models.dlrm.train", "--preset", "tiny", "--out", str(out),
-            "--no-progress", *flags]
+    return [
+        sys.executable,
+        "-m",
+        "models.dlrm.train",
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--no-progress",
+        *flags,
+    ]
 
 
 def _env(**extra):
@@ -32,8 +41,17 @@ def _env(**extra):
 
 def _run_all(cmds, env=None):
     """Runs the commands concurrently; returns their CompletedProcess-like results."""
-    procs = [subprocess.Popen(c, cwd=ROOT, env=env or _env(), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for c in cmds]
+    procs = [
+        subprocess.Popen(
+            c,
+            cwd=ROOT,
+            env=env or _env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for c in cmds
+    ]
     outs = []
     for p in procs:
         try:
@@ -56,15 +74,52 @@ needs_data = pytest.mark.skipif(not os.path.isdir(KAGGLE), reason="shared data n
 @needs_data
 def test_real_kaggle_and_terabyte_rows_end_to_end(tmp_path):
     k, t = tmp_path / "kaggle", tmp_path / "terabyte"
-    res = _run_all([
-        _cmd(k, "--devices", "8", "--steps", "8", "--batch-size", "128", "--format", "kaggle",
-             "--data", os.path.join(KAGGLE, "dac_head8000_split_train.tsv"),
-             "--eval-data", os.path.join(KAGGLE, "dac_head8000_split_test.tsv"),
-             "--eval-every", "0", "--log-every", "4", "--compression", "on"),
-        _cmd(t, "--devices", "8", "--steps", "6", "--batch-size", "64", "--format", "terabyte",
-             "--data", TERABYTE, "--holdout-every", "4", "--eval-every", "0", "--log-every", "3",
-             "--compression", "on"),
-    ])
+    res = _run_all(
+        [
+            _cmd(
+                k,
+                "--devices",
+                "8",
+                "--steps",
+                "8",
+                "--batch-size",
+                "128",
+                "--format",
+                "kaggle",
+                "--data",
+                os.path.join(KAGGLE, "dac_head8000_split_train.tsv"),
+                "--eval-data",
+                os.path.join(KAGGLE, "dac_head8000_split_test.tsv"),
+                "--eval-every",
+                "0",
+                "--log-every",
+                "4",
+                "--compression",
+                "on",
+            ),
+            _cmd(
+                t,
+                "--devices",
+                "8",
+                "--steps",
+                "6",
+                "--batch-size",
+                "64",
+                "--format",
+                "terabyte",
+                "--data",
+                TERABYTE,
+                "--holdout-every",
+                "4",
+                "--eval-every",
+                "0",
+                "--log-every",
+                "3",
+                "--compression",
+                "on",
+            ),
+        ]
+    )
     for (rc, out), d in zip(res, (k, t)):
         assert rc == 0, out[-3000:]
         assert "exchange ratio" in out and "eval @" in out
@@ -80,10 +135,25 @@ def test_real_kaggle_and_terabyte_rows_end_to_end(tmp_path):
 
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     full, killed = tmp_path / "full", tmp_path / "killed"
-    common = ("--devices", "4", "--steps", "12", "--checkpoint-every", "6", "--eval-every", "4",
-              "--log-every", "3", "--compression", "on", "--seed", "7")
+    common = (
+        "--devices",
+        "4",
+        "--steps",
+        "12",
+        "--checkpoint-every",
+        "6",
+        "--eval-every",
+        "4",
+        "--log-every",
+        "3",
+        "--compression",
+        "on",
+        "--seed",
+        "7",
+    )
     (rc_full, out_full), (rc_kill, out_kill) = _run_all(
-        [_cmd(full, *common), _cmd(killed, *common, "--kill-at-step", "8")])
+        [_cmd(full, *common), _cmd(killed, *common, "--kill-at-step", "8")]
+    )
     assert rc_full == 0, out_full[-3000:]
     assert rc_kill == -signal.SIGKILL, out_kill[-3000:]
     [(rc, out)] = _run_all([_cmd(killed, *common, "--resume")])
@@ -109,10 +179,35 @@ def _free_port():
 @pytest.mark.slow
 def test_two_processes_of_four_devices_train(tmp_path):
     port = _free_port()
-    common = ("--devices", "4", "--steps", "4", "--eval-every", "0", "--log-every", "2",
-              "--checkpoint-every", "0", "--compression", "on", "--eval-rows", "256")
-    cmds = [_cmd(tmp_path / "mp", *common, "--coordinator", f"127.0.0.1:{port}",
-                 "--num-processes", "2", "--process-id", str(i)) for i in range(2)]
+    common = (
+        "--devices",
+        "4",
+        "--steps",
+        "4",
+        "--eval-every",
+        "0",
+        "--log-every",
+        "2",
+        "--checkpoint-every",
+        "0",
+        "--compression",
+        "on",
+        "--eval-rows",
+        "256",
+    )
+    cmds = [
+        _cmd(
+            tmp_path / "mp",
+            *common,
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            "2",
+            "--process-id",
+            str(i),
+        )
+        for i in range(2)
+    ]
     # The single-process reference (8 devices) runs at the same time.
     res = _run_all(cmds + [_cmd(tmp_path / "sp", "--devices", "8", *common[2:])])
     for rc, out in res:

@@ -4,8 +4,9 @@ import os
 
 # Several virtual CPU devices for the shard_map test, unless conftest.py set them.
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_force_host_platform_device_count=4").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
 
 import argparse
 import dataclasses
@@ -51,10 +52,12 @@ def points(T):
 @pytest.mark.parametrize("c,T", [(2.0, T_PAPER), (3.0, 1000), (1.5, 40)])
 def test_schedule_values_match_formulas(kind, c, T):
     expected = [ref_multiplier(kind, t, c, T) for t in points(T)]
-    eager = [float(eb.schedule_multiplier(kind, t, eb_constant=c, early_stage=T))
-             for t in points(T)]
+    eager = [
+        float(eb.schedule_multiplier(kind, t, eb_constant=c, early_stage=T)) for t in points(T)
+    ]
     traced = jax.jit(lambda s: eb.schedule_multiplier(kind, s, eb_constant=c, early_stage=T))(
-        jnp.asarray(points(T), jnp.int32))
+        jnp.asarray(points(T), jnp.int32)
+    )
     np.testing.assert_allclose(eager, expected, rtol=1e-6, atol=0)
     np.testing.assert_allclose(np.asarray(traced), expected, rtol=1e-6, atol=0)
     assert traced.dtype == jnp.float32
@@ -102,12 +105,14 @@ def test_schedule_errors_name_the_field():
 def test_callable_schedule_composes_with_optax():
     optax = pytest.importorskip("optax")
     warm = optax.join_schedules(
-        [optax.constant_schedule(3.0), optax.linear_schedule(3.0, 1.0, 10)], [5])
+        [optax.constant_schedule(3.0), optax.linear_schedule(3.0, 1.0, 10)], [5]
+    )
     config = eb.ErrorBoundConfig(num_tables=3, base=0.02, schedule=warm)
     state = eb.init(config)
     for step in range(20):
-        np.testing.assert_allclose(eb.error_bounds(state, config),
-                                   np.full(3, 0.02) * float(warm(step)), rtol=1e-6)
+        np.testing.assert_allclose(
+            eb.error_bounds(state, config), np.full(3, 0.02) * float(warm(step)), rtol=1e-6
+        )
         state = eb.update(state, None, config)
 
 
@@ -116,8 +121,9 @@ def test_callable_schedule_composes_with_optax():
 
 def test_paper_kaggle_tiers_give_paper_values():
     config = eb.paper_kaggle_config()
-    expected = np.array([0.01 if i in TIGHTEN else 0.05 if i in LOOSEN else 0.03
-                         for i in range(26)], np.float32)
+    expected = np.array(
+        [0.01 if i in TIGHTEN else 0.05 if i in LOOSEN else 0.03 for i in range(26)], np.float32
+    )
     np.testing.assert_array_equal(eb.table_bounds(config), expected)
     state = eb.init(config)
     np.testing.assert_array_equal(eb.error_bounds(state, config), 2 * expected)  # step 0: x c
@@ -154,32 +160,35 @@ def test_min_error_bound_is_a_lower_bound():
 # ---- configuration ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    (dict(num_tables=0), "num_tables"),
-    (dict(base=0.0), "base"),
-    (dict(base=-0.01), "base"),
-    (dict(base=float("nan")), "base"),
-    (dict(tiers={"tighten": (-0.01, [1])}), "tiers['tighten'].value"),
-    (dict(tiers={"tighten": (0.0, [1])}), "tiers['tighten'].value"),
-    (dict(tiers={"tighten": (0.01, [26])}), "tiers['tighten'].tables"),
-    (dict(tiers={"tighten": (0.01, [-1])}), "tiers['tighten'].tables"),
-    (dict(tiers={"a": (0.01, [1, 2]), "b": (0.05, [2, 3])}), "tiers"),
-    (dict(tiers={"a": {"value": 0.01}}), "tiers['a']"),
-    (dict(schedule="cosine"), "schedule"),
-    (dict(eb_constant=0.0), "eb_constant"),
-    (dict(early_stage=0), "early_stage"),
-    (dict(early_stage=-5), "early_stage"),
-    (dict(early_stage=1.5), "early_stage"),
-    (dict(policy="magic"), "policy"),
-    (dict(tightest=0.0), "tightest"),
-    (dict(tightest=0.1, loosest=0.05), "loosest"),
-    (dict(update_every=0), "update_every"),
-    (dict(smoothing=0.0), "smoothing"),
-    (dict(smoothing=1.5), "smoothing"),
-    (dict(stats_decay=1.0), "stats_decay"),
-    (dict(distinct_power=-1.0), "distinct_power"),
-    (dict(policy="auto", base=0.2), "base"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(num_tables=0), "num_tables"),
+        (dict(base=0.0), "base"),
+        (dict(base=-0.01), "base"),
+        (dict(base=float("nan")), "base"),
+        (dict(tiers={"tighten": (-0.01, [1])}), "tiers['tighten'].value"),
+        (dict(tiers={"tighten": (0.0, [1])}), "tiers['tighten'].value"),
+        (dict(tiers={"tighten": (0.01, [26])}), "tiers['tighten'].tables"),
+        (dict(tiers={"tighten": (0.01, [-1])}), "tiers['tighten'].tables"),
+        (dict(tiers={"a": (0.01, [1, 2]), "b": (0.05, [2, 3])}), "tiers"),
+        (dict(tiers={"a": {"value": 0.01}}), "tiers['a']"),
+        (dict(schedule="cosine"), "schedule"),
+        (dict(eb_constant=0.0), "eb_constant"),
+        (dict(early_stage=0), "early_stage"),
+        (dict(early_stage=-5), "early_stage"),
+        (dict(early_stage=1.5), "early_stage"),
+        (dict(policy="magic"), "policy"),
+        (dict(tightest=0.0), "tightest"),
+        (dict(tightest=0.1, loosest=0.05), "loosest"),
+        (dict(update_every=0), "update_every"),
+        (dict(smoothing=0.0), "smoothing"),
+        (dict(smoothing=1.5), "smoothing"),
+        (dict(stats_decay=1.0), "stats_decay"),
+        (dict(distinct_power=-1.0), "distinct_power"),
+        (dict(policy="auto", base=0.2), "base"),
+    ],
+)
 def test_invalid_config_raises_naming_the_field(kwargs, field):
     with pytest.raises(ValueError) as info:
         eb.ErrorBoundConfig(**{"num_tables": 26, **kwargs})
@@ -239,13 +248,37 @@ def parse(argv, **kwargs):
 
 
 def test_from_flags():
-    config = parse(["--eb-base", "0.02", "--eb-tier", "tighten=0.01:2,3",
-                    "--eb-tier", "loosen=0.04:7", "--eb-schedule", "step",
-                    "--eb-constant", "3", "--eb-early-stage", "1000", "--eb-policy", "auto",
-                    "--eb-update-every", "16"], num_tables=8)
+    config = parse(
+        [
+            "--eb-base",
+            "0.02",
+            "--eb-tier",
+            "tighten=0.01:2,3",
+            "--eb-tier",
+            "loosen=0.04:7",
+            "--eb-schedule",
+            "step",
+            "--eb-constant",
+            "3",
+            "--eb-early-stage",
+            "1000",
+            "--eb-policy",
+            "auto",
+            "--eb-update-every",
+            "16",
+        ],
+        num_tables=8,
+    )
     assert config == eb.ErrorBoundConfig(
-        num_tables=8, base=0.02, tiers={"tighten": (0.01, [2, 3]), "loosen": (0.04, [7])},
-        schedule="step", eb_constant=3.0, early_stage=1000, policy="auto", update_every=16)
+        num_tables=8,
+        base=0.02,
+        tiers={"tighten": (0.01, [2, 3]), "loosen": (0.04, [7])},
+        schedule="step",
+        eb_constant=3.0,
+        early_stage=1000,
+        policy="auto",
+        update_every=16,
+    )
     assert parse(["--eb-preset", "paper_kaggle"]) == eb.paper_kaggle_config()
     with pytest.raises(ValueError, match="ErrorBoundConfig.tiers"):
         parse(["--eb-tier", "tighten:0.01"], num_tables=4)
@@ -268,12 +301,22 @@ def stats_of(cot, rng=None, distinct=None):
     return eb.TableStats(
         cotangent_abs_mean=jnp.asarray(cot),
         value_range=jnp.ones_like(cot) if rng is None else jnp.asarray(rng, jnp.float32),
-        distinct_fraction=(jnp.ones_like(cot) if distinct is None
-                           else jnp.asarray(distinct, jnp.float32)))
+        distinct_fraction=(
+            jnp.ones_like(cot) if distinct is None else jnp.asarray(distinct, jnp.float32)
+        ),
+    )
 
 
-AUTO = eb.ErrorBoundConfig(num_tables=4, base=0.03, policy="auto", tightest=0.01,
-                           loosest=0.05, update_every=10, smoothing=0.5, stats_decay=0.9)
+AUTO = eb.ErrorBoundConfig(
+    num_tables=4,
+    base=0.03,
+    policy="auto",
+    tightest=0.01,
+    loosest=0.05,
+    update_every=10,
+    smoothing=0.5,
+    stats_decay=0.9,
+)
 
 
 def ref_target(cot, rng, distinct, config):
@@ -289,8 +332,7 @@ def test_auto_target_rule_values():
     np.testing.assert_allclose(target, [0.03, 0.03, 0.02, 0.04], rtol=1e-6)
     # Value range counts like the cotangent (REL: eb_abs = eb_rel * range).
     # Sensitivities [2, 1, 1, 0.5]: median 1; 0.03 / 0.5 = 0.06 is clipped to loosest.
-    target = eb.auto_table_bounds(stats_of([1.0, 1.0, 1.0, 0.5], rng=[2.0, 1.0, 1.0, 1.0]),
-                                  AUTO)
+    target = eb.auto_table_bounds(stats_of([1.0, 1.0, 1.0, 0.5], rng=[2.0, 1.0, 1.0, 1.0]), AUTO)
     np.testing.assert_allclose(target, [0.015, 0.03, 0.03, 0.05], rtol=1e-6)
     # Few distinct vectors: tightening is cheap -> sqrt(0.25) = 0.5 x base.
     target = eb.auto_table_bounds(stats_of([1, 1, 1, 1], distinct=[1, 1, 1, 0.25]), AUTO)
@@ -299,8 +341,11 @@ def test_auto_target_rule_values():
     r = np.random.default_rng(0)
     cot, rng, dist = r.lognormal(size=(3, 4))
     dist = np.minimum(dist / dist.max(), 1.0)
-    np.testing.assert_allclose(eb.auto_table_bounds(stats_of(cot, rng, dist), AUTO),
-                               ref_target(cot, rng, dist, AUTO), rtol=2e-6)
+    np.testing.assert_allclose(
+        eb.auto_table_bounds(stats_of(cot, rng, dist), AUTO),
+        ref_target(cot, rng, dist, AUTO),
+        rtol=2e-6,
+    )
 
 
 def test_auto_target_clips_to_bounds():
@@ -320,7 +365,7 @@ def run_auto(config, stats_fn, steps):
 def test_auto_tightens_larger_cotangent_and_loosens_smaller():
     stats = stats_of([1.0, 1.0, 1.5, 0.75])
     state, history = run_auto(AUTO, lambda t: stats, 200)
-    evaluations = history[AUTO.update_every - 1::AUTO.update_every]
+    evaluations = history[AUTO.update_every - 1 :: AUTO.update_every]
     assert np.all(np.diff(evaluations[:, 2]) < 0)  # tightened at every evaluation
     assert np.all(np.diff(evaluations[:, 3]) > 0)  # loosened at every evaluation
     np.testing.assert_allclose(evaluations[:, :2], 0.03, rtol=1e-6)  # unchanged tables
@@ -345,7 +390,7 @@ def test_auto_is_stable_under_noisy_statistics():
     base_cot = np.array([1.0, 1.0, 1.5, 0.75])
     noise = r.lognormal(sigma=0.5, size=(3000, 4))
     _, history = run_auto(config, lambda t: stats_of(base_cot * noise[t]), 3000)
-    settled = np.log(history[1000::config.update_every])  # one row per evaluation
+    settled = np.log(history[1000 :: config.update_every])  # one row per evaluation
     raw = np.log(np.stack([ref_target(base_cot * n, 1.0, 1.0, config) for n in noise[1000:]]))
     assert np.all(settled.std(0) < raw.std(0) / 5)  # 5x+ steadier than per-step targets
     assert np.abs(np.diff(settled, axis=0)).max() < 0.1  # < 10% change per evaluation
@@ -357,8 +402,9 @@ def test_auto_ignores_non_finite_statistics():
     state = eb.update(eb.init(AUTO), stats_of([1.0, 2.0, 3.0, 4.0]), AUTO)
     nan_stats = stats_of([np.nan, np.inf, 3.0, 4.0])
     after = eb.update(state, nan_stats, AUTO)
-    np.testing.assert_array_equal(after.stats.cotangent_abs_mean[:2],
-                                  state.stats.cotangent_abs_mean[:2])
+    np.testing.assert_array_equal(
+        after.stats.cotangent_abs_mean[:2], state.stats.cotangent_abs_mean[:2]
+    )
     assert np.all(np.isfinite(np.asarray(after.stats.cotangent_abs_mean)))
 
 
@@ -373,8 +419,15 @@ def test_update_checks_stats():
 
 
 def test_one_compilation_for_100_steps_with_changing_bounds():
-    config = eb.ErrorBoundConfig(num_tables=4, base=0.03, schedule="log", early_stage=150,
-                                 policy="auto", update_every=1, stats_decay=0.5)
+    config = eb.ErrorBoundConfig(
+        num_tables=4,
+        base=0.03,
+        schedule="log",
+        early_stage=150,
+        policy="auto",
+        update_every=1,
+        stats_decay=0.5,
+    )
     traces = []
 
     @jax.jit
@@ -384,7 +437,7 @@ def test_one_compilation_for_100_steps_with_changing_bounds():
 
     state, bounds = eb.init(config), []
     r = np.random.default_rng(2)
-    for t in range(100):
+    for _t in range(100):
         state, eb_rel = train_step(state, stats_of(r.lognormal(size=4)))
         bounds.append(np.asarray(eb_rel))
     bounds = np.stack(bounds)
@@ -408,14 +461,14 @@ def test_inside_shard_map_replicated():
         stats = eb.TableStats(cot, jnp.ones(4), jnp.ones(4))
         return eb.update(state, stats, AUTO), eb.error_bounds(state, AUTO)
 
-    sharded = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("x")),
-                                    out_specs=(P(), P())))
+    sharded = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P(), P("x")), out_specs=(P(), P())))
     state = eb.init(AUTO)._replace(step=jnp.int32(AUTO.update_every - 1))
     got_state, got_eb = sharded(state, per_device)
     want_state = eb.update(state, stats_of(per_device.mean(0)), AUTO)
     want_eb = eb.error_bounds(state, AUTO)
-    for got, want in zip(jax.tree.leaves((got_state, got_eb)),
-                         jax.tree.leaves((want_state, want_eb))):
+    for got, want in zip(
+        jax.tree.leaves((got_state, got_eb)), jax.tree.leaves((want_state, want_eb))
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-6)
     assert not np.allclose(got_state.table_bound, 0.03)  # the evaluation happened
 
@@ -426,8 +479,11 @@ def test_state_round_trips_through_orbax_checkpoint(tmp_path):
     r = np.random.default_rng(4)
     state = eb.init(config)
     for _ in range(7):
-        state = eb.update(state, eb.TableStats(*(jnp.asarray(r.uniform(0.1, 1, 26), jnp.float32)
-                                                 for _ in range(3))), config)
+        state = eb.update(
+            state,
+            eb.TableStats(*(jnp.asarray(r.uniform(0.1, 1, 26), jnp.float32) for _ in range(3))),
+            config,
+        )
     checkpoint = {"params": {"w": jnp.arange(6.0)}, "error_bound": state}
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(tmp_path / "ckpt", checkpoint)
@@ -456,8 +512,13 @@ def test_step_schedule_changes_stair_exactly_at_multiples_of_t_over_10(early_sta
 def test_resumed_tier_state_follows_a_changed_config():
     old = eb.paper_kaggle_config(26)
     state = eb.init(old)
-    new = eb.ErrorBoundConfig(num_tables=26, base=0.02, schedule=old.schedule,
-                              early_stage=old.early_stage, tiers=old.tiers)
+    new = eb.ErrorBoundConfig(
+        num_tables=26,
+        base=0.02,
+        schedule=old.schedule,
+        early_stage=old.early_stage,
+        tiers=old.tiers,
+    )
     got = np.asarray(eb.error_bounds(state, new))
     want = np.asarray(eb.error_bounds(eb.init(new), new))
     assert np.array_equal(got, want)

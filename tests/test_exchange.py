@@ -21,8 +21,9 @@ import jax_lossy_comm as jlc
 from jax_lossy_comm import exchange as ex
 
 NDEV = 8
-pytestmark = pytest.mark.skipif(jax.device_count() < NDEV,
-                                reason=f"needs {NDEV} devices (XLA_FLAGS set in conftest.py)")
+pytestmark = pytest.mark.skipif(
+    jax.device_count() < NDEV, reason=f"needs {NDEV} devices (XLA_FLAGS set in conftest.py)"
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +32,9 @@ def mesh():
 
 
 def _smap(mesh, f, n_in, out_specs):
-    return jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"),) + (P(),) * (n_in - 1),
-                                 out_specs=out_specs))
+    return jax.jit(
+        jax.shard_map(f, mesh=mesh, in_specs=(P("i"),) + (P(),) * (n_in - 1), out_specs=out_specs)
+    )
 
 
 def _expand(stats):
@@ -46,12 +48,12 @@ def _data(shape, seed=0):
 
 # -------------------------------------------------------------------------- equality vs lax
 CASES = [  # (local shape, split, concat, tiled, table_axis)
-    ((16, 3, 8), 0, 1, True, 1),          # DLRM: [global_batch, tables, dim]
+    ((16, 3, 8), 0, 1, True, 1),  # DLRM: [global_batch, tables, dim]
     ((16, 3, 8), 0, 0, True, None),
     ((4, 16, 8), 1, 0, True, 0),
-    ((4, 6, 16), 2, 1, True, None),       # split on the last axis
-    ((8, 5, 4), 0, 1, False, 1),          # untiled
-    ((3, 8, 4), 1, 2, False, None),       # untiled, concat after the split
+    ((4, 6, 16), 2, 1, True, None),  # split on the last axis
+    ((8, 5, 4), 0, 1, False, 1),  # untiled
+    ((3, 8, 4), 1, 2, False, None),  # untiled, concat after the split
     ((2, 8, 3, 4), 1, 3, True, 2),
 ]
 
@@ -63,8 +65,9 @@ def test_matches_all_to_all_within_bound(mesh, shape, split, concat, tiled, tabl
     x = jnp.asarray(xg)
 
     def f(x, eb):
-        y, s = jlc.compressed_all_to_all(x, "i", split, concat, error_bound=eb,
-                                         table_axis=table, tiled=tiled, return_stats=True)
+        y, s = jlc.compressed_all_to_all(
+            x, "i", split, concat, error_bound=eb, table_axis=table, tiled=tiled, return_stats=True
+        )
         return y, jax.lax.all_to_all(x, "i", split, concat, tiled=tiled), _expand(s)
 
     y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(x, jnp.float32(eb_rel))
@@ -82,16 +85,17 @@ def test_per_table_bound_chunk_by_chunk(mesh):
     chunk against eb_rel[t] * (max - min) of that chunk, in float64."""
     rows, L, dim = 32, 3, 16
     xg = _data((NDEV * NDEV * rows, L, dim), seed=3)
-    xg[:, 1] *= 40.0                      # tables with different ranges
+    xg[:, 1] *= 40.0  # tables with different ranges
     ebs = np.array([0.01, 0.05, 0.002], np.float32)
 
     def f(x, eb):
-        return jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                         min_error_bound=0.002)
+        return jlc.compressed_all_to_all(
+            x, "i", 0, 1, error_bound=eb, table_axis=1, min_error_bound=0.002
+        )
 
     y = np.asarray(_smap(mesh, f, 2, P("i"))(jnp.asarray(xg), jnp.asarray(ebs)), np.float64)
-    y = y.reshape(NDEV, rows, NDEV * L, dim)           # [dest d, rows, src*L + t, dim]
-    xs = xg.reshape(NDEV, NDEV, rows, L, dim)          # [src i, dest d, rows, t, dim]
+    y = y.reshape(NDEV, rows, NDEV * L, dim)  # [dest d, rows, src*L + t, dim]
+    xs = xg.reshape(NDEV, NDEV, rows, L, dim)  # [src i, dest d, rows, t, dim]
     for i in range(NDEV):
         for d in range(NDEV):
             for t in range(L):
@@ -106,8 +110,9 @@ def test_dense_moves_5x_fewer_bytes_at_rel_001(mesh):
     x = jnp.asarray(_data((NDEV * NDEV * rows, L, dim), seed=4))
 
     def f(x, eb):
-        _, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                         path="dense", return_stats=True)
+        _, s = jlc.compressed_all_to_all(
+            x, "i", 0, 1, error_bound=eb, table_axis=1, path="dense", return_stats=True
+        )
         return _expand(s)
 
     s = _smap(mesh, f, 2, P("i"))(x, jnp.float32(0.01))
@@ -126,12 +131,21 @@ def test_fallback_matches_all_to_all_bitwise(mesh, shape, split, concat, tiled, 
     (all_to_all of the codec's chunks, then the inverse layout) equals lax.all_to_all bit
     for bit, NaN payloads included."""
     xg = _data((NDEV * shape[0],) + shape[1:], seed=3 + split)
-    xg.reshape(-1)[::7] = np.nan   # payload bits survive only an exact exchange
+    xg.reshape(-1)[::7] = np.nan  # payload bits survive only an exact exchange
 
     def f(x, eb):
-        y, s = jlc.compressed_all_to_all(x, "i", split, concat, error_bound=eb,
-                                         table_axis=table, tiled=tiled, capacity=16,
-                                         path=path, return_stats=True)
+        y, s = jlc.compressed_all_to_all(
+            x,
+            "i",
+            split,
+            concat,
+            error_bound=eb,
+            table_axis=table,
+            tiled=tiled,
+            capacity=16,
+            path=path,
+            return_stats=True,
+        )
         return y, jax.lax.all_to_all(x, "i", split, concat, tiled=tiled), _expand(s)
 
     y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(0.01))
@@ -155,6 +169,7 @@ def _untiled_via_tiled(x):
 def test_grad_exact_backward_matches_all_to_all(mesh, shape, split, concat, tiled, table):
     x = jnp.asarray(_data((NDEV * shape[0],) + shape[1:], seed=5))
     if tiled:
+
         def reference(x):
             return jax.lax.all_to_all(x, "i", split, concat, tiled=True)
     else:
@@ -164,16 +179,21 @@ def test_grad_exact_backward_matches_all_to_all(mesh, shape, split, concat, tile
     def run(exchange):
         def h(x, w):
             y = exchange(x)
-            return jax.lax.psum(jnp.sum(y * w), "i")   # psum: the vma trap of DESIGN.md
+            return jax.lax.psum(jnp.sum(y * w), "i")  # psum: the vma trap of DESIGN.md
+
         out_shape = jax.eval_shape(
-            jax.shard_map(reference, mesh=mesh, in_specs=P("i"), out_specs=P("i")), x).shape
+            jax.shard_map(reference, mesh=mesh, in_specs=P("i"), out_specs=P("i")), x
+        ).shape
         w = _weights(out_shape)
         sm = jax.shard_map(h, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P())
         return jax.jit(jax.grad(sm))(x, w)
 
     g_exact = run(reference)
-    g = run(lambda x: jlc.compressed_all_to_all(x, "i", split, concat, error_bound=0.02,
-                                                table_axis=table, tiled=tiled))
+    g = run(
+        lambda x: jlc.compressed_all_to_all(
+            x, "i", split, concat, error_bound=0.02, table_axis=table, tiled=tiled
+        )
+    )
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_exact), rtol=1e-6, atol=1e-6)
 
 
@@ -188,9 +208,18 @@ def test_grad_compressed_backward_within_bound(mesh):
             if backward is None:
                 y = jax.lax.all_to_all(x, "i", 0, 1, tiled=True)
             else:
-                y = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                              backward=backward, backward_error_bound=beb)
+                y = jlc.compressed_all_to_all(
+                    x,
+                    "i",
+                    0,
+                    1,
+                    error_bound=eb,
+                    table_axis=1,
+                    backward=backward,
+                    backward_error_bound=beb,
+                )
             return jax.lax.psum(jnp.sum(y * w), "i")
+
         sm = jax.shard_map(h, mesh=mesh, in_specs=(P("i"), P("i"), P()), out_specs=P())
         return np.asarray(jax.jit(jax.grad(sm))(x, w, jnp.float32(0.02)), np.float64)
 
@@ -209,8 +238,9 @@ def test_few_nonfinite_values_are_outliers_not_fallback(mesh):
     xg[3, 0, 2], xg[40, 1, 5], xg[200, 0, 0] = np.nan, np.inf, -np.inf
 
     def f(x, eb):
-        y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                         return_stats=True)
+        y, s = jlc.compressed_all_to_all(
+            x, "i", 0, 1, error_bound=eb, table_axis=1, return_stats=True
+        )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
     y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(0.01))
@@ -227,14 +257,15 @@ def test_overflow_falls_back_exactly_and_is_counted(mesh, what):
     xg = _data((NDEV * NDEV * rows, L, dim), seed=8)
     eb = 0.01
     if what == "nan_chunk":
-        xg[rows * NDEV * 2 + rows: rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
+        xg[rows * NDEV * 2 + rows : rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
         xg[rows * NDEV * 2 + rows, 1, :4] = np.inf
     else:
-        eb = 1e-5          # needs 16-bit codes; capacity is sized for 0.01 (6 bits)
+        eb = 1e-5  # needs 16-bit codes; capacity is sized for 0.01 (6 bits)
 
     def f(x, e):
-        y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=e, table_axis=1,
-                                         min_error_bound=0.01, return_stats=True)
+        y, s = jlc.compressed_all_to_all(
+            x, "i", 0, 1, error_bound=e, table_axis=1, min_error_bound=0.01, return_stats=True
+        )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
     y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(eb))
@@ -261,7 +292,7 @@ def test_changing_error_bound_does_not_recompile(mesh):
     assert g._cache_size() == 1
     ye = _smap(mesh, lambda x, e: jax.lax.all_to_all(x, "i", 0, 1, tiled=True), 2, P("i"))(x, 0)
     e0, e1 = (float(np.abs(np.asarray(y) - np.asarray(ye)).max()) for y in ys)
-    assert e1 > e0   # the looser bound really was used
+    assert e1 > e0  # the looser bound really was used
 
 
 def test_ragged_path_decodes_like_dense(mesh):
@@ -269,19 +300,30 @@ def test_ragged_path_decodes_like_dense(mesh):
     ragged_all_to_all's documented semantics (XLA:CPU has no ragged_all_to_all), give the
     dense path's values."""
     x = jnp.asarray(_data((NDEV * 16, 3, 16), seed=11))
-    x = x.at[:32, 2].set(1.0)   # constant chunks: header-only frames
+    x = x.at[:32, 2].set(1.0)  # constant chunks: header-only frames
 
     def f(path):
         def g(x, eb):
-            y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                             codec="entropy", path=path, return_stats=True)
+            y, s = jlc.compressed_all_to_all(
+                x,
+                "i",
+                0,
+                1,
+                error_bound=eb,
+                table_axis=1,
+                codec="entropy",
+                path=path,
+                return_stats=True,
+            )
             return y, _expand(s)
+
         return _smap(mesh, g, 2, (P("i"), P("i")))(x, jnp.float32(0.01))
 
     (yd, sd), (yr, sr) = f("dense"), f("_ragged_emulated")
     assert np.array_equal(np.asarray(yd), np.asarray(yr))
-    np.testing.assert_array_equal(np.asarray(sr.moved_bytes),
-                                  np.asarray(sr.frame_bytes) + 4 * NDEV * 3)
+    np.testing.assert_array_equal(
+        np.asarray(sr.moved_bytes), np.asarray(sr.frame_bytes) + 4 * NDEV * 3
+    )
     assert np.all(np.asarray(sr.moved_bytes) < np.asarray(sd.moved_bytes))
 
 
@@ -291,15 +333,23 @@ def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
     bit, forward and compressed backward, and moves one bucket per destination."""
     rows, L, dim = 32, 3, 16
     xg = _data((NDEV * NDEV * rows, L, dim), seed=13)
-    xg[:, 1] = xg[:1, 1]      # repeated rows: small frames
-    xg[:, 2] = 0.0            # constant chunks: header-only frames
+    xg[:, 1] = xg[:1, 1]  # repeated rows: small frames
+    xg[:, 2] = 0.0  # constant chunks: header-only frames
     w = _weights((NDEV * rows, NDEV * L, dim))
 
     def f(path):
         def g(x, eb):
-            y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1,
-                                             path=path, backward="compressed",
-                                             return_stats=True)
+            y, s = jlc.compressed_all_to_all(
+                x,
+                "i",
+                0,
+                1,
+                error_bound=eb,
+                table_axis=1,
+                path=path,
+                backward="compressed",
+                return_stats=True,
+            )
             return y, _expand(s)
 
         def loss(x, eb):
@@ -313,9 +363,9 @@ def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
     assert np.array_equal(np.asarray(gd), np.asarray(gp))
     np.testing.assert_array_equal(np.asarray(sd.frame_bytes), np.asarray(sp.frame_bytes))
     moved = np.asarray(sp.moved_bytes)
-    assert np.all(moved == moved[0])               # one agreed bucket for every device
+    assert np.all(moved == moved[0])  # one agreed bucket for every device
     assert moved[0] / NDEV in ex.packed_buckets(L, int(np.asarray(sd.capacity_bytes)[0]))
-    need = 4 * L + np.asarray(sp.frame_bytes).max() / NDEV   # a rough lower bound
+    need = 4 * L + np.asarray(sp.frame_bytes).max() / NDEV  # a rough lower bound
     assert need <= moved[0] < np.asarray(sd.moved_bytes)[0] / 2
     assert int(np.asarray(sp.fallback).max()) == 0
 
@@ -323,11 +373,12 @@ def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
 def test_packed_path_falls_back_exactly(mesh):
     rows, L, dim = 16, 2, 8
     xg = _data((NDEV * NDEV * rows, L, dim), seed=8)
-    xg[rows * NDEV * 2 + rows: rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
+    xg[rows * NDEV * 2 + rows : rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
 
     def f(x, e):
-        y, s = jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=e, table_axis=1,
-                                         path="packed", return_stats=True)
+        y, s = jlc.compressed_all_to_all(
+            x, "i", 0, 1, error_bound=e, table_axis=1, path="packed", return_stats=True
+        )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
     y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(0.01))
@@ -349,8 +400,10 @@ def test_bfloat16(mesh):
     x = jnp.asarray(xg, jnp.bfloat16)
 
     def f(x, eb):
-        return (jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1),
-                jax.lax.all_to_all(x, "i", 0, 1, tiled=True))
+        return (
+            jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1),
+            jax.lax.all_to_all(x, "i", 0, 1, tiled=True),
+        )
 
     y, ye = _smap(mesh, f, 2, (P("i"), P("i")))(x, jnp.float32(0.02))
     assert y.dtype == jnp.bfloat16
@@ -365,6 +418,7 @@ def test_errors(mesh):
     def call(**kw):
         def f(x):
             return jlc.compressed_all_to_all(x, "i", kw.pop("split", 0), 1, **kw)
+
         return jax.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
 
     with pytest.raises(ValueError, match="divisible"):
@@ -390,11 +444,16 @@ def test_two_axis_mesh_and_check_vma(check_vma):
 
     def run(comp):
         def h(x, w):
-            y = (jlc.compressed_all_to_all(x, "m", 0, 1, error_bound=0.01, table_axis=1)
-                 if comp else jax.lax.all_to_all(x, "m", 0, 1, tiled=True))
+            y = (
+                jlc.compressed_all_to_all(x, "m", 0, 1, error_bound=0.01, table_axis=1)
+                if comp
+                else jax.lax.all_to_all(x, "m", 0, 1, tiled=True)
+            )
             return jax.lax.psum(jnp.sum(y * w), ("d", "m")), y
-        sm = jax.shard_map(h, mesh=mesh2, in_specs=(spec, spec), out_specs=(P(), spec),
-                           check_vma=check_vma)
+
+        sm = jax.shard_map(
+            h, mesh=mesh2, in_specs=(spec, spec), out_specs=(P(), spec), check_vma=check_vma
+        )
         (_, y), g = jax.jit(jax.value_and_grad(lambda x, w: sm(x, w), has_aux=True))(x, w)
         return np.asarray(y, np.float64), np.asarray(g)
 

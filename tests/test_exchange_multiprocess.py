@@ -31,9 +31,16 @@ def test_compressed_exchange_two_processes():
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), str(NPROC), str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(NPROC)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(i), str(NPROC), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(NPROC)
+    ]
     outs = []
     try:
         for p in procs:

@@ -22,16 +22,33 @@ CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
 def test_decoder_survives_mutated_frames_under_asan(tmp_path):
     exe = tmp_path / "fuzz_frames"
     build = subprocess.run(
-        [CXX, "-std=c++17", "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-         "-ffp-contract=off", f"-I{ROOT / 'xla_ffi'}", str(ROOT / "tests" / "fuzz" / "fuzz_frames.cc"),
-         "-o", str(exe)],
-        capture_output=True, text=True)
+        [
+            CXX,
+            "-std=c++17",
+            "-O1",
+            "-g",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-ffp-contract=off",
+            f"-I{ROOT / 'xla_ffi'}",
+            str(ROOT / "tests" / "fuzz" / "fuzz_frames.cc"),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if build.returncode != 0 and "sanitize" in build.stderr:
         pytest.skip(f"compiler lacks sanitizer runtimes: {build.stderr[-300:]}")
     assert build.returncode == 0, build.stderr
     iterations = os.environ.get("JLC_FUZZ_ITERATIONS", "4000")
-    run = subprocess.run([str(exe), iterations, "3"], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1"})
+    run = subprocess.run(
+        [str(exe), iterations, "3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1"},
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     rejected = int(run.stdout.split("iterations, ")[1].split()[0])
     assert rejected > int(iterations)  # most mutations must be caught

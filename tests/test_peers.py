@@ -25,11 +25,19 @@ sys.path.insert(0, str(REPO / "bench"))
 import bench_util as bu  # noqa: E402
 import peers  # noqa: E402
 
-ERROR_BOUNDED = ("zstd-1", "quant-codes", "quant-codes+zstd-1", "quant-codes+zstd-19",
-                 "sz3-default", "sz3-nopred", "zfp-accuracy")
+ERROR_BOUNDED = (
+    "zstd-1",
+    "quant-codes",
+    "quant-codes+zstd-1",
+    "quant-codes+zstd-19",
+    "sz3-default",
+    "sz3-nopred",
+    "zfp-accuracy",
+)
 HAVE_DATA = (DATA / "emb_dumps" / "manifest.json").is_file()
 needs_data = pytest.mark.skipif(
-    not HAVE_DATA, reason=f"real dumps absent: {DATA / 'emb_dumps' / 'manifest.json'}")
+    not HAVE_DATA, reason=f"real dumps absent: {DATA / 'emb_dumps' / 'manifest.json'}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +54,14 @@ def dumps():
 
 def test_registry_lists_every_peer_with_a_reason_when_unavailable(registry):
     expected = set(ERROR_BOUNDED) | {
-        "fbgemm-fp16", "fbgemm-bf16", "fbgemm-int8-rowwise", "fbgemm-mx4", "fbgemm-hfp8",
-        "jax-bf16", "jax-fp8-e4m3"}
+        "fbgemm-fp16",
+        "fbgemm-bf16",
+        "fbgemm-int8-rowwise",
+        "fbgemm-mx4",
+        "fbgemm-hfp8",
+        "jax-bf16",
+        "jax-fp8-e4m3",
+    }
     assert expected <= set(registry), expected - set(registry)
     assert {n for n, c in registry.items() if c.error_bounded} == set(ERROR_BOUNDED)
     for c in registry.values():
@@ -58,12 +72,15 @@ def test_registry_lists_every_peer_with_a_reason_when_unavailable(registry):
             assert c.compress is None
 
 
-@pytest.mark.parametrize("module, names", [
-    ("pysz", ("sz3-default", "sz3-nopred")),
-    ("zfpy", ("zfp-accuracy",)),
-    ("fbgemm_gpu", ("fbgemm-fp16", "fbgemm-int8-rowwise", "fbgemm-mx4")),
-    ("zstandard", ("zstd-1", "quant-codes+zstd-1", "quant-codes+zstd-19")),
-])
+@pytest.mark.parametrize(
+    "module, names",
+    [
+        ("pysz", ("sz3-default", "sz3-nopred")),
+        ("zfpy", ("zfp-accuracy",)),
+        ("fbgemm_gpu", ("fbgemm-fp16", "fbgemm-int8-rowwise", "fbgemm-mx4")),
+        ("zstandard", ("zstd-1", "quant-codes+zstd-1", "quant-codes+zstd-19")),
+    ],
+)
 def test_missing_package_gives_skipped_entries(monkeypatch, module, names):
     # None in sys.modules makes `import module` raise ImportError, as if not installed.
     monkeypatch.setitem(sys.modules, module, None)
@@ -127,8 +144,9 @@ def test_quant_special_values_and_constant_chunks():
         assert peers.quantize_outliers(blob) >= 3
         # constant chunk: eb_abs = 0 from REL mode, header-sized, exact
         c = np.full((16, 32), 0.25, np.float32)
-        cb = peers.quantize_encode(c, bu.eb_abs_from_rel(c, 0.01), level=level,
-                                   zstd_module=zstandard)
+        cb = peers.quantize_encode(
+            c, bu.eb_abs_from_rel(c, 0.01), level=level, zstd_module=zstandard
+        )
         assert np.array_equal(peers.quantize_decode(cb, c.shape, zstd_module=zstandard), c)
         # zero bound on varying data: lossless fallback
         zb = peers.quantize_encode(x, 0.0, level=level, zstd_module=zstandard)
@@ -151,8 +169,14 @@ def test_quant_decode_rejects_bad_blobs():
 @needs_data
 def test_bench_codec_reports_skipped_and_measures(monkeypatch, dumps):
     # importing peer_bench sets single-thread environment variables: restore them afterwards
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS", "XLA_FLAGS"):
+    for var in (
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+        "XLA_FLAGS",
+    ):
         if var in os.environ:
             monkeypatch.setenv(var, os.environ[var])
         else:

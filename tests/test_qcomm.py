@@ -19,8 +19,9 @@ import jax_lossy_comm as jlc
 from jax_lossy_comm import qcomm
 
 NDEV = 8
-needs_devices = pytest.mark.skipif(jax.device_count() < NDEV,
-                                   reason=f"needs {NDEV} devices (XLA_FLAGS in conftest.py)")
+needs_devices = pytest.mark.skipif(
+    jax.device_count() < NDEV, reason=f"needs {NDEV} devices (XLA_FLAGS in conftest.py)"
+)
 
 
 def np_int8_rowwise(x: np.ndarray, row_dim: int = 32):
@@ -34,7 +35,7 @@ def np_int8_rowwise(x: np.ndarray, row_dim: int = 32):
     rng = (hi - lo).astype(np.float32)
     scale = (rng / np.float32(255.0)).astype(np.float32)
     inv = (np.float32(255.0) / (rng + np.float32(1e-8))).astype(np.float32)
-    q = np.rint((r - lo[:, None]) * inv[:, None]).astype(np.uint8)   # lrintf: half to even
+    q = np.rint((r - lo[:, None]) * inv[:, None]).astype(np.uint8)  # lrintf: half to even
     y = (q.astype(np.float32) * scale[:, None] + lo[:, None]).astype(np.float32)
     return q, scale, lo, y.reshape(-1)
 
@@ -42,8 +43,8 @@ def np_int8_rowwise(x: np.ndarray, row_dim: int = 32):
 def _unpack(packed: np.ndarray, row_dim: int):
     w = qcomm.int8_row_bytes(row_dim)
     packed = np.asarray(packed).reshape(-1, w)
-    sb = np.ascontiguousarray(packed[:, w - 8:]).view("<f4")
-    return packed[:, :row_dim], packed[:, row_dim:w - 8], sb[:, 0], sb[:, 1]
+    sb = np.ascontiguousarray(packed[:, w - 8 :]).view("<f4")
+    return packed[:, :row_dim], packed[:, row_dim : w - 8], sb[:, 0], sb[:, 1]
 
 
 def _data(shape, seed=0):
@@ -94,11 +95,15 @@ def test_int8_matches_fbgemm_when_installed():
     ref = torch.ops.fbgemm.FloatToFused8BitRowwiseQuantized(torch.from_numpy(x)).numpy()
     got = np.asarray(qcomm.int8_rowwise_quantize(x.reshape(-1))).reshape(ref.shape)
     assert np.mean(got[:, :32] == ref[:, :32]) >= 0.999
-    np.testing.assert_array_equal(got[:, 36:], ref[:, 36:])            # bias bytes
+    np.testing.assert_array_equal(got[:, 36:], ref[:, 36:])  # bias bytes
     y_ref = torch.ops.fbgemm.Fused8BitRowwiseQuantizedToFloat(torch.from_numpy(ref)).numpy()
     y = np.asarray(qcomm.int8_rowwise_dequantize(jnp.asarray(got))).reshape(y_ref.shape)
-    np.testing.assert_allclose(y, y_ref, rtol=0, atol=float(np.abs(x).max()) * 2e-6 + 1e-3
-                               * float((x.max(1) - x.min(1)).max()) / 255)
+    np.testing.assert_allclose(
+        y,
+        y_ref,
+        rtol=0,
+        atol=float(np.abs(x).max()) * 2e-6 + 1e-3 * float((x.max(1) - x.min(1)).max()) / 255,
+    )
 
 
 def test_bf16_encode_clamps_and_rounds_to_nearest_even():
@@ -122,10 +127,10 @@ def _smap(mesh, f, out_specs):
 
 
 CASES = [  # (local shape, split, concat, tiled, table_axis); each peer block % 32 == 0
-    ((16, 4, 32), 0, 1, True, 1),          # DLRM [global_batch, tables, dim]
+    ((16, 4, 32), 0, 1, True, 1),  # DLRM [global_batch, tables, dim]
     ((16, 2, 64), 0, 1, True, 1),
     ((8, 16, 32), 1, 0, True, None),
-    ((8, 4, 16), 0, 1, False, 1),          # untiled
+    ((8, 4, 16), 0, 1, False, 1),  # untiled
 ]
 
 
@@ -134,31 +139,41 @@ def _reference_exchange(x_global, split, concat, tiled, roundtrip):
     codec's round trip `roundtrip(float32[n]) -> float32[n]` (numpy)."""
     local = np.split(x_global, NDEV)
     lay = jlc.exchange._make_layout(local[0].shape, NDEV, split, concat, None, tiled)
-    sent = np.stack([np.stack([roundtrip(b) for b in np.asarray(
-        lay.to_chunks(jnp.asarray(x))).reshape(NDEV, -1)]) for x in local])   # [src, dst, n]
-    return np.concatenate([np.asarray(lay.from_chunks(jnp.asarray(
-        sent[:, d].reshape((NDEV,) + lay.chunk_shape)))) for d in range(NDEV)])
+    sent = np.stack(
+        [
+            np.stack(
+                [roundtrip(b) for b in np.asarray(lay.to_chunks(jnp.asarray(x))).reshape(NDEV, -1)]
+            )
+            for x in local
+        ]
+    )  # [src, dst, n]
+    return np.concatenate(
+        [
+            np.asarray(lay.from_chunks(jnp.asarray(sent[:, d].reshape((NDEV,) + lay.chunk_shape))))
+            for d in range(NDEV)
+        ]
+    )
 
 
 @needs_devices
 @pytest.mark.parametrize("shape,split,concat,tiled,table", CASES)
 @pytest.mark.parametrize("which", ["int8-rowwise", "bf16"])
-def test_exchange_matches_all_to_all_of_roundtrip(mesh, shape, split, concat, tiled, table,
-                                                  which):
+def test_exchange_matches_all_to_all_of_roundtrip(mesh, shape, split, concat, tiled, table, which):
     fn = qcomm.int8_rowwise_all_to_all if which == "int8-rowwise" else qcomm.bf16_all_to_all
     x = _data((NDEV * shape[0],) + shape[1:], seed=7)
-    y = _smap(mesh, lambda v: fn(v, "i", split, concat, tiled=tiled, table_axis=table,
-                                 error_bound=0.01), P("i"))(x)
-    exact = _smap(mesh, lambda v: jax.lax.all_to_all(v, "i", split, concat, tiled=tiled),
-                  P("i"))(x)
+    y = _smap(
+        mesh,
+        lambda v: fn(v, "i", split, concat, tiled=tiled, table_axis=table, error_bound=0.01),
+        P("i"),
+    )(x)
+    exact = _smap(mesh, lambda v: jax.lax.all_to_all(v, "i", split, concat, tiled=tiled), P("i"))(x)
     assert y.shape == exact.shape and y.dtype == x.dtype
     if which == "bf16":
         rt = lambda b: b.astype(jnp.bfloat16).astype(np.float32)  # noqa: E731
         ref = _reference_exchange(x, split, concat, tiled, lambda b: np.asarray(rt(b)))
         np.testing.assert_array_equal(np.asarray(y), ref)
     else:
-        ref = _reference_exchange(x, split, concat, tiled,
-                                  lambda b: np_int8_rowwise(b, 32)[3])
+        ref = _reference_exchange(x, split, concat, tiled, lambda b: np_int8_rowwise(b, 32)[3])
         tol = (np.abs(np.asarray(exact)).max() * 2 / 255) * 1.001
         np.testing.assert_allclose(np.asarray(y), ref, rtol=0, atol=tol / 2 * 1e-3 + 1e-6)
 
@@ -171,8 +186,7 @@ def test_stats_bytes(mesh, which, ratio):
     x = _data((NDEV * local[0],) + local[1:])
 
     def f(v):
-        _, s = fn(v, "i", 0, 1, table_axis=1, error_bound=jnp.full((4,), 0.01),
-                  return_stats=True)
+        _, s = fn(v, "i", 0, 1, table_axis=1, error_bound=jnp.full((4,), 0.01), return_stats=True)
         return jax.tree.map(lambda a: a[None], s)
 
     s = _smap(mesh, f, P("i"))(x)
@@ -192,20 +206,23 @@ def test_gradient_straight_through(mesh, which):
     """Exact backward: the gradient (through a psum, the vma trap) equals the exact
     all_to_all's. Quantized backward: it is the codec's transposed exchange of the cotangent."""
     fn = qcomm.int8_rowwise_all_to_all if which == "int8-rowwise" else qcomm.bf16_all_to_all
-    x = _data((NDEV * 16, 2, 32), seed=11)        # local [16, 2, 32] -> y local [2, 16, 32]
+    x = _data((NDEV * 16, 2, 32), seed=11)  # local [16, 2, 32] -> y local [2, 16, 32]
     w = _data((NDEV * 2, 16, 32), seed=12)
 
     def loss(xa, exchange):
         def body(v, wv):
             return jax.lax.psum(jnp.sum(exchange(v) * wv), "i")
+
         return jax.shard_map(body, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P())(xa, w)
 
-    exact_g = jax.jit(jax.grad(lambda a: loss(a, lambda v: jax.lax.all_to_all(
-        v, "i", 0, 1, tiled=True))))(x)
+    exact_g = jax.jit(
+        jax.grad(lambda a: loss(a, lambda v: jax.lax.all_to_all(v, "i", 0, 1, tiled=True)))
+    )(x)
     g = jax.jit(jax.grad(lambda a: loss(a, lambda v: fn(v, "i", 0, 1, table_axis=1))))(x)
     np.testing.assert_allclose(np.asarray(g), np.asarray(exact_g), rtol=1e-6, atol=1e-6)
-    gq = jax.jit(jax.grad(lambda a: loss(
-        a, lambda v: fn(v, "i", 0, 1, table_axis=1, backward="compressed"))))(x)
+    gq = jax.jit(
+        jax.grad(lambda a: loss(a, lambda v: fn(v, "i", 0, 1, table_axis=1, backward="compressed")))
+    )(x)
     back = _smap(mesh, lambda v: fn(v, "i", 1, 0), P("i"))(w)
     np.testing.assert_array_equal(np.asarray(gq), np.asarray(back))
     assert np.abs(np.asarray(gq) - np.asarray(exact_g)).max() > 0
@@ -213,11 +230,12 @@ def test_gradient_straight_through(mesh, which):
 
 @needs_devices
 def test_bad_arguments(mesh):
-    x = np.zeros((NDEV * 8, 3, 5), np.float32)   # 15 values per peer block
+    x = np.zeros((NDEV * 8, 3, 5), np.float32)  # 15 values per peer block
     with pytest.raises(ValueError, match="row_dim"):
         _smap(mesh, lambda v: qcomm.int8_rowwise_all_to_all(v, "i", 0, 1), P("i"))(x)
     with pytest.raises(ValueError, match="backward"):
         _smap(mesh, lambda v: qcomm.bf16_all_to_all(v, "i", 0, 1, backward="x"), P("i"))(x)
     with pytest.raises(TypeError):
         _smap(mesh, lambda v: qcomm.bf16_all_to_all(v, "i", 0, 1), P("i"))(
-            np.zeros((NDEV * 8, 3, 5), np.int32))
+            np.zeros((NDEV * 8, 3, 5), np.int32)
+        )

@@ -35,10 +35,13 @@ TINY = np.finfo(np.float32).tiny
 KINDS = ("normal", "grid", "specials", "constant", "nonfinite", "zeros")
 ROWS, DIM = 8, 16  # chunk shape shared by most tests: one compilation per dtype
 
-needs_ext = pytest.mark.skipif(not _ffi.available(),
-                               reason="compiled extension absent: no C++ codec to compare with")
-needs_dumps = pytest.mark.skipif(not (DATA / "emb_dumps" / "manifest.json").is_file(),
-                                 reason=f"real dumps absent: {DATA / 'emb_dumps' / 'manifest.json'}")
+needs_ext = pytest.mark.skipif(
+    not _ffi.available(), reason="compiled extension absent: no C++ codec to compare with"
+)
+needs_dumps = pytest.mark.skipif(
+    not (DATA / "emb_dumps" / "manifest.json").is_file(),
+    reason=f"real dumps absent: {DATA / 'emb_dumps' / 'manifest.json'}",
+)
 
 # jit so that negative and non-finite bounds reach the C++ encoder as traced values.
 _cpp_compress = jax.jit(jlc.compress, static_argnames=("mode", "codec", "capacity"))
@@ -63,8 +66,11 @@ def make_chunks(specs, rows: int, dim: int, dtype: np.dtype, seed: int):
     xs, ebs, eb_abs = [], [], []
     for off_exp, spread_exp, sign, kind, eb in specs:
         spread = 10.0 ** (spread_exp * shrink)
-        z = (rng.integers(-4, 5, (rows, dim)) * 0.5 if kind == "grid"
-             else rng.standard_normal((rows, dim)))
+        z = (
+            rng.integers(-4, 5, (rows, dim)) * 0.5
+            if kind == "grid"
+            else rng.standard_normal((rows, dim))
+        )
         with np.errstate(over="ignore"):
             x = (sign * 10.0 ** (off_exp * shrink) + spread * z).astype(np.float32)
         flat = x.reshape(-1)
@@ -136,16 +142,25 @@ def seal(frame_row: np.ndarray, nbytes: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- frames and values vs C++
 SPEC = st.tuples(
-    st.floats(-30, 30), st.floats(-30, 30), st.sampled_from([-1.0, 0.0, 1.0]),
+    st.floats(-30, 30),
+    st.floats(-30, 30),
+    st.sampled_from([-1.0, 0.0, 1.0]),
     st.sampled_from(KINDS),
-    st.one_of(st.sampled_from([0.0, 0.5, 0.25, 0.1, 1e-6, -1.0, np.inf, np.nan]),
-              st.floats(1e-8, 2.0)))
+    st.one_of(
+        st.sampled_from([0.0, 0.5, 0.25, 0.1, 1e-6, -1.0, np.inf, np.nan]), st.floats(1e-8, 2.0)
+    ),
+)
 
 
 @needs_ext
 @settings(max_examples=4, deadline=None)  # each example compiles for its shape (about 3 s)
-@given(rows=st.integers(0, 64), dim=st.integers(0, 64), dtype=st.sampled_from(DTYPES),
-       specs=st.lists(SPEC, min_size=6, max_size=6), seed=st.integers(0, 2**32 - 1))
+@given(
+    rows=st.integers(0, 64),
+    dim=st.integers(0, 64),
+    dtype=st.sampled_from(DTYPES),
+    specs=st.lists(SPEC, min_size=6, max_size=6),
+    seed=st.integers(0, 2**32 - 1),
+)
 @example(rows=0, dim=5, dtype=DTYPES[0], specs=[(0.0, 0.0, 1.0, "normal", 0.01)] * 6, seed=0)
 @example(rows=7, dim=0, dtype=DTYPES[2], specs=[(0.0, 0.0, 1.0, "normal", 0.01)] * 6, seed=0)
 def test_frames_and_values_match_cpp(rows, dim, dtype, specs, seed):
@@ -165,9 +180,16 @@ def test_frames_and_values_match_cpp(rows, dim, dtype, specs, seed):
 def test_many_random_chunks_match_cpp(dtype):
     """3000 chunks per dtype at all scales: catches last-bit differences (FMA, rounding)."""
     rng = np.random.default_rng(7)
-    specs = [(rng.uniform(-30, 30), rng.uniform(-30, 30), rng.choice([-1.0, 0.0, 1.0]),
-              KINDS[rng.choice(6, p=[0.45, 0.35, 0.1, 0.04, 0.03, 0.03])],
-              float(10.0 ** rng.uniform(-7, 0.3))) for _ in range(1500)]
+    specs = [
+        (
+            rng.uniform(-30, 30),
+            rng.uniform(-30, 30),
+            rng.choice([-1.0, 0.0, 1.0]),
+            KINDS[rng.choice(6, p=[0.45, 0.35, 0.1, 0.04, 0.03, 0.03])],
+            float(10.0 ** rng.uniform(-7, 0.3)),
+        )
+        for _ in range(1500)
+    ]
     x, eb_rel, eb_abs = make_chunks(specs, ROWS, DIM, dtype, seed=11)
     capacity = frame.raw_frame_bytes(ROWS, DIM, dtype)
     for mode, eb in (("rel", eb_rel), ("abs", eb_abs)):
@@ -183,21 +205,20 @@ def edge_chunks() -> tuple[np.ndarray, np.ndarray]:
     base = rng.standard_normal((ROWS, DIM)).astype(np.float32)
     big = np.float32(3e38)
     chunks = [
-        (np.full((ROWS, DIM), 2.5, np.float32), big),                      # constant, step = Inf
+        (np.full((ROWS, DIM), 2.5, np.float32), big),  # constant, step = Inf
         (np.where(rng.random((ROWS, DIM)) < 0.5, 0.0, -0.0).astype(np.float32), 0.1),  # +-0
-        (np.full((ROWS, DIM), np.nan, np.float32), 0.1),                  # no finite value
-        (np.clip(base, -1, 1) * big, 1.0),                                # range overflows
-        (base, np.float32(1.5e-7)),                                       # maxcode near 2^24
-        (base, np.float32(3e-8)),                                         # maxcode >= 2^24: raw
-        (np.float32(1e30) + base * np.float32(1e23), np.float32(1e22)),   # huge offset
-        (base * np.float32(1e-30), np.float32(1e-32)),                    # tiny spread
-        (np.round(base * 4) / 4, np.float32(0.125)),                      # exact midpoints
+        (np.full((ROWS, DIM), np.nan, np.float32), 0.1),  # no finite value
+        (np.clip(base, -1, 1) * big, 1.0),  # range overflows
+        (base, np.float32(1.5e-7)),  # maxcode near 2^24
+        (base, np.float32(3e-8)),  # maxcode >= 2^24: raw
+        (np.float32(1e30) + base * np.float32(1e23), np.float32(1e22)),  # huge offset
+        (base * np.float32(1e-30), np.float32(1e-32)),  # tiny spread
+        (np.round(base * 4) / 4, np.float32(0.125)),  # exact midpoints
         (base, np.inf),
         (base, -0.0),
         (base, np.nan),
     ]
-    return (np.stack([c for c, _ in chunks]),
-            np.asarray([eb for _, eb in chunks], np.float32))
+    return (np.stack([c for c, _ in chunks]), np.asarray([eb for _, eb in chunks], np.float32))
 
 
 @needs_ext
@@ -214,8 +235,12 @@ def test_edge_cases_match_cpp():
 @needs_ext
 def test_overflow_matches_cpp():
     """Frames over capacity: raw when raw fits, else nbytes = -needed and zero bytes."""
-    specs = [(0.0, 0.0, 1.0, "specials", 1e-3), (0.0, 0.0, 1.0, "normal", 0.3),
-             (0.0, 0.0, 1.0, "nonfinite", 0.3), (0.0, 0.0, 1.0, "constant", 0.0)]
+    specs = [
+        (0.0, 0.0, 1.0, "specials", 1e-3),
+        (0.0, 0.0, 1.0, "normal", 0.3),
+        (0.0, 0.0, 1.0, "nonfinite", 0.3),
+        (0.0, 0.0, 1.0, "constant", 0.0),
+    ]
     x, eb, _ = make_chunks(specs, ROWS, DIM, DTYPES[0], seed=3)
     capacity = frame.frame_capacity(x.shape, np.float32, "fixed", min_error_bound=0.05)
     assert capacity < frame.raw_frame_bytes(ROWS, DIM, np.float32)  # raw never fits here
@@ -266,22 +291,35 @@ def corrupt_variants(frames: np.ndarray, nbytes: np.ndarray, rng) -> tuple[np.nd
             add(seal(f, n - k), n - k)
         ext = f.copy()
         if n + 3 <= cap:  # trailing bytes, re-sealed
-            ext[n:n + 3] = 0
+            ext[n : n + 3] = 0
             add(seal(ext, n + 3), n + 3)
         junk = f.copy()
         junk[n:] = 0xAB  # bytes past nbytes are not part of the frame
         add(junk, n)
-        for byte, value in ((0, 0xE4), (1, 0x21), (1, 0x12), (2, f[2] | 0x40), (2, f[2] ^ 3),
-                            (2, f[2] ^ 1), (2, f[2] | 8), (2, f[2] | 16), (2, f[2] | 32),
-                            (2, f[2] | 4), (3, 25), (3, f[3] + 1), (8, f[8] + 1), (9, f[9] ^ 0x80),
-                            (8, 0x80)):
+        for byte, value in (
+            (0, 0xE4),
+            (1, 0x21),
+            (1, 0x12),
+            (2, f[2] | 0x40),
+            (2, f[2] ^ 3),
+            (2, f[2] ^ 1),
+            (2, f[2] | 8),
+            (2, f[2] | 16),
+            (2, f[2] | 32),
+            (2, f[2] | 4),
+            (3, 25),
+            (3, f[3] + 1),
+            (8, f[8] + 1),
+            (9, f[9] ^ 0x80),
+            (8, 0x80),
+        ):
             g = f.copy()
             g[byte] = value & 0xFF
             add(g, n)
             add(seal(g, n), n)
         for at, value in ((8, [0x80] * 9), (8, [0xFF] * 4 + [0x0F]), (8, [0x80, 0x00])):
             g = f.copy()  # rows varint: 9 continuation bytes, > 2^31 - 1, overlong
-            g[at:at + len(value)] = value
+            g[at : at + len(value)] = value
             add(seal(g, n), n)
         for _ in range(24):  # random bit flips, raw and re-sealed
             g = f.copy()
@@ -308,12 +346,17 @@ def corrupt_variants(frames: np.ndarray, nbytes: np.ndarray, rng) -> tuple[np.nd
 @pytest.mark.parametrize("dtype", [DTYPES[0], DTYPES[2]], ids=str)
 def test_corrupt_frames_statuses_match_cpp(dtype):
     rows, dim = ROWS, DIM
-    specs = [(0.0, 0.0, 1.0, "specials", 0.01), (0.0, 0.0, 1.0, "normal", 0.0),
-             (0.0, 0.0, 1.0, "constant", 0.01), (0.0, 0.0, -1.0, "normal", 0.2)]
+    specs = [
+        (0.0, 0.0, 1.0, "specials", 0.01),
+        (0.0, 0.0, 1.0, "normal", 0.0),
+        (0.0, 0.0, 1.0, "constant", 0.01),
+        (0.0, 0.0, -1.0, "normal", 0.2),
+    ]
     x, eb, _ = make_chunks(specs, rows, dim, dtype, seed=5)
     capacity = frame.raw_frame_bytes(rows, dim, dtype)
-    frames, nbytes = (np.asarray(a) for a in _cpp_compress(x, eb, mode="rel", codec="fixed",
-                                                             capacity=capacity))
+    frames, nbytes = (
+        np.asarray(a) for a in _cpp_compress(x, eb, mode="rel", codec="fixed", capacity=capacity)
+    )
     bad_f, bad_n = corrupt_variants(frames, nbytes, np.random.default_rng(1))
     x_c, s_c = jlc.decompress(bad_f, bad_n, shape=(rows, dim), dtype=dtype, return_status=True)
     x_r, s_r = ref.decompress(bad_f, bad_n, shape=(rows, dim), dtype=dtype)
@@ -335,9 +378,16 @@ def test_cpp_dictionary_frames_get_status_10():
     rng = np.random.default_rng(2)
     x = rng.standard_normal((12, 2, DIM)).astype(np.float32)[:, rng.integers(0, 2, ROWS)]
     for codec_name in ("auto", "entropy"):
-        f, n = (np.asarray(a) for a in _cpp_compress(
-            x, 0.02, mode="rel", codec=codec_name,
-            capacity=frame.raw_frame_bytes(ROWS, DIM, np.float32)))
+        f, n = (
+            np.asarray(a)
+            for a in _cpp_compress(
+                x,
+                0.02,
+                mode="rel",
+                codec=codec_name,
+                capacity=frame.raw_frame_bytes(ROWS, DIM, np.float32),
+            )
+        )
         assert (f[:, 2] & frame.FLAG_DEDUP).all()
         x_r, s_r = ref.decompress(f, n, shape=(ROWS, DIM), dtype=np.float32)
         assert (np.asarray(s_r) == 10).all() and np.isnan(np.asarray(x_r)).all()
@@ -348,13 +398,16 @@ def test_reference_codecs_and_error_bound():
     specs = [(0.0, -2.0, 1.0, k, eb) for k in KINDS for eb in (0.01, 0.3)]
     x, eb, _ = make_chunks(specs, ROWS, DIM, DTYPES[0], seed=9)
     capacity = frame.raw_frame_bytes(ROWS, DIM, np.float32)
-    out = {c: tuple(np.asarray(a) for a in ref.compress(x, eb, mode="rel", codec=c,
-                                                       capacity=capacity))
-           for c in frame.CODECS}
+    out = {
+        c: tuple(np.asarray(a) for a in ref.compress(x, eb, mode="rel", codec=c, capacity=capacity))
+        for c in frame.CODECS
+    }
     for c in ("dedup", "entropy"):
         np.testing.assert_array_equal(out[c][0], out["fixed"][0])
     use_fixed = (out["fixed"][1] < out["raw"][1])[:, None]
-    np.testing.assert_array_equal(out["auto"][0], np.where(use_fixed, out["fixed"][0], out["raw"][0]))
+    np.testing.assert_array_equal(
+        out["auto"][0], np.where(use_fixed, out["fixed"][0], out["raw"][0])
+    )
     f, n = out["fixed"]
     x_hat, status = ref.decompress(f, n, shape=(ROWS, DIM), dtype=np.float32)
     assert (np.asarray(status) == 0).all()
@@ -372,13 +425,15 @@ def test_jit_and_vmap():
     x, eb = x.reshape(2, 6, ROWS, DIM), eb.reshape(2, 6)
     capacity = frame.raw_frame_bytes(ROWS, DIM, np.float32)
     eager = ref.compress(x, eb, mode="rel", codec="fixed", capacity=capacity)
-    mapped = jax.jit(jax.vmap(lambda x, eb: ref.compress(x, eb, mode="rel", codec="fixed",
-                                                         capacity=capacity)))(x, eb)
+    mapped = jax.jit(
+        jax.vmap(lambda x, eb: ref.compress(x, eb, mode="rel", codec="fixed", capacity=capacity))
+    )(x, eb)
     np.testing.assert_array_equal(np.asarray(mapped[0]), np.asarray(eager[0]))
     np.testing.assert_array_equal(np.asarray(mapped[1]), np.asarray(eager[1]))
     x_e, s_e = ref.decompress(*eager, shape=(ROWS, DIM), dtype=np.float32)
-    x_v, s_v = jax.jit(jax.vmap(lambda f, n: ref.decompress(f, n, shape=(ROWS, DIM),
-                                                            dtype=np.float32)))(*eager)
+    x_v, s_v = jax.jit(
+        jax.vmap(lambda f, n: ref.decompress(f, n, shape=(ROWS, DIM), dtype=np.float32))
+    )(*eager)
     np.testing.assert_array_equal(bits(x_v), bits(x_e))
     np.testing.assert_array_equal(np.asarray(s_v), np.asarray(s_e))
 
@@ -410,7 +465,8 @@ def test_argument_errors():
         ref.compress(x, 0.1, capacity=5)
     f, n = jnp.zeros((2, 64), jnp.uint8), jnp.zeros(2, jnp.int32)
     with pytest.raises(TypeError):
-        ref.decompress(f, n.astype(jnp.int64 if jax.config.jax_enable_x64 else jnp.uint32),
-                       shape=(4, 8))
+        ref.decompress(
+            f, n.astype(jnp.int64 if jax.config.jax_enable_x64 else jnp.uint32), shape=(4, 8)
+        )
     with pytest.raises(ValueError):
         ref.decompress(f, n, shape=(2, 4, 8))

@@ -13,18 +13,16 @@ Each level runs in its own process (the level is fixed at first use).
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DUMPS, load_dump
 
 import jax_lossy_comm as jlc
-from conftest import DUMPS, load_dump
 from jax_lossy_comm import _ffi, frame
 
 pytestmark = pytest.mark.skipif(not _ffi.available(), reason="compiled extension absent")
@@ -69,9 +67,16 @@ def _cases() -> dict[str, tuple[np.ndarray, float, int | None]]:
     cases["specials_in_prefix"] = (sp.reshape(512, 64), 0.01, raw_cap)
     many = x.copy().reshape(-1)
     many[rng.choice(many.size, 300, replace=False)] = np.nan  # n_outliers varint of 2 bytes
-    cases["many_outliers"] = (many.reshape(512, 64), 0.01,
-                              frame.frame_capacity((512, 64), np.float32, "fixed", 0.01, outliers=400))
-    cases["capacity_tight"] = (x, 0.01, frame.frame_capacity((512, 64), np.float32, "fixed", 0.01) - 40)
+    cases["many_outliers"] = (
+        many.reshape(512, 64),
+        0.01,
+        frame.frame_capacity((512, 64), np.float32, "fixed", 0.01, outliers=400),
+    )
+    cases["capacity_tight"] = (
+        x,
+        0.01,
+        frame.frame_capacity((512, 64), np.float32, "fixed", 0.01) - 40,
+    )
     cases["odd_length"] = (rng.standard_normal((37, 29)).astype(np.float32), 0.03, None)
     cases["just_vector"] = (rng.standard_normal((3, 32)).astype(np.float32), 0.05, None)
     cases["wide_codes"] = (x, 0.0005, raw_cap)  # 10-bit codes: no fused packing
@@ -123,8 +128,13 @@ def per_level(tmp_path_factory):
     for level in LEVELS:
         dst = tmp / f"{level}.npz"
         env = dict(os.environ, JLC_SIMD=level, JLC_REQUIRE_EXTENSION="1", XLA_FLAGS="")
-        run = subprocess.run([sys.executable, "-c", _WORKER, str(src), str(dst), ",".join(CODECS)],
-                             env=env, capture_output=True, text=True, timeout=600)
+        run = subprocess.run(
+            [sys.executable, "-c", _WORKER, str(src), str(dst), ",".join(CODECS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert run.returncode == 0, run.stderr[-3000:]
         results[level] = dict(np.load(dst).items())
         used[level] = run.stdout.split("level", 1)[1].split()[0]
@@ -142,9 +152,11 @@ def test_levels_write_identical_frames_and_values(per_level, level):
     assert base.keys() == other.keys()
     for k in sorted(base):
         case, codec, what = k.split("|")
-        np.testing.assert_array_equal(other[k], base[k],
-                                      err_msg=f"{what} differ: {names[case]} codec={codec} "
-                                              f"JLC_SIMD={level} vs sse2")
+        np.testing.assert_array_equal(
+            other[k],
+            base[k],
+            err_msg=f"{what} differ: {names[case]} codec={codec} JLC_SIMD={level} vs sse2",
+        )
 
 
 def test_cases_reach_the_hand_overs(per_level):
@@ -164,7 +176,7 @@ def test_cases_reach_the_hand_overs(per_level):
     assert many.form == "quantized" and many.n_outliers >= 300
     assert info("capacity_tight").form in ("raw", "overflow")
     assert info("wide_codes").bits > 8
-    for name, (x, eb, _) in cases.items():  # the bound holds wherever values were quantized
+    for name, (x, _eb, _) in cases.items():  # the bound holds wherever values were quantized
         c = by_name[name]
         for codec in CODECS:
             st = r[f"{c}|{codec}|status"]

@@ -12,69 +12,107 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_lossy_comm import (ExchangeStats, bf16_all_to_all, compressed_all_to_all,
-                            int8_rowwise_all_to_all)
+from jax_lossy_comm import (
+    ExchangeStats,
+    bf16_all_to_all,
+    compressed_all_to_all,
+    int8_rowwise_all_to_all,
+)
 
 #: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
 #: no error bound; ``jax_lossy_comm.qcomm``) instead of the library's codec.
 QCOMM_CODECS = {"int8-rowwise": int8_rowwise_all_to_all, "bf16": bf16_all_to_all}
 
 
-def embedding_exchange(pooled: jax.Array, error_bound: jax.Array, *, compression: str,
-                       codec: str, axis_name: str, min_error_bound: float | None = None,
-                       backward: str = "exact", path: str = "auto"
-                       ) -> tuple[jax.Array, ExchangeStats]:
-  """Forward all-to-all of pooled embeddings; the backward is the transposed exchange.
+def embedding_exchange(
+    pooled: jax.Array,
+    error_bound: jax.Array,
+    *,
+    compression: str,
+    codec: str,
+    axis_name: str,
+    min_error_bound: float | None = None,
+    backward: str = "exact",
+    path: str = "auto",
+) -> tuple[jax.Array, ExchangeStats]:
+    """Forward all-to-all of pooled embeddings; the backward is the transposed exchange.
 
-  Call inside ``shard_map`` over ``axis_name`` (P devices).
+    Call inside ``shard_map`` over ``axis_name`` (P devices).
 
-  Args:
-    pooled: float32[B, L, dim], this device's L local tables for the global batch B.
-    error_bound: float32[L], relative error bound (REL: ``eb_abs = eb_rel * (max - min)``
-      of each chunk) of each local table; traced, so changing it does not recompile.
-      Ignored when ``compression == "off"``.
-    compression: "on" (``compressed_all_to_all``) or "off" (exact ``all_to_all``).
-    codec: codec name for ``compressed_all_to_all`` ("auto" = library's choice), or a
-      baseline of ``QCOMM_CODECS`` ("int8-rowwise", "bf16").
-    axis_name: mesh axis of the exchange.
-    min_error_bound: static smallest relative bound ``error_bound`` takes over the run; sizes
-      the frames of the dense (CPU) exchange (None: the library's default, 0.01). A bound
-      below it would send every step down the exact fallback.
-    backward: "exact" (the cotangents travel raw through the transposed exchange) or
-      "compressed" (that exchange is compressed too, with ``error_bound``).
-    path: wire path of ``compressed_all_to_all`` ("dense", "packed", "ragged"; "auto":
-      ragged on GPU, packed elsewhere); ignored by the exact exchange and the
-      ``QCOMM_CODECS`` baselines.
+    Args:
+      pooled: float32[B, L, dim], this device's L local tables for the global batch B.
+      error_bound: float32[L], relative error bound (REL: ``eb_abs = eb_rel * (max - min)``
+        of each chunk) of each local table; traced, so changing it does not recompile.
+        Ignored when ``compression == "off"``.
+      compression: "on" (``compressed_all_to_all``) or "off" (exact ``all_to_all``).
+      codec: codec name for ``compressed_all_to_all`` ("auto" = library's choice), or a
+        baseline of ``QCOMM_CODECS`` ("int8-rowwise", "bf16").
+      axis_name: mesh axis of the exchange.
+      min_error_bound: static smallest relative bound ``error_bound`` takes over the run; sizes
+        the frames of the dense (CPU) exchange (None: the library's default, 0.01). A bound
+        below it would send every step down the exact fallback.
+      backward: "exact" (the cotangents travel raw through the transposed exchange) or
+        "compressed" (that exchange is compressed too, with ``error_bound``).
+      path: wire path of ``compressed_all_to_all`` ("dense", "packed", "ragged"; "auto":
+        ragged on GPU, packed elsewhere); ignored by the exact exchange and the
+        ``QCOMM_CODECS`` baselines.
 
-  Returns:
-    ``(y, stats)``: y float32[B / P, P * L, dim] (column ``d * L + j`` = slot j of device
-    d), and this device's ``jax_lossy_comm.ExchangeStats`` (the exact exchange reports raw
-    bytes and ratio 1).
+    Returns:
+      ``(y, stats)``: y float32[B / P, P * L, dim] (column ``d * L + j`` = slot j of device
+      d), and this device's ``jax_lossy_comm.ExchangeStats`` (the exact exchange reports raw
+      bytes and ratio 1).
 
-  Raises:
-    ValueError: unknown ``compression``.
-  """
-  p = jax.lax.axis_size(axis_name)
-  raw_bytes = jnp.float32(pooled.size * pooled.dtype.itemsize)
-  if compression == "off":
-    y = jax.lax.all_to_all(pooled, axis_name, 0, 1, tiled=True)
-    zero = jnp.int32(0)
-    stats = ExchangeStats(raw_bytes, raw_bytes, raw_bytes,
-                          jnp.ones((p, pooled.shape[1]), jnp.float32), zero, zero,
-                          jnp.float32(pooled.size * pooled.dtype.itemsize / p))
-    return y, stats
-  if compression != "on":
-    raise ValueError(f"compression must be 'on' or 'off', got {compression!r}")
-  if codec in QCOMM_CODECS:
-    return QCOMM_CODECS[codec](
-        pooled, axis_name, 0, 1, error_bound=error_bound, table_axis=1, tiled=True,
-        mode="rel", codec=codec, min_error_bound=min_error_bound, backward=backward,
-        return_stats=True)
-  if path == "auto":  # GPU: ragged; elsewhere packed (used bytes in size buckets) rather
-    # than the library's dense default: measured on the netns benchmark (issue 6), it moves
-    # 4x fewer exchange bytes than the dense frames for the same values.
-    path = "ragged" if jax.devices()[0].platform in ("gpu", "cuda", "rocm") else "packed"
-  return compressed_all_to_all(
-      pooled, axis_name, 0, 1, error_bound=error_bound, table_axis=1, tiled=True, mode="rel",
-      codec=codec, min_error_bound=min_error_bound, backward=backward, path=path,
-      return_stats=True)
+    Raises:
+      ValueError: unknown ``compression``.
+    """
+    p = jax.lax.axis_size(axis_name)
+    raw_bytes = jnp.float32(pooled.size * pooled.dtype.itemsize)
+    if compression == "off":
+        y = jax.lax.all_to_all(pooled, axis_name, 0, 1, tiled=True)
+        zero = jnp.int32(0)
+        stats = ExchangeStats(
+            raw_bytes,
+            raw_bytes,
+            raw_bytes,
+            jnp.ones((p, pooled.shape[1]), jnp.float32),
+            zero,
+            zero,
+            jnp.float32(pooled.size * pooled.dtype.itemsize / p),
+        )
+        return y, stats
+    if compression != "on":
+        raise ValueError(f"compression must be 'on' or 'off', got {compression!r}")
+    if codec in QCOMM_CODECS:
+        return QCOMM_CODECS[codec](
+            pooled,
+            axis_name,
+            0,
+            1,
+            error_bound=error_bound,
+            table_axis=1,
+            tiled=True,
+            mode="rel",
+            codec=codec,
+            min_error_bound=min_error_bound,
+            backward=backward,
+            return_stats=True,
+        )
+    if path == "auto":  # GPU: ragged; elsewhere packed (used bytes in size buckets) rather
+        # than the library's dense default: measured on the netns benchmark (issue 6), it moves
+        # 4x fewer exchange bytes than the dense frames for the same values.
+        path = "ragged" if jax.devices()[0].platform in ("gpu", "cuda", "rocm") else "packed"
+    return compressed_all_to_all(
+        pooled,
+        axis_name,
+        0,
+        1,
+        error_bound=error_bound,
+        table_axis=1,
+        tiled=True,
+        mode="rel",
+        codec=codec,
+        min_error_bound=min_error_bound,
+        backward=backward,
+        path=path,
+        return_stats=True,
+    )

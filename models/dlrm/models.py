@@ -36,9 +36,17 @@ class MLP(nnx.Module):
         self.num_layers = len(features)
         self.relu_last = relu_last
         for i, (m, n) in enumerate(zip((in_features,) + tuple(features[:-1]), features)):
-            setattr(self, f"dense_{i}", nnx.Linear(
-                m, n, kernel_init=nnx.initializers.glorot_normal(),
-                bias_init=nnx.initializers.normal(stddev=float(np.sqrt(1.0 / n))), rngs=rngs))
+            setattr(
+                self,
+                f"dense_{i}",
+                nnx.Linear(
+                    m,
+                    n,
+                    kernel_init=nnx.initializers.glorot_normal(),
+                    bias_init=nnx.initializers.normal(stddev=float(np.sqrt(1.0 / n))),
+                    rngs=rngs,
+                ),
+            )
 
     def __call__(self, x: jax.Array) -> jax.Array:
         for i in range(self.num_layers):
@@ -68,8 +76,16 @@ def interact(dense: jax.Array, emb: jax.Array) -> jax.Array:
 class DLRMHead(nnx.Module):
     """The data-parallel part: bottom MLP, interaction, top MLP -> click logit."""
 
-    def __init__(self, num_dense: int, num_tables: int, embedding_dim: int, bottom_mlp, top_mlp,
-                 *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        num_dense: int,
+        num_tables: int,
+        embedding_dim: int,
+        bottom_mlp,
+        top_mlp,
+        *,
+        rngs: nnx.Rngs,
+    ):
         if bottom_mlp[-1] != embedding_dim:
             raise ValueError(f"bottom MLP must end in embedding_dim={embedding_dim}: {bottom_mlp}")
         self.bottom = MLP(num_dense, tuple(bottom_mlp), relu_last=True, rngs=rngs)
@@ -108,7 +124,7 @@ def _init_buffer(key, placement: TablePlacement) -> jax.Array:
             n, t = placement.slot_rows[d, j], placement.slot_table[d, j]
             if n:
                 o = placement.offsets[d, j]
-                scale[d, o:o + n] = 1.0 / np.sqrt(placement.table_rows[t])
+                scale[d, o : o + n] = 1.0 / np.sqrt(placement.table_rows[t])
     u = jax.random.uniform(key, (p, r, dim), jnp.float32, -1.0, 1.0)
     return u * jnp.asarray(scale)[..., None]
 
@@ -140,7 +156,7 @@ class ShardedEmbedding(nnx.Module):
         Returns:
           float32[B, L, dim] pooled embeddings; zeros for dummy slots.
         """
-        offsets = jnp.asarray(self.offsets, jnp.int32)[device_index]      # [L]
+        offsets = jnp.asarray(self.offsets, jnp.int32)[device_index]  # [L]
         slot_rows = jnp.asarray(self.slot_rows, jnp.int32)[device_index]  # [L]
         valid = (ids >= 0) & (ids < slot_rows[None, :, None])
         rows = ids + offsets[None, :, None]
@@ -157,6 +173,8 @@ class ReferenceEmbedding(nnx.Module):
 
     def __call__(self, ids: jax.Array) -> jax.Array:
         """int32[b, T, H] ids (-1 = empty) -> float32[b, T, dim] pooled embeddings."""
-        out = [pooled_lookup(getattr(self, f"table_{t}").get_value(), ids[:, t], ids[:, t] >= 0)
-               for t in range(self.num_tables)]
+        out = [
+            pooled_lookup(getattr(self, f"table_{t}").get_value(), ids[:, t], ids[:, t] >= 0)
+            for t in range(self.num_tables)
+        ]
         return jnp.stack(out, axis=1)

@@ -108,8 +108,9 @@ class TablePlacement:
     @property
     def slot_table(self) -> np.ndarray:
         """int32[P, L]: table of the piece in each slot, -1 for a dummy slot."""
-        return np.where(self.slot_piece >= 0, self.piece_table[np.maximum(self.slot_piece, 0)],
-                        -1).astype(np.int32)
+        return np.where(
+            self.slot_piece >= 0, self.piece_table[np.maximum(self.slot_piece, 0)], -1
+        ).astype(np.int32)
 
     @property
     def slot_table_flat(self) -> np.ndarray:
@@ -119,8 +120,11 @@ class TablePlacement:
     @property
     def slot_lo_flat(self) -> np.ndarray:
         """int32[P*L]: first table row of the piece in column ``d*L + j`` (0 for a dummy)."""
-        return np.where(self.slot_piece >= 0, self.piece_lo[np.maximum(self.slot_piece, 0)],
-                        0).reshape(-1).astype(np.int32)
+        return (
+            np.where(self.slot_piece >= 0, self.piece_lo[np.maximum(self.slot_piece, 0)], 0)
+            .reshape(-1)
+            .astype(np.int32)
+        )
 
     def device_rows(self) -> np.ndarray:
         """int64[P]: used rows per device."""
@@ -133,23 +137,34 @@ class TablePlacement:
 
     def describe(self) -> str:
         """A human-readable table of the plan."""
-        lines = [f"table-wise placement: {self.num_tables} tables on {self.num_devices} devices, "
-                 f"{self.local_tables} slots each, buffer {self.rows_per_device} x {self.dim} "
-                 f"float32 per device, imbalance {self.imbalance():.2f}"]
-        split = sorted({int(t) for t in self.piece_table
-                        if (self.piece_table == t).sum() > 1})
+        lines = [
+            f"table-wise placement: {self.num_tables} tables on {self.num_devices} devices, "
+            f"{self.local_tables} slots each, buffer {self.rows_per_device} x {self.dim} "
+            f"float32 per device, imbalance {self.imbalance():.2f}"
+        ]
+        split = sorted({int(t) for t in self.piece_table if (self.piece_table == t).sum() > 1})
         if split:
             lines[0] += f"; tables {split} split row-wise"
         for d in range(self.num_devices):
-            tabs = [f"{int(self.piece_table[v])}" + (
-                f"[{int(self.piece_lo[v])}:{int(self.piece_lo[v] + self.piece_rows[v])}]"
-                if int(self.piece_table[v]) in split else "") for v in self.slot_piece[d] if v >= 0]
-            lines.append(f"  device {d}: tables {', '.join(tabs)} rows {int(self.device_rows()[d])}")
+            tabs = [
+                f"{int(self.piece_table[v])}"
+                + (
+                    f"[{int(self.piece_lo[v])}:{int(self.piece_lo[v] + self.piece_rows[v])}]"
+                    if int(self.piece_table[v]) in split
+                    else ""
+                )
+                for v in self.slot_piece[d]
+                if v >= 0
+            ]
+            lines.append(
+                f"  device {d}: tables {', '.join(tabs)} rows {int(self.device_rows()[d])}"
+            )
         return "\n".join(lines)
 
 
-def plan_tables(table_rows, dim: int, num_devices: int,
-                split_rows: int | None = None) -> TablePlacement:
+def plan_tables(
+    table_rows, dim: int, num_devices: int, split_rows: int | None = None
+) -> TablePlacement:
     """Greedy (largest first) table-wise placement balanced by rows x dim.
 
     Args:
@@ -194,8 +209,11 @@ def plan_tables(table_rows, dim: int, num_devices: int,
     for v in sorted(range(v_count), key=lambda i: (-pieces[i][2], i)):
         free = np.flatnonzero(used < l_slots)
         t = pieces[v][0]
-        own = {int(device_of[u]) for u in range(v_count)
-               if pieces[u][0] == t and u != v and (slot_piece == u).any()}
+        own = {
+            int(device_of[u])
+            for u in range(v_count)
+            if pieces[u][0] == t and u != v and (slot_piece == u).any()
+        }
         cand = np.array([d for d in free if d not in own]) if len(free) > len(own) else free
         cand = cand if len(cand) else free
         d = int(cand[np.argmin(load[cand])])
@@ -209,12 +227,20 @@ def plan_tables(table_rows, dim: int, num_devices: int,
     offsets[:, 1:] = np.cumsum(slot_rows, axis=1)[:, :-1]
     rows_per_device = max(int(slot_rows.sum(axis=1).max()), 1)
     return TablePlacement(
-        num_devices=p, table_rows=table_rows, dim=dim, local_tables=l_slots,
+        num_devices=p,
+        table_rows=table_rows,
+        dim=dim,
+        local_tables=l_slots,
         rows_per_device=rows_per_device,
         piece_table=np.array([t for t, _, _ in pieces], np.int32),
-        piece_lo=np.array([lo for _, lo, _ in pieces], np.int32), piece_rows=piece_rows,
-        device_of=device_of, slot_of=slot_of, slot_piece=slot_piece, offsets=offsets,
-        slot_rows=slot_rows)
+        piece_lo=np.array([lo for _, lo, _ in pieces], np.int32),
+        piece_rows=piece_rows,
+        device_of=device_of,
+        slot_of=slot_of,
+        slot_piece=slot_piece,
+        offsets=offsets,
+        slot_rows=slot_rows,
+    )
 
 
 def split_tables(placement: TablePlacement, buffer: np.ndarray) -> list[np.ndarray]:
@@ -225,7 +251,8 @@ def split_tables(placement: TablePlacement, buffer: np.ndarray) -> list[np.ndarr
         d, j = placement.device_of[v], placement.slot_of[v]
         o = placement.offsets[d, j]
         parts[placement.piece_table[v]].append(
-            (placement.piece_lo[v], buffer[d, o:o + placement.piece_rows[v]]))
+            (placement.piece_lo[v], buffer[d, o : o + placement.piece_rows[v]])
+        )
     return [np.concatenate([a for _, a in sorted(ps, key=lambda x: x[0])]) for ps in parts]
 
 
@@ -235,5 +262,5 @@ def join_tables(placement: TablePlacement, tables) -> np.ndarray:
     for v in range(placement.num_pieces):
         d, j = placement.device_of[v], placement.slot_of[v]
         o, lo, n = placement.offsets[d, j], placement.piece_lo[v], placement.piece_rows[v]
-        out[d, o:o + n] = np.asarray(tables[placement.piece_table[v]])[lo:lo + n]
+        out[d, o : o + n] = np.asarray(tables[placement.piece_table[v]])[lo : lo + n]
     return out

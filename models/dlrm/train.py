@@ -40,7 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from models.dlrm import exchange, input_pipeline, models, sharding, synthetic
 from models.dlrm.configs import Config
@@ -70,11 +71,13 @@ class TrainState(NamedTuple):
 # Model, optimizer, mesh
 # ------------------------------------------------------------------------------------
 
+
 def make_mesh(devices=None) -> jax.sharding.Mesh:
     """1-D mesh ``("devices",)`` over ``devices`` (default: all), Auto axis type."""
     devices = list(jax.devices() if devices is None else devices)
-    return jax.make_mesh((len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,),
-                         devices=devices)
+    return jax.make_mesh(
+        (len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
+    )
 
 
 def select_devices(per_process: int | None = None) -> list:
@@ -82,26 +85,36 @@ def select_devices(per_process: int | None = None) -> list:
     by_proc: dict[int, list] = {}
     for d in jax.devices():
         by_proc.setdefault(d.process_index, []).append(d)
-    return [d for p in sorted(by_proc) for d in by_proc[p][:per_process or None]]
+    return [d for p in sorted(by_proc) for d in by_proc[p][: per_process or None]]
 
 
-def create_model(config: Config, placement: sharding.TablePlacement, seed: int,
-                 abstract: bool = False):
+def create_model(
+    config: Config, placement: sharding.TablePlacement, seed: int, abstract: bool = False
+):
     """Builds the model. Returns ``(graphdefs, params)``; params as in ``TrainState``.
 
     With ``abstract`` the params are ``ShapeDtypeStruct``s (nothing is computed).
     """
+
     def build():
         rngs = nnx.Rngs(params=seed)
-        head = models.DLRMHead(config.num_dense, config.num_tables, config.embedding_dim,
-                               config.bottom_mlp, config.top_mlp, rngs=rngs)
+        head = models.DLRMHead(
+            config.num_dense,
+            config.num_tables,
+            config.embedding_dim,
+            config.bottom_mlp,
+            config.top_mlp,
+            rngs=rngs,
+        )
         return head, models.ShardedEmbedding(placement, rngs=rngs)
 
     head, emb = nnx.eval_shape(build) if abstract else build()
     head_gd, head_p = nnx.split(head, nnx.Param)
     emb_gd, emb_p = nnx.split(emb, nnx.Param)
-    return (head_gd, emb_gd), {"head": nnx.to_pure_dict(head_p),
-                               "embedding": nnx.to_pure_dict(emb_p)}
+    return (head_gd, emb_gd), {
+        "head": nnx.to_pure_dict(head_p),
+        "embedding": nnx.to_pure_dict(emb_p),
+    }
 
 
 def learning_rate_schedule(config: Config) -> optax.Schedule:
@@ -119,7 +132,9 @@ def learning_rate_schedule(config: Config) -> optax.Schedule:
         start = max(config.decay_start_step, config.warmup_steps)
         parts.append(optax.constant_schedule(lr))
         bounds.append(start)
-        parts.append(optax.polynomial_schedule(lr, 0.0, power=2, transition_steps=config.decay_steps))
+        parts.append(
+            optax.polynomial_schedule(lr, 0.0, power=2, transition_steps=config.decay_steps)
+        )
     else:
         parts.append(optax.constant_schedule(lr))
     if len(parts) == 1:
@@ -137,15 +152,18 @@ def create_optimizer(config: Config) -> optax.GradientTransformation:
 
 def state_shardings(abstract_state, mesh, table_shape):
     """NamedShardings for a TrainState: arrays shaped like the table are sharded on axis 0."""
+
     def one(x):
         spec = P(AXIS) if tuple(x.shape) == tuple(table_shape) else P()
         return NamedSharding(mesh, spec)
+
     return jax.tree.map(one, abstract_state)
 
 
 # ------------------------------------------------------------------------------------
 # The sharded step
 # ------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class StepContext:
@@ -201,7 +219,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     src = np.maximum(st, 0)
     dummy = jnp.asarray(st < 0)
     slot_lo = jnp.asarray(pl.slot_lo_flat)
-    table_pieces = pl.table_pieces                                          # [T, K]
+    table_pieces = pl.table_pieces  # [T, K]
     min_eb = ctx.eb_hook.min_error_bound()  # static: sizes the dense exchange's frames
 
     def gather_tables(y):
@@ -209,18 +227,20 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         out = y[:, table_pieces[:, 0]]
         for k in range(1, table_pieces.shape[1]):
             col = table_pieces[:, k]
-            out = out + jnp.where(jnp.asarray(col >= 0)[None, :, None], y[:, np.maximum(col, 0)], 0.0)
+            out = out + jnp.where(
+                jnp.asarray(col >= 0)[None, :, None], y[:, np.maximum(col, 0)], 0.0
+            )
         return out
 
     sparse = compute_grads and ctx.sparse_update
     need_stats = ctx.eb_hook.needs_stats
-    slot_offsets = jnp.asarray(pl.offsets, jnp.int32)                        # [P, L]
-    slot_rows = jnp.asarray(pl.slot_rows, jnp.int32)                         # [P, L]
+    slot_offsets = jnp.asarray(pl.offsets, jnp.int32)  # [P, L]
+    slot_rows = jnp.asarray(pl.slot_rows, jnp.int32)  # [P, L]
 
     def sparse_sgd(table, ids_local, di, g_pooled, lr):
         """table float32[1, R, dim] minus lr x the row gradients of the looked-up rows (the
         dense gradient is zero elsewhere; repeated rows accumulate, as in a scatter-add)."""
-        valid = (ids_local >= 0) & (ids_local < slot_rows[di][None, :, None])   # [B, L, H]
+        valid = (ids_local >= 0) & (ids_local < slot_rows[di][None, :, None])  # [B, L, H]
         rows = jnp.where(valid, ids_local + slot_offsets[di][None, :, None], table.shape[1])
         upd = jnp.broadcast_to((-lr * g_pooled)[:, :, None, :], rows.shape + (pl.dim,))
         return table.at[0, rows.reshape(-1)].add(upd.reshape(-1, pl.dim), mode="drop")
@@ -231,48 +251,64 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         b = dense.shape[0]
         global_b = b * p
         di = jax.lax.axis_index(AXIS)
-        ids_src = ids[:, src]                                                 # [b, P*L, H]
+        ids_src = ids[:, src]  # [b, P*L, H]
         # Relative to the slot's piece (row-wise split); the lookup masks ids past its end.
-        ids_slots = jnp.where(dummy[None, :, None] | (ids_src < slot_lo[None, :, None]), -1,
-                              ids_src - slot_lo[None, :, None])
-        ids_local = jax.lax.all_to_all(ids_slots, AXIS, 1, 0, tiled=True)     # [B, L, H]
+        ids_slots = jnp.where(
+            dummy[None, :, None] | (ids_src < slot_lo[None, :, None]),
+            -1,
+            ids_src - slot_lo[None, :, None],
+        )
+        ids_local = jax.lax.all_to_all(ids_slots, AXIS, 1, 0, tiled=True)  # [B, L, H]
 
         def local_loss(head_p, table, probe):
             emb = nnx.merge(emb_gd, {"table": table})
-            pooled = emb.lookup(ids_local, di) + probe                          # [B, L, dim]
+            pooled = emb.lookup(ids_local, di) + probe  # [B, L, dim]
             y, stats = exchange.embedding_exchange(
-                pooled, eb_slots, compression=cfg.compression, codec=cfg.codec, axis_name=AXIS,
-                min_error_bound=min_eb, backward=cfg.exchange_backward, path=cfg.exchange_path)
-            emb_all = gather_tables(y)                                          # [b, T, dim]
-            logits = nnx.merge(head_gd, head_p)(dense, emb_all)                 # [b]
+                pooled,
+                eb_slots,
+                compression=cfg.compression,
+                codec=cfg.codec,
+                axis_name=AXIS,
+                min_error_bound=min_eb,
+                backward=cfg.exchange_backward,
+                path=cfg.exchange_path,
+            )
+            emb_all = gather_tables(y)  # [b, T, dim]
+            logits = nnx.merge(head_gd, head_p)(dense, emb_all)  # [b]
             loss = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, label)) / global_b
             return loss, (logits, stats, pooled)
 
         # Varying like the pooled embeddings it is added to: an invariant probe's cotangent
         # would be summed over the devices (shard_map's transpose of an invariant input).
-        probe = jax.lax.pcast(jnp.zeros((global_b, pl.local_tables, pl.dim), jnp.float32), AXIS,
-                              to="varying")
+        probe = jax.lax.pcast(
+            jnp.zeros((global_b, pl.local_tables, pl.dim), jnp.float32), AXIS, to="varying"
+        )
         if not compute_grads:
             loss, (logits, stats, pooled) = local_loss(head_p, table, probe)
             return jax.lax.psum(loss, AXIS), logits
         head_v = jax.lax.pcast(head_p, AXIS, to="varying")
         if sparse:  # d loss / d pooled (the probe) gives the row gradients; no dense grad
             (loss, (logits, stats, pooled)), (g_head, g_probe) = jax.value_and_grad(
-                local_loss, argnums=(0, 2), has_aux=True)(head_v, table, probe)
+                local_loss, argnums=(0, 2), has_aux=True
+            )(head_v, table, probe)
             g_table = sparse_sgd(table, ids_local, di, g_probe, lr)  # the updated table
         else:
             (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
-                local_loss, argnums=(0, 1, 2), has_aux=True)(head_v, table, probe)
+                local_loss, argnums=(0, 1, 2), has_aux=True
+            )(head_v, table, probe)
         g_head = jax.lax.psum(g_head, AXIS)
         loss = jax.lax.psum(loss, AXIS)
-        slot_stats = {"compression_ratio": stats.compression_ratio[None]}   # [1, P, L]
+        slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
         if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them
             slot_stats.update(
                 value_range=(pooled.max(axis=(0, 2)) - pooled.min(axis=(0, 2)))[None],
                 cotangent_abs_mean=jnp.mean(jnp.abs(g_probe), axis=(0, 2))[None],
-                distinct_fraction=_distinct_fraction(ids_local)[None])
-        byte_stats = {k: jax.lax.psum(getattr(stats, k), AXIS)
-                      for k in ("raw_bytes", "frame_bytes", "moved_bytes")}
+                distinct_fraction=_distinct_fraction(ids_local)[None],
+            )
+        byte_stats = {
+            k: jax.lax.psum(getattr(stats, k), AXIS)
+            for k in ("raw_bytes", "frame_bytes", "moved_bytes")
+        }
         byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), AXIS)
         return loss, logits, g_head, g_table, slot_stats, byte_stats
 
@@ -292,41 +328,62 @@ def make_train_step(ctx: StepContext):
     slot = P(AXIS)
     sparse = ctx.sparse_update
     smap = jax.shard_map(
-        body, mesh=ctx.mesh,
+        body,
+        mesh=ctx.mesh,
         in_specs=(head_spec, P(AXIS), slot, P(AXIS), P(AXIS), P(AXIS)) + ((P(),) if sparse else ()),
         out_specs=(P(), P(AXIS), head_spec, P(AXIS), P(AXIS), P()),
-        check_vma=True)
+        check_vma=True,
+    )
 
     def train_step(state: TrainState, batch):
-        eb_t = ctx.eb_hook.bounds(state.eb_state)                              # [T]
+        eb_t = ctx.eb_hook.bounds(state.eb_state)  # [T]
         eb_slots = _slots_from_tables(ctx, eb_t, jnp.max(eb_t))
         lr = (jnp.asarray(ctx.lr_schedule(state.step), jnp.float32),) if sparse else ()
         loss, logits, g_head, g_table, slot_stats, byte_stats = smap(
-            state.params["head"], state.params["embedding"]["table"], eb_slots,
-            batch["dense"], batch["ids"], batch["label"], *lr)
+            state.params["head"],
+            state.params["embedding"]["table"],
+            eb_slots,
+            batch["dense"],
+            batch["ids"],
+            batch["label"],
+            *lr,
+        )
         if sparse:  # g_table is the table after its sparse SGD step; optax updates the head
             # (SGD's state is the step count only, the same with or without the table)
-            updates, opt_state = ctx.tx.update({"head": g_head}, state.opt_state,
-                                               {"head": state.params["head"]})
-            params = {"head": optax.apply_updates(state.params["head"], updates["head"]),
-                      "embedding": {"table": g_table}}
+            updates, opt_state = ctx.tx.update(
+                {"head": g_head}, state.opt_state, {"head": state.params["head"]}
+            )
+            params = {
+                "head": optax.apply_updates(state.params["head"], updates["head"]),
+                "embedding": {"table": g_table},
+            }
         else:
             grads = {"head": g_head, "embedding": {"table": g_table}}
             updates, opt_state = ctx.tx.update(grads, state.opt_state, state.params)
             params = optax.apply_updates(state.params, updates)
-        table_stats = ({k: _tables_from_slots(ctx, slot_stats[k].reshape(-1))
-                        for k in ("value_range", "cotangent_abs_mean", "distinct_fraction")}
-                       if ctx.eb_hook.needs_stats else None)
+        table_stats = (
+            {
+                k: _tables_from_slots(ctx, slot_stats[k].reshape(-1))
+                for k in ("value_range", "cotangent_abs_mean", "distinct_fraction")
+            }
+            if ctx.eb_hook.needs_stats
+            else None
+        )
         eb_state = ctx.eb_hook.update(state.eb_state, table_stats)
         # Per-table ratio over all peers: harmonic mean of the per-(peer, table) ratios
         # (every chunk has the same raw size).
-        ratio = slot_stats["compression_ratio"]                                  # [P, P, L]
-        inv = jnp.mean(1.0 / jnp.maximum(ratio, 1e-12), axis=1).reshape(-1)   # [P*L]
-        tp = ctx.placement.table_pieces                                          # [T, K]
+        ratio = slot_stats["compression_ratio"]  # [P, P, L]
+        inv = jnp.mean(1.0 / jnp.maximum(ratio, 1e-12), axis=1).reshape(-1)  # [P*L]
+        tp = ctx.placement.table_pieces  # [T, K]
         inv_t = jnp.sum(jnp.where(jnp.asarray(tp >= 0), inv[np.maximum(tp, 0)], 0.0), axis=1)
-        ratio_t = jnp.sum(tp >= 0, axis=1) / inv_t   # split tables: over all their pieces
-        metrics = dict(byte_stats, loss=loss, error_bound=eb_t, compression_ratio=ratio_t,
-                       **{f"stat_{k}": v for k, v in (table_stats or {}).items()})
+        ratio_t = jnp.sum(tp >= 0, axis=1) / inv_t  # split tables: over all their pieces
+        metrics = dict(
+            byte_stats,
+            loss=loss,
+            error_bound=eb_t,
+            compression_ratio=ratio_t,
+            **{f"stat_{k}": v for k, v in (table_stats or {}).items()},
+        )
         # Replicated, so every process can read them (multi-host: see _host).
         replicated = NamedSharding(ctx.mesh, P())
         metrics = {k: jax.lax.with_sharding_constraint(v, replicated) for k, v in metrics.items()}
@@ -340,19 +397,27 @@ def make_eval_step(ctx: StepContext):
     """Returns ``eval_step(state, batch) -> logits float32[B]`` (batch-sharded)."""
     body = _sharded_forward_backward(ctx, compute_grads=False)
     smap = jax.shard_map(
-        body, mesh=ctx.mesh,
+        body,
+        mesh=ctx.mesh,
         in_specs=(P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS), P(AXIS)),
-        out_specs=(P(), P(AXIS)), check_vma=True)
+        out_specs=(P(), P(AXIS)),
+        check_vma=True,
+    )
 
     def eval_step(state: TrainState, batch):
         eb_t = ctx.eb_hook.bounds(state.eb_state)
         eb_slots = _slots_from_tables(ctx, eb_t, jnp.max(eb_t))
-        _, logits = smap(state.params["head"], state.params["embedding"]["table"], eb_slots,
-                         batch["dense"], batch["ids"], batch["label"])
+        _, logits = smap(
+            state.params["head"],
+            state.params["embedding"]["table"],
+            eb_slots,
+            batch["dense"],
+            batch["ids"],
+            batch["label"],
+        )
         return logits
 
     return eval_step
-
 
 
 def setup(config: Config, mesh, eb_args=None):
@@ -362,13 +427,18 @@ def setup(config: Config, mesh, eb_args=None):
       ``(ctx, init_state, shardings)``: the StepContext, a function ``() -> TrainState``
       (jit it with ``out_shardings=shardings``) and the TrainState's NamedShardings.
     """
-    placement = sharding.plan_tables(config.table_rows(), config.embedding_dim, mesh.size,
-                                     None if config.split_rows < 0 else config.split_rows)
+    placement = sharding.plan_tables(
+        config.table_rows(),
+        config.embedding_dim,
+        mesh.size,
+        None if config.split_rows < 0 else config.split_rows,
+    )
     graphdefs, _ = create_model(config, placement, config.seed, abstract=True)
     tx = create_optimizer(config)
     eb_hook = ErrorBoundHook(config.num_tables, eb_args, config.placeholder_eb_rel)
-    ctx = StepContext(config, placement, mesh, graphdefs, tx, eb_hook,
-                      learning_rate_schedule(config))
+    ctx = StepContext(
+        config, placement, mesh, graphdefs, tx, eb_hook, learning_rate_schedule(config)
+    )
     table_shape = (mesh.size, placement.rows_per_device, config.embedding_dim)
 
     def init_state():
@@ -378,9 +448,11 @@ def setup(config: Config, mesh, eb_args=None):
     shard = state_shardings(jax.eval_shape(init_state), mesh, table_shape)
     return ctx, init_state, shard
 
+
 # ------------------------------------------------------------------------------------
 # Metrics, data placement
 # ------------------------------------------------------------------------------------
+
 
 def compute_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
     """AUC, log loss and accuracy (threshold 0.5) with scikit-learn.
@@ -392,19 +464,26 @@ def compute_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
       ``{"auc", "logloss", "accuracy", "rows"}``; ``auc`` is NaN when only one class occurs.
     """
     from sklearn import metrics as skm
+
     labels = np.asarray(labels, np.float64)
     prob = 1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)))
     prob = np.clip(prob, 1e-7, 1 - 1e-7)
     auc = skm.roc_auc_score(labels, prob) if 0 < labels.sum() < len(labels) else float("nan")
-    return {"auc": float(auc), "logloss": float(skm.log_loss(labels, prob, labels=[0, 1])),
-            "accuracy": float(skm.accuracy_score(labels, prob > 0.5)), "rows": int(len(labels))}
+    return {
+        "auc": float(auc),
+        "logloss": float(skm.log_loss(labels, prob, labels=[0, 1])),
+        "accuracy": float(skm.accuracy_score(labels, prob > 0.5)),
+        "rows": int(len(labels)),
+    }
 
 
 def _to_global(batch_local: dict, mesh, global_rows: int) -> dict:
     """Process-local numpy rows -> global jax arrays sharded on the batch axis."""
     sh = NamedSharding(mesh, P(AXIS))
-    return {k: jax.make_array_from_process_local_data(sh, v, (global_rows,) + v.shape[1:])
-            for k, v in batch_local.items()}
+    return {
+        k: jax.make_array_from_process_local_data(sh, v, (global_rows,) + v.shape[1:])
+        for k, v in batch_local.items()
+    }
 
 
 def _host(x: jax.Array) -> np.ndarray:
@@ -424,16 +503,19 @@ def evaluate(ctx: StepContext, eval_step, state, eval_set: dict, eval_batch: int
     nproc, pid = jax.process_count(), jax.process_index()
     logits_all = []
     for lo in range(0, n, eval_batch):
-        chunk = {k: v[lo:lo + eval_batch] for k, v in eval_set.items()}
+        chunk = {k: v[lo : lo + eval_batch] for k, v in eval_set.items()}
         m = len(chunk["label"])
         if m < eval_batch:  # pad the last batch; padding rows are dropped below
-            chunk = {k: np.concatenate([v, np.repeat(v[-1:], eval_batch - m, 0)])
-                     for k, v in chunk.items()}
+            chunk = {
+                k: np.concatenate([v, np.repeat(v[-1:], eval_batch - m, 0)])
+                for k, v in chunk.items()
+            }
         lb = eval_batch // nproc
-        local = {k: v[pid * lb:(pid + 1) * lb] for k, v in chunk.items()}
+        local = {k: v[pid * lb : (pid + 1) * lb] for k, v in chunk.items()}
         logits = eval_step(state, _to_global(local, ctx.mesh, eval_batch))
         if nproc > 1:
             from jax.experimental import multihost_utils
+
             logits = multihost_utils.process_allgather(logits, tiled=True)
         logits_all.append(np.asarray(logits)[:m])
     return compute_metrics(eval_set["label"], np.concatenate(logits_all))
@@ -443,33 +525,53 @@ def evaluate(ctx: StepContext, eval_step, state, eval_set: dict, eval_batch: int
 # Data sources
 # ------------------------------------------------------------------------------------
 
+
 def make_data(config: Config, local_batch: int, position: dict | None):
     """Returns ``(train_stream, eval_set, description)`` for this process."""
     rows = config.table_rows()
     pid, nproc = jax.process_index(), jax.process_count()
     if not config.data:
-        gen = synthetic.SyntheticCriteo(rows, config.num_dense, config.synthetic_multi_hot,
-                                        config.synthetic_zipf_a, config.seed)
+        gen = synthetic.SyntheticCriteo(
+            rows, config.num_dense, config.synthetic_multi_hot, config.synthetic_zipf_a, config.seed
+        )
         stream = input_pipeline.SyntheticStream(
-            gen, local_batch * nproc, process_index=pid, num_processes=nproc, position=position)
+            gen, local_batch * nproc, process_index=pid, num_processes=nproc, position=position
+        )
         eval_set = gen.eval_set(config.eval_rows)
-        desc = (f"SYNTHETIC Criteo-like data (project generator, not real Criteo): "
-                f"{len(rows)} tables, Zipf a={config.synthetic_zipf_a}, "
-                f"{config.eval_rows} held-out rows")
+        desc = (
+            f"SYNTHETIC Criteo-like data (project generator, not real Criteo): "
+            f"{len(rows)} tables, Zipf a={config.synthetic_zipf_a}, "
+            f"{config.eval_rows} held-out rows"
+        )
         return stream, eval_set, desc
     paths = input_pipeline.expand_paths(config.data)
     holdout = 0 if config.eval_data else config.holdout_every
     stream = input_pipeline.CriteoFileStream(
-        paths, config.data_format, rows, local_batch, skip_bad_lines=config.skip_bad_lines,
-        holdout_every=holdout, process_index=pid, num_processes=nproc, position=position)
+        paths,
+        config.data_format,
+        rows,
+        local_batch,
+        skip_bad_lines=config.skip_bad_lines,
+        holdout_every=holdout,
+        process_index=pid,
+        num_processes=nproc,
+        position=position,
+    )
     eval_paths = input_pipeline.expand_paths(config.eval_data) if config.eval_data else paths
     eval_set, bad = input_pipeline.read_eval_set(
-        eval_paths, config.data_format, rows, config.eval_rows,
-        skip_bad_lines=config.skip_bad_lines, holdout_every=holdout)
-    desc = (f"{config.data_format} files {paths[:3]}{'...' if len(paths) > 3 else ''}; eval "
-            f"{len(eval_set['label'])} rows from "
-            f"{'held-out lines (every %d-th)' % holdout if holdout else eval_paths[:3]}"
-            f"{'; %d bad eval lines skipped' % bad if bad else ''}")
+        eval_paths,
+        config.data_format,
+        rows,
+        config.eval_rows,
+        skip_bad_lines=config.skip_bad_lines,
+        holdout_every=holdout,
+    )
+    desc = (
+        f"{config.data_format} files {paths[:3]}{'...' if len(paths) > 3 else ''}; eval "
+        f"{len(eval_set['label'])} rows from "
+        f"{f'held-out lines (every {holdout}-th)' if holdout else eval_paths[:3]}"
+        f"{f'; {bad} bad eval lines skipped' if bad else ''}"
+    )
     return stream, eval_set, desc
 
 
@@ -477,33 +579,49 @@ def make_data(config: Config, local_batch: int, position: dict | None):
 # Checkpoints
 # ------------------------------------------------------------------------------------
 
+
 def _checkpoint_manager(workdir: str, config: Config):
     import orbax.checkpoint as ocp
+
     options = ocp.CheckpointManagerOptions(max_to_keep=config.max_checkpoints, create=True)
-    return ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, "checkpoints")),
-                                 options=options, item_names=("state", "meta"))
+    return ocp.CheckpointManager(
+        os.path.abspath(os.path.join(workdir, "checkpoints")),
+        options=options,
+        item_names=("state", "meta"),
+    )
 
 
 def _save(mngr, state: TrainState, meta: dict):
     import orbax.checkpoint as ocp
+
     step = int(_host(state.step))
-    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state._asdict()),
-                                            meta=ocp.args.JsonSave(meta)))
+    mngr.save(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state._asdict()), meta=ocp.args.JsonSave(meta)
+        ),
+    )
 
 
 def _restore(mngr, abstract_state: TrainState):
     import orbax.checkpoint as ocp
+
     step = mngr.latest_step()
     if step is None:
         return None, None
-    out = mngr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state._asdict()), meta=ocp.args.JsonRestore()))
+    out = mngr.restore(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state._asdict()), meta=ocp.args.JsonRestore()
+        ),
+    )
     return TrainState(**out["state"]), out["meta"]
 
 
 # ------------------------------------------------------------------------------------
 # The loop
 # ------------------------------------------------------------------------------------
+
 
 def _fmt_bytes(x: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -533,9 +651,17 @@ class _MetricsWriter:
                 f.write(json.dumps(record) + "\n")
 
 
-def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
-                       eb_args=None, kill_at_step: int = 0, progress: bool = True,
-                       label: str = "", devices_per_process: int | None = None) -> dict:
+def train_and_evaluate(
+    config: Config,
+    workdir: str,
+    *,
+    resume: bool = False,
+    eb_args=None,
+    kill_at_step: int = 0,
+    progress: bool = True,
+    label: str = "",
+    devices_per_process: int | None = None,
+) -> dict:
     """Trains ``config.steps`` steps, evaluating and checkpointing along the way.
 
     Args:
@@ -556,6 +682,7 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
       MalformedLineError: bad data line without ``skip_bad_lines``.
     """
     from tqdm import tqdm
+
     config.validate()
     is_main = jax.process_index() == 0
     os.makedirs(workdir, exist_ok=True)
@@ -572,7 +699,9 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
     if resume:
         abstract_sharded = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-            jax.eval_shape(init_state), shard)
+            jax.eval_shape(init_state),
+            shard,
+        )
         state, meta = _restore(mngr, abstract_sharded)
     position = meta["data_position"] if meta else None
     local_batch = config.batch_size // nproc
@@ -581,32 +710,56 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
     if state is None:
         state = jax.jit(init_state, out_shardings=shard)()
     start = int(_host(state.step))
-    train_step = jax.jit(make_train_step(ctx), in_shardings=(shard, None),
-                         out_shardings=(shard, None), donate_argnums=(0,))
+    train_step = jax.jit(
+        make_train_step(ctx),
+        in_shardings=(shard, None),
+        out_shardings=(shard, None),
+        donate_argnums=(0,),
+    )
     eval_step = jax.jit(make_eval_step(ctx), in_shardings=(shard, None))
 
     log = logging.getLogger("dlrm")
     say = (lambda s: tqdm.write(s)) if is_main else (lambda s: None)
     tag = f"[{label}] " if label else ""
-    say(f"{tag}devices: {num_devices} x {jax.devices()[0].platform} over {nproc} process(es); "
-        f"data: {data_desc}")
-    exchange_desc = ("compressed_all_to_all codec=" + config.codec if config.compression == "on"
-                     else "exact all_to_all")
+    say(
+        f"{tag}devices: {num_devices} x {jax.devices()[0].platform} over {nproc} process(es); "
+        f"data: {data_desc}"
+    )
+    exchange_desc = (
+        "compressed_all_to_all codec=" + config.codec
+        if config.compression == "on"
+        else "exact all_to_all"
+    )
     say(f"{tag}exchange: {exchange_desc}; error bound: {eb_hook.describe()}")
     say(f"{tag}{placement.describe()}")
     if start:
         say(f"{tag}resumed from step {start} (data position {position})")
-    writer = _MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start if resume else None,
-                            is_main)
-    writer.write({"kind": "config", "step": start, "config": dataclasses.asdict(config),
-                  "devices": num_devices, "processes": nproc, "label": label,
-                  "data": data_desc, "error_bound": eb_hook.describe()}) if start == 0 else None
+    writer = _MetricsWriter(
+        os.path.join(workdir, "metrics.jsonl"), start if resume else None, is_main
+    )
+    writer.write(
+        {
+            "kind": "config",
+            "step": start,
+            "config": dataclasses.asdict(config),
+            "devices": num_devices,
+            "processes": nproc,
+            "label": label,
+            "data": data_desc,
+            "error_bound": eb_hook.describe(),
+        }
+    ) if start == 0 else None
 
     interval: list[tuple[np.ndarray, np.ndarray, dict]] = []
     t_interval = time.perf_counter()
     net0 = net_tx_bytes()
-    bar = tqdm(total=config.steps, initial=start, disable=not (progress and is_main),
-               desc=label or "train", dynamic_ncols=True)
+    bar = tqdm(
+        total=config.steps,
+        initial=start,
+        disable=not (progress and is_main),
+        desc=label or "train",
+        dynamic_ncols=True,
+    )
     final_eval = None
     step = start
     for step in range(start + 1, config.steps + 1):
@@ -618,8 +771,9 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
             # Steps run asynchronously: wait for this one (state included) before reading the
             # clock, so the interval's time covers the device work, not just its dispatch.
             jax.block_until_ready((state, m))
-            rec = _interval_record(step, interval, time.perf_counter() - t_interval,
-                                   config.batch_size)
+            rec = _interval_record(
+                step, interval, time.perf_counter() - t_interval, config.batch_size
+            )
             rec["bad_lines"] = int(getattr(stream, "bad_lines", 0))
             rec["exchange"] = config.compression
             net1 = net_tx_bytes()
@@ -627,23 +781,29 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
                 rec["net_tx_bytes"] = net1 - net0  # this namespace, all processes, the interval
             net0 = net1
             bar.set_postfix(loss=f"{rec['loss']:.4f}", ratio=f"{rec['compression_ratio']:.1f}")
-            say(f"{tag}step {step}: loss {rec['loss']:.4f} train-AUC {rec['auc']:.4f} "
+            say(
+                f"{tag}step {step}: loss {rec['loss']:.4f} train-AUC {rec['auc']:.4f} "
                 f"{rec['samples_per_s']:.0f} samples/s | exchange ratio {rec['compression_ratio']:.2f}x, "
                 f"moved {_fmt_bytes(rec['moved_bytes'])} vs raw {_fmt_bytes(rec['raw_bytes'])} "
                 f"(frames {_fmt_bytes(rec['frame_bytes'])}, {rec['fallback_steps']} exact-fallback "
                 f"steps) | eb_rel "
-                f"[{min(rec['error_bound']):.4f}, {max(rec['error_bound']):.4f}]")
+                f"[{min(rec['error_bound']):.4f}, {max(rec['error_bound']):.4f}]"
+            )
             say(f"{tag}  per-table ratio: " + " ".join(f"{r:.1f}" for r in rec["ratio_per_table"]))
             writer.write(rec)
             interval, t_interval = [], time.perf_counter()
         if (config.eval_every and step % config.eval_every == 0) or step == config.steps:
             ev = evaluate(ctx, eval_step, state, eval_set, config.eval_batch_size)
-            say(f"{tag}eval @ {step}: AUC {ev['auc']:.5f} log loss {ev['logloss']:.5f} "
-                f"accuracy {ev['accuracy']:.4f} ({ev['rows']} rows)")
+            say(
+                f"{tag}eval @ {step}: AUC {ev['auc']:.5f} log loss {ev['logloss']:.5f} "
+                f"accuracy {ev['accuracy']:.4f} ({ev['rows']} rows)"
+            )
             writer.write({"kind": "eval", "step": step, **ev})
             final_eval = ev
             t_interval, net0 = time.perf_counter(), net_tx_bytes()
-        if (config.checkpoint_every and step % config.checkpoint_every == 0) or step == config.steps:
+        if (
+            config.checkpoint_every and step % config.checkpoint_every == 0
+        ) or step == config.steps:
             _save(mngr, state, {"data_position": stream.position(), "step": step})
             mngr.wait_until_finished()
             t_interval, net0 = time.perf_counter(), net_tx_bytes()
@@ -655,16 +815,24 @@ def train_and_evaluate(config: Config, workdir: str, *, resume: bool = False,
     mngr.close()
     if final_eval is None:  # resumed at the end: evaluate the restored state
         final_eval = evaluate(ctx, eval_step, state, eval_set, config.eval_batch_size)
-    checksum = float(_host(jax.jit(
-        lambda p: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(p)),
-        out_shardings=NamedSharding(mesh, P()))(state.params)))
-    result = dict(final_eval, step=step if config.steps > start else start,
-                  params_checksum=checksum)
+    checksum = float(
+        _host(
+            jax.jit(
+                lambda p: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(p)),
+                out_shardings=NamedSharding(mesh, P()),
+            )(state.params)
+        )
+    )
+    result = dict(
+        final_eval, step=step if config.steps > start else start, params_checksum=checksum
+    )
     writer.write({"kind": "final", **result})
     if is_main:
         try:
-            plot_metrics({label or "run": os.path.join(workdir, "metrics.jsonl")},
-                         os.path.join(workdir, "curves.png"))
+            plot_metrics(
+                {label or "run": os.path.join(workdir, "metrics.jsonl")},
+                os.path.join(workdir, "curves.png"),
+            )
         except Exception as e:  # plotting must never lose a finished run
             log.warning("plot failed: %s", e)
     return result
@@ -699,15 +867,23 @@ def _interval_record(step, interval, seconds, global_batch) -> dict:
         auc = compute_metrics(labels, logits)["auc"]
     except ValueError:
         auc = float("nan")
-    return {"kind": "train", "step": step, "loss": float(np.mean([m["loss"] for m in ms])),
-            "auc": auc, "samples_per_s": len(interval) * global_batch / max(seconds, 1e-9),
-            "compression_ratio": raw / max(frame, 1e-9), "raw_bytes": raw,
-            "frame_bytes": frame, "moved_bytes": moved,
-            "moved_ratio": raw / max(moved, 1e-9),
-            "ratio_per_table": [float(x) for x in per_table],
-            "fallback_steps": int(sum(float(m["fallback"]) > 0 for m in ms)),
-            "seconds": float(seconds), "unix_time": time.time(),
-            "error_bound": [float(x) for x in ms[-1]["error_bound"]]}
+    return {
+        "kind": "train",
+        "step": step,
+        "loss": float(np.mean([m["loss"] for m in ms])),
+        "auc": auc,
+        "samples_per_s": len(interval) * global_batch / max(seconds, 1e-9),
+        "compression_ratio": raw / max(frame, 1e-9),
+        "raw_bytes": raw,
+        "frame_bytes": frame,
+        "moved_bytes": moved,
+        "moved_ratio": raw / max(moved, 1e-9),
+        "ratio_per_table": [float(x) for x in per_table],
+        "fallback_steps": int(sum(float(m["fallback"]) > 0 for m in ms)),
+        "seconds": float(seconds),
+        "unix_time": time.time(),
+        "error_bound": [float(x) for x in ms[-1]["error_bound"]],
+    }
 
 
 def plot_metrics(runs: dict[str, str], path: str) -> None:
@@ -718,8 +894,10 @@ def plot_metrics(runs: dict[str, str], path: str) -> None:
       path: output PNG.
     """
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(2, 2, figsize=(11, 7))
     for name, mpath in runs.items():
         recs = [json.loads(l) for l in open(mpath) if l.strip()]
@@ -733,8 +911,10 @@ def plot_metrics(runs: dict[str, str], path: str) -> None:
                 ax[1, 1].plot(s, [np.mean(r["error_bound"]) for r in tr], label=name)
         if ev:
             ax[0, 1].plot([r["step"] for r in ev], [r["auc"] for r in ev], "o-", label=name)
-    for a, t in zip(ax.flat, ("train loss (BCE)", "eval AUC", "exchange compression ratio",
-                              "mean relative error bound")):
+    for a, t in zip(
+        ax.flat,
+        ("train loss (BCE)", "eval AUC", "exchange compression ratio", "mean relative error bound"),
+    ):
         a.set_title(t)
         a.set_xlabel("step")
         a.legend()
@@ -745,5 +925,7 @@ def plot_metrics(runs: dict[str, str], path: str) -> None:
 
 if __name__ == "__main__":
     import sys
+
     from models.dlrm import main as _main
+
     sys.exit(_main.main())

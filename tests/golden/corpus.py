@@ -26,8 +26,20 @@ HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "frames.json"
 DUMPS = HERE.parents[2] / "shared" / "data" / "emb_dumps"
 
-KINDS = ("normal", "dup", "hot", "special", "constant", "zeros", "nan", "wide", "subnormal",
-         "outliers", "lowcard", "hotnear")
+KINDS = (
+    "normal",
+    "dup",
+    "hot",
+    "special",
+    "constant",
+    "zeros",
+    "nan",
+    "wide",
+    "subnormal",
+    "outliers",
+    "lowcard",
+    "hotnear",
+)
 CODECS = ("auto", "raw", "fixed", "dedup", "entropy")
 DTYPES = ("float32", "bfloat16", "float16")
 SHAPES = ((40, 24), (1, 1), (0, 5), (3, 0), (1, 300), (300, 64), (2048, 64))
@@ -59,7 +71,9 @@ def make_chunk(kind: str, rows: int, dim: int, seed: int) -> np.ndarray:
         x = (x * np.float32(0.05))[src % rows]
         if kind == "hotnear":  # some copies one ulp off: other input rows, the same codes
             bits = x.view(np.uint32)
-            mask = (np.add.outer(np.arange(rows), np.arange(dim)) % 5 == 0) & (np.arange(rows) >= pool)[:, None]
+            mask = (np.add.outer(np.arange(rows), np.arange(dim)) % 5 == 0) & (
+                np.arange(rows) >= pool
+            )[:, None]
             bits[mask] += np.uint32(1)
     elif kind == "special":
         flat = x.reshape(-1)
@@ -80,7 +94,9 @@ def make_chunk(kind: str, rows: int, dim: int, seed: int) -> np.ndarray:
     elif kind == "outliers":  # >= 128 outliers per chunk: two-byte outlier count
         x.reshape(-1)[::7] = np.nan
     elif kind == "lowcard":
-        x = ((rng.bit_generator.random_raw(n) % np.uint64(4)).astype(np.float32) * np.float32(0.25)).reshape(rows, dim)
+        x = (
+            (rng.bit_generator.random_raw(n) % np.uint64(4)).astype(np.float32) * np.float32(0.25)
+        ).reshape(rows, dim)
     return x.astype(np.float32)
 
 
@@ -109,28 +125,51 @@ def _digest(h, *arrays) -> None:
         h.update(a.tobytes())
 
 
-def _run_group(jlc, data: np.ndarray, dtype: str, mode: str, codec: str, bounds, *,
-               capacity=None, min_error_bound=None, corrupt_seed=0) -> str:
+def _run_group(
+    jlc,
+    data: np.ndarray,
+    dtype: str,
+    mode: str,
+    codec: str,
+    bounds,
+    *,
+    capacity=None,
+    min_error_bound=None,
+    corrupt_seed=0,
+) -> str:
     """Compresses ``data [batch, rows, dim]`` and digests frames, sizes, statuses and values."""
-    import jax.numpy as jnp
-
     import jax
+    import jax.numpy as jnp
 
     x = jnp.asarray(data).astype(dtype)
     # Under jit the bound is traced: negative and non-finite bounds reach the codec.
-    enc = jax.jit(lambda x, eb: jlc.compress(x, eb, mode=mode, codec=codec, capacity=capacity,
-                                             min_error_bound=min_error_bound))
+    enc = jax.jit(
+        lambda x, eb: jlc.compress(
+            x, eb, mode=mode, codec=codec, capacity=capacity, min_error_bound=min_error_bound
+        )
+    )
     frames, nbytes = enc(x, jnp.asarray(bounds, jnp.float32))
     shape = data.shape[-2:]
     x_hat, status = jlc.decompress(frames, nbytes, shape=shape, dtype=x.dtype, return_status=True)
     frames, nbytes = np.asarray(frames), np.asarray(nbytes)
     bad_f, bad_n = _corrupt(frames, nbytes, corrupt_seed)
-    bad_status = jlc.frame_status(jnp.asarray(bad_f), jnp.asarray(bad_n), shape=shape, dtype=x.dtype)
-    bad_hat, bad_status2 = jlc.decompress(jnp.asarray(bad_f), jnp.asarray(bad_n), shape=shape,
-                                          dtype=x.dtype, return_status=True)
+    bad_status = jlc.frame_status(
+        jnp.asarray(bad_f), jnp.asarray(bad_n), shape=shape, dtype=x.dtype
+    )
+    bad_hat, bad_status2 = jlc.decompress(
+        jnp.asarray(bad_f), jnp.asarray(bad_n), shape=shape, dtype=x.dtype, return_status=True
+    )
     h = hashlib.sha256()
-    _digest(h, frames, nbytes, status, np.asarray(x_hat).view(np.uint8), bad_status, bad_status2,
-            np.asarray(bad_hat).view(np.uint8))
+    _digest(
+        h,
+        frames,
+        nbytes,
+        status,
+        np.asarray(x_hat).view(np.uint8),
+        bad_status,
+        bad_status2,
+        np.asarray(bad_hat).view(np.uint8),
+    )
     return h.hexdigest()
 
 
@@ -147,28 +186,65 @@ def cases():
                 for mode, bounds in (("rel", (0.01, 0.05, 1e-4)), ("abs", (0.003,))):
                     if mode == "abs" and (big or dtype != "float32"):
                         continue
-                    data = np.stack([make_chunk(k, rows, dim, seed + i)
-                                     for k in kinds for i in range(len(bounds))])
+                    data = np.stack(
+                        [
+                            make_chunk(k, rows, dim, seed + i)
+                            for k in kinds
+                            for i in range(len(bounds))
+                        ]
+                    )
                     eb = np.tile(np.asarray(bounds, np.float32), len(kinds))
                     kw = dict(min_error_bound=0.01) if codec == "fixed" and mode == "rel" else {}
                     if codec == "fixed" and mode == "abs":
                         kw = dict(capacity=int(rows * dim * 2 + 40))
-                    yield (f"synthetic {rows}x{dim} {dtype} {mode} {codec}",
-                           dict(data=data, dtype=dtype, mode=mode, codec=codec, bounds=eb,
-                                corrupt_seed=seed, **kw))
+                    yield (
+                        f"synthetic {rows}x{dim} {dtype} {mode} {codec}",
+                        dict(
+                            data=data,
+                            dtype=dtype,
+                            mode=mode,
+                            codec=codec,
+                            bounds=eb,
+                            corrupt_seed=seed,
+                            **kw,
+                        ),
+                    )
                     seed += 100
     # Small capacities: overflow and the raw fallback.
     for cap in (12, 40, 200, 400):
         for codec in CODECS:
-            data = np.stack([make_chunk(k, 32, 16, seed + i) for i, k in enumerate(("special", "hot", "normal"))])
-            yield (f"capacity {cap} {codec}", dict(data=data, dtype="float32", mode="rel", codec=codec,
-                                                   bounds=np.full(3, 0.01, np.float32), capacity=cap,
-                                                   corrupt_seed=seed))
+            data = np.stack(
+                [
+                    make_chunk(k, 32, 16, seed + i)
+                    for i, k in enumerate(("special", "hot", "normal"))
+                ]
+            )
+            yield (
+                f"capacity {cap} {codec}",
+                dict(
+                    data=data,
+                    dtype="float32",
+                    mode="rel",
+                    codec=codec,
+                    bounds=np.full(3, 0.01, np.float32),
+                    capacity=cap,
+                    corrupt_seed=seed,
+                ),
+            )
             seed += 10
     # Negative and non-finite traced bounds store the chunk raw.
     data = np.stack([make_chunk("normal", 16, 8, seed + i) for i in range(4)])
-    yield ("bad bounds", dict(data=data, dtype="float32", mode="rel", codec="auto",
-                              bounds=np.array([-1, np.nan, np.inf, 0], np.float32), corrupt_seed=seed))
+    yield (
+        "bad bounds",
+        dict(
+            data=data,
+            dtype="float32",
+            mode="rel",
+            codec="auto",
+            bounds=np.array([-1, np.nan, np.inf, 0], np.float32),
+            corrupt_seed=seed,
+        ),
+    )
     # Real dumps: whole, every codec, every dtype; the exchange shape cut from the Terabyte ones.
     if (DUMPS / "manifest.json").is_file():
         manifest = json.loads((DUMPS / "manifest.json").read_text())
@@ -178,19 +254,40 @@ def cases():
             for dtype in DTYPES:
                 for codec in CODECS:
                     kw = dict(min_error_bound=0.01) if codec == "fixed" else {}
-                    yield (f"dump {name} {dtype} {codec}",
-                           dict(data=np.stack([d, d]), dtype=dtype, mode="rel", codec=codec,
-                                bounds=np.array([0.01, 0.05], np.float32), corrupt_seed=seed, **kw))
+                    yield (
+                        f"dump {name} {dtype} {codec}",
+                        dict(
+                            data=np.stack([d, d]),
+                            dtype=dtype,
+                            mode="rel",
+                            codec=codec,
+                            bounds=np.array([0.01, 0.05], np.float32),
+                            corrupt_seed=seed,
+                            **kw,
+                        ),
+                    )
                     seed += 1
-        tb = [np.fromfile(DUMPS / e["file"].split("/")[-1], "<f4").reshape(e["shape"])
-              for e in manifest if e["shape"][1] == 64]
+        tb = [
+            np.fromfile(DUMPS / e["file"].split("/")[-1], "<f4").reshape(e["shape"])
+            for e in manifest
+            if e["shape"][1] == 64
+        ]
         ex = np.concatenate(tb).reshape(-1, 256, 64)
         ex = np.concatenate([ex] * (26 * 8 // len(ex) + 1))[: 26 * 8]
         for codec in ("auto", "fixed"):
             kw = dict(min_error_bound=0.01) if codec == "fixed" else {}
-            yield (f"exchange 208x256x64 {codec}",
-                   dict(data=ex, dtype="float32", mode="rel", codec=codec,
-                        bounds=np.full(len(ex), 0.01, np.float32), corrupt_seed=seed, **kw))
+            yield (
+                f"exchange 208x256x64 {codec}",
+                dict(
+                    data=ex,
+                    dtype="float32",
+                    mode="rel",
+                    codec=codec,
+                    bounds=np.full(len(ex), 0.01, np.float32),
+                    corrupt_seed=seed,
+                    **kw,
+                ),
+            )
 
 
 def compute() -> dict[str, str]:
@@ -200,8 +297,9 @@ def compute() -> dict[str, str]:
     out = {}
     for name, kw in cases():
         data = kw.pop("data")
-        out[name] = _run_group(jlc, data, kw.pop("dtype"), kw.pop("mode"), kw.pop("codec"),
-                               kw.pop("bounds"), **kw)
+        out[name] = _run_group(
+            jlc, data, kw.pop("dtype"), kw.pop("mode"), kw.pop("codec"), kw.pop("bounds"), **kw
+        )
     return out
 
 

@@ -3,7 +3,8 @@
 Each preset module has ``get_config() -> Config``; ``get_config(name)`` picks one.
 """
 
-from models.dlrm.configs.default import Config, get_config as _default
+from models.dlrm.configs.default import Config
+from models.dlrm.configs.default import get_config as _default
 
 PRESETS = ("kaggle", "terabyte", "tiny")
 

@@ -10,14 +10,63 @@ import dataclasses
 
 # Criteo Kaggle DAC cardinalities of C1..C26 (facebookresearch/dlrm, day_fea_count).
 KAGGLE_CARDINALITIES = (
-    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
-    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+)
 
 # Criteo 1TB Click Logs cardinalities of C1..C26 (MLPerf DLRM reference, 40M cap).
 TERABYTE_CARDINALITIES = (
-    39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346,
-    10, 2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108,
-    36)
+    39884406,
+    39043,
+    17289,
+    7420,
+    20263,
+    3,
+    7120,
+    1543,
+    63,
+    38532951,
+    2953546,
+    403346,
+    10,
+    2208,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    39979771,
+    25641295,
+    39664984,
+    585935,
+    12972,
+    108,
+    36,
+)
 
 
 @dataclasses.dataclass
@@ -121,19 +170,23 @@ class Config:
     def validate(self) -> None:
         """Raises ValueError on inconsistent fields."""
         if self.bottom_mlp[-1] != self.embedding_dim:
-            raise ValueError(f"bottom_mlp must end in embedding_dim={self.embedding_dim}, "
-                             f"got {self.bottom_mlp}")
+            raise ValueError(
+                f"bottom_mlp must end in embedding_dim={self.embedding_dim}, got {self.bottom_mlp}"
+            )
         if self.top_mlp[-1] != 1:
             raise ValueError(f"top_mlp must end in 1, got {self.top_mlp}")
         if self.compression not in ("on", "off"):
             raise ValueError(f"compression must be 'on' or 'off', got {self.compression!r}")
         if self.exchange_path not in ("auto", "dense", "packed", "ragged"):
-            raise ValueError(f"exchange_path must be auto, dense, packed or ragged, got "
-                             f"{self.exchange_path!r}")
+            raise ValueError(
+                f"exchange_path must be auto, dense, packed or ragged, got {self.exchange_path!r}"
+            )
         if self.optimizer not in ("sgd", "adagrad"):
             raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
         if self.data_format not in ("kaggle", "terabyte", "csv"):
-            raise ValueError(f"data_format must be kaggle, terabyte or csv, got {self.data_format!r}")
+            raise ValueError(
+                f"data_format must be kaggle, terabyte or csv, got {self.data_format!r}"
+            )
 
 
 def get_config() -> Config:
