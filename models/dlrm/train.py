@@ -28,7 +28,6 @@ Reference: Naumov et al., arXiv 1906.00091 (DLRM); Feng et al., SC24, arXiv 2407
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -44,6 +43,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from models.dlrm import exchange, input_pipeline, models, sharding, synthetic
+from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
 from models.dlrm.error_bounds import ErrorBoundHook
 
@@ -631,26 +631,6 @@ def _fmt_bytes(x: float) -> str:
     return f"{x:.1f}"
 
 
-class _MetricsWriter:
-    """metrics.jsonl writer (process 0 only); on resume drops records after the step."""
-
-    def __init__(self, path: str, resume_step: int | None, enabled: bool):
-        self.path, self.enabled = path, enabled
-        if not enabled:
-            return
-        keep = []
-        if resume_step is not None and os.path.exists(path):
-            with open(path) as f:
-                keep = [l for l in f if l.strip() and json.loads(l).get("step", 0) <= resume_step]
-        with open(path, "w") as f:
-            f.writelines(keep)
-
-    def write(self, record: dict):
-        if self.enabled:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record) + "\n")
-
-
 def train_and_evaluate(
     config: Config,
     workdir: str,
@@ -734,21 +714,21 @@ def train_and_evaluate(
     say(f"{tag}{placement.describe()}")
     if start:
         say(f"{tag}resumed from step {start} (data position {position})")
-    writer = _MetricsWriter(
+    writer = metrics_lib.MetricsWriter(
         os.path.join(workdir, "metrics.jsonl"), start if resume else None, is_main
     )
-    writer.write(
-        {
-            "kind": "config",
-            "step": start,
-            "config": dataclasses.asdict(config),
-            "devices": num_devices,
-            "processes": nproc,
-            "label": label,
-            "data": data_desc,
-            "error_bound": eb_hook.describe(),
-        }
-    ) if start == 0 else None
+    if start == 0:
+        writer.write(
+            metrics_lib.ConfigRecord(
+                step=start,
+                config=dataclasses.asdict(config),
+                devices=num_devices,
+                processes=nproc,
+                label=label,
+                data=data_desc,
+                error_bound=eb_hook.describe(),
+            )
+        )
 
     interval: list[tuple[np.ndarray, np.ndarray, dict]] = []
     t_interval = time.perf_counter()
@@ -771,25 +751,28 @@ def train_and_evaluate(
             # Steps run asynchronously: wait for this one (state included) before reading the
             # clock, so the interval's time covers the device work, not just its dispatch.
             jax.block_until_ready((state, m))
-            rec = _interval_record(
-                step, interval, time.perf_counter() - t_interval, config.batch_size
-            )
-            rec["bad_lines"] = int(getattr(stream, "bad_lines", 0))
-            rec["exchange"] = config.compression
             net1 = net_tx_bytes()
-            if net0 is not None and net1 is not None:
-                rec["net_tx_bytes"] = net1 - net0  # this namespace, all processes, the interval
-            net0 = net1
-            bar.set_postfix(loss=f"{rec['loss']:.4f}", ratio=f"{rec['compression_ratio']:.1f}")
-            say(
-                f"{tag}step {step}: loss {rec['loss']:.4f} train-AUC {rec['auc']:.4f} "
-                f"{rec['samples_per_s']:.0f} samples/s | exchange ratio {rec['compression_ratio']:.2f}x, "
-                f"moved {_fmt_bytes(rec['moved_bytes'])} vs raw {_fmt_bytes(rec['raw_bytes'])} "
-                f"(frames {_fmt_bytes(rec['frame_bytes'])}, {rec['fallback_steps']} exact-fallback "
-                f"steps) | eb_rel "
-                f"[{min(rec['error_bound']):.4f}, {max(rec['error_bound']):.4f}]"
+            rec = _interval_record(
+                step,
+                interval,
+                time.perf_counter() - t_interval,
+                config.batch_size,
+                bad_lines=int(getattr(stream, "bad_lines", 0)),
+                exchange=config.compression,
+                # this namespace, all processes, the interval
+                net_tx_bytes=None if net0 is None or net1 is None else net1 - net0,
             )
-            say(f"{tag}  per-table ratio: " + " ".join(f"{r:.1f}" for r in rec["ratio_per_table"]))
+            net0 = net1
+            bar.set_postfix(loss=f"{rec.loss:.4f}", ratio=f"{rec.compression_ratio:.1f}")
+            say(
+                f"{tag}step {step}: loss {rec.loss:.4f} train-AUC {rec.auc:.4f} "
+                f"{rec.samples_per_s:.0f} samples/s | exchange ratio {rec.compression_ratio:.2f}x, "
+                f"moved {_fmt_bytes(rec.moved_bytes)} vs raw {_fmt_bytes(rec.raw_bytes)} "
+                f"(frames {_fmt_bytes(rec.frame_bytes)}, {rec.fallback_steps} exact-fallback "
+                f"steps) | eb_rel "
+                f"[{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}]"
+            )
+            say(f"{tag}  per-table ratio: " + " ".join(f"{r:.1f}" for r in rec.ratio_per_table))
             writer.write(rec)
             interval, t_interval = [], time.perf_counter()
         if (config.eval_every and step % config.eval_every == 0) or step == config.steps:
@@ -798,7 +781,7 @@ def train_and_evaluate(
                 f"{tag}eval @ {step}: AUC {ev['auc']:.5f} log loss {ev['logloss']:.5f} "
                 f"accuracy {ev['accuracy']:.4f} ({ev['rows']} rows)"
             )
-            writer.write({"kind": "eval", "step": step, **ev})
+            writer.write(metrics_lib.EvalRecord(step=step, **ev))
             final_eval = ev
             t_interval, net0 = time.perf_counter(), net_tx_bytes()
         if (
@@ -826,7 +809,7 @@ def train_and_evaluate(
     result = dict(
         final_eval, step=step if config.steps > start else start, params_checksum=checksum
     )
-    writer.write({"kind": "final", **result})
+    writer.write(metrics_lib.FinalRecord(**result))
     if is_main:
         try:
             plot_metrics(
@@ -854,7 +837,7 @@ def net_tx_bytes() -> float | None:
     return float(sum(int(l.split(":", 1)[1].split()[8]) for l in lines if ":" in l))
 
 
-def _interval_record(step, interval, seconds, global_batch) -> dict:
+def _interval_record(step, interval, seconds, global_batch, **extra) -> metrics_lib.TrainRecord:
     """Aggregates the per-step metrics of one logging interval (syncs with the device)."""
     labels = np.concatenate([l for l, _ in interval])
     ms = [{k: _host(v) for k, v in m.items() if k != "logits"} for _, m in interval]
@@ -867,23 +850,23 @@ def _interval_record(step, interval, seconds, global_batch) -> dict:
         auc = compute_metrics(labels, logits)["auc"]
     except ValueError:
         auc = float("nan")
-    return {
-        "kind": "train",
-        "step": step,
-        "loss": float(np.mean([m["loss"] for m in ms])),
-        "auc": auc,
-        "samples_per_s": len(interval) * global_batch / max(seconds, 1e-9),
-        "compression_ratio": raw / max(frame, 1e-9),
-        "raw_bytes": raw,
-        "frame_bytes": frame,
-        "moved_bytes": moved,
-        "moved_ratio": raw / max(moved, 1e-9),
-        "ratio_per_table": [float(x) for x in per_table],
-        "fallback_steps": int(sum(float(m["fallback"]) > 0 for m in ms)),
-        "seconds": float(seconds),
-        "unix_time": time.time(),
-        "error_bound": [float(x) for x in ms[-1]["error_bound"]],
-    }
+    return metrics_lib.TrainRecord(
+        step=step,
+        loss=float(np.mean([m["loss"] for m in ms])),
+        auc=auc,
+        samples_per_s=len(interval) * global_batch / max(seconds, 1e-9),
+        compression_ratio=raw / max(frame, 1e-9),
+        raw_bytes=raw,
+        frame_bytes=frame,
+        moved_bytes=moved,
+        moved_ratio=raw / max(moved, 1e-9),
+        ratio_per_table=[float(x) for x in per_table],
+        fallback_steps=int(sum(float(m["fallback"]) > 0 for m in ms)),
+        seconds=float(seconds),
+        unix_time=time.time(),
+        error_bound=[float(x) for x in ms[-1]["error_bound"]],
+        **extra,
+    )
 
 
 def plot_metrics(runs: dict[str, str], path: str) -> None:
@@ -900,17 +883,16 @@ def plot_metrics(runs: dict[str, str], path: str) -> None:
 
     fig, ax = plt.subplots(2, 2, figsize=(11, 7))
     for name, mpath in runs.items():
-        recs = [json.loads(l) for l in open(mpath) if l.strip()]
-        tr = [r for r in recs if r.get("kind") == "train"]
-        ev = [r for r in recs if r.get("kind") == "eval"]
+        log = metrics_lib.read_metrics(mpath)
+        tr, ev = log.train, log.eval
         if tr:
-            s = [r["step"] for r in tr]
-            ax[0, 0].plot(s, [r["loss"] for r in tr], label=name)
-            ax[1, 0].plot(s, [r["compression_ratio"] for r in tr], label=name)
-            if tr[-1].get("exchange") != "off":  # the exact exchange uses no bound
-                ax[1, 1].plot(s, [np.mean(r["error_bound"]) for r in tr], label=name)
+            s = [r.step for r in tr]
+            ax[0, 0].plot(s, [r.loss for r in tr], label=name)
+            ax[1, 0].plot(s, [r.compression_ratio for r in tr], label=name)
+            if tr[-1].exchange != "off":  # the exact exchange uses no bound
+                ax[1, 1].plot(s, [np.mean(r.error_bound) for r in tr], label=name)
         if ev:
-            ax[0, 1].plot([r["step"] for r in ev], [r["auc"] for r in ev], "o-", label=name)
+            ax[0, 1].plot([r.step for r in ev], [r.auc for r in ev], "o-", label=name)
     for a, t in zip(
         ax.flat,
         ("train loss (BCE)", "eval AUC", "exchange compression ratio", "mean relative error bound"),

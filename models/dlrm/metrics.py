@@ -1,0 +1,268 @@
+"""The ``metrics.jsonl`` schema of a training run: one writer, one reader.
+
+A run's workdir holds ``metrics.jsonl``: one JSON object per line, each with a ``kind``:
+
+- ``config`` (:class:`ConfigRecord`): once, at step 0: the run's Config and setup.
+- ``train`` (:class:`TrainRecord`): every ``log_every`` steps: the interval's loss, train AUC,
+  throughput and the exchange's byte counts.
+- ``eval`` (:class:`EvalRecord`): every ``eval_every`` steps: held-out AUC, log loss, accuracy.
+- ``final`` (:class:`FinalRecord`): once, at the end: the last evaluation and a checksum of
+  the parameters.
+
+The trainer writes them with :class:`MetricsWriter`; the plots and the benchmarks read them with
+:func:`read_metrics`. A field added to a record class is the schema change; nothing else
+spells the keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+__all__ = [
+    "ConfigRecord",
+    "EvalRecord",
+    "FinalRecord",
+    "MetricsLog",
+    "MetricsWriter",
+    "Record",
+    "TrainRecord",
+    "from_json",
+    "read_metrics",
+    "to_json",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigRecord:
+    """The run's setup, written once at step 0.
+
+    Attributes:
+      step: always 0.
+      config: ``dataclasses.asdict(Config)``, the error-bound config included.
+      devices: devices in the mesh (all processes).
+      processes: JAX processes.
+      label: the run's name ("" when none; "exact", "compressed" in comparisons).
+      data: one line describing the data (files or the synthetic generator, eval rows).
+      error_bound: one line describing the error-bound policy and schedule.
+    """
+
+    kind: ClassVar[str] = "config"
+    step: int
+    config: dict[str, Any]
+    devices: int
+    processes: int
+    label: str
+    data: str
+    error_bound: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRecord:
+    """One logging interval of training (``log_every`` steps, or fewer at the end).
+
+    Byte counts are summed over all devices and the interval's steps, forward exchange only.
+
+    Attributes:
+      step: last step of the interval (1-based count of completed steps).
+      loss: mean training BCE over the interval's steps.
+      auc: ROC AUC of the interval's training predictions (NaN if one class only).
+      samples_per_s: global samples per second of wall time, device work included.
+      compression_ratio: raw / frame bytes (the codec's ratio).
+      raw_bytes: bytes the exact float32 exchange would move.
+      frame_bytes: bytes of the frames (what a variable-size exchange moves).
+      moved_bytes: bytes the exchange really moved (static capacity on the dense path).
+      moved_ratio: raw / moved bytes.
+      ratio_per_table: float[T], per-table compression ratio, table order.
+      fallback_steps: steps of the interval that fell back to the exact exchange.
+      seconds: wall time of the interval.
+      unix_time: time.time() at the end of the interval.
+      error_bound: float[T], relative error bound per table at the interval's last step.
+      bad_lines: malformed data lines skipped so far (``--skip-bad-lines``).
+      exchange: "on" (compressed or baseline codec) or "off" (exact all-to-all).
+      net_tx_bytes: bytes sent by this network namespace over the interval (Linux
+        ``/proc/net/dev``), None where unavailable.
+    """
+
+    kind: ClassVar[str] = "train"
+    step: int
+    loss: float
+    auc: float
+    samples_per_s: float
+    compression_ratio: float
+    raw_bytes: float
+    frame_bytes: float
+    moved_bytes: float
+    moved_ratio: float
+    ratio_per_table: list[float]
+    fallback_steps: int
+    seconds: float
+    unix_time: float
+    error_bound: list[float]
+    bad_lines: int
+    exchange: str
+    net_tx_bytes: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalRecord:
+    """One evaluation on the held-out set.
+
+    Attributes:
+      step: training steps completed.
+      auc: ROC AUC (NaN if one class only).
+      logloss: binary cross-entropy of the predicted probabilities.
+      accuracy: at threshold 0.5.
+      rows: evaluated rows.
+    """
+
+    kind: ClassVar[str] = "eval"
+    step: int
+    auc: float
+    logloss: float
+    accuracy: float
+    rows: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FinalRecord:
+    """The run's result, written once at the end: the last evaluation plus a checksum.
+
+    Attributes:
+      auc, logloss, accuracy, rows: as in :class:`EvalRecord`.
+      step: the final step.
+      params_checksum: sum of ``|x|`` over every parameter (a bit-level resume check).
+    """
+
+    kind: ClassVar[str] = "final"
+    auc: float
+    logloss: float
+    accuracy: float
+    rows: int
+    step: int
+    params_checksum: float
+
+
+Record = ConfigRecord | TrainRecord | EvalRecord | FinalRecord
+_KINDS: dict[str, type] = {c.kind: c for c in (ConfigRecord, TrainRecord, EvalRecord, FinalRecord)}
+
+
+def to_json(record: Record) -> str:
+    """One JSON line (no newline) for ``record``: ``kind`` first, then the fields in order.
+
+    A None ``net_tx_bytes`` is left out (the key is absent where /proc/net/dev is).
+    """
+    d = {"kind": record.kind, **dataclasses.asdict(record)}
+    if d.get("net_tx_bytes", 0) is None:
+        del d["net_tx_bytes"]
+    return json.dumps(d)
+
+
+def from_json(line: str) -> Record:
+    """Parses one line of metrics.jsonl.
+
+    Raises:
+      ValueError: not JSON, an unknown ``kind``, or missing or unknown fields.
+    """
+    d = json.loads(line)
+    kind = d.pop("kind", None)
+    cls = _KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown record kind {kind!r}; expected one of {sorted(_KINDS)}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    if set(d) - names:
+        raise ValueError(f"{kind} record has unknown fields {sorted(set(d) - names)}")
+    try:
+        return cls(**d)
+    except TypeError as e:  # missing fields
+        raise ValueError(f"{kind} record: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsLog:
+    """The records of one metrics.jsonl, by kind, in file order.
+
+    Attributes:
+      config: the ConfigRecord (None if the run never wrote one).
+      train: TrainRecords, ascending steps.
+      eval: EvalRecords, ascending steps.
+      final: the last FinalRecord (None while the run has not finished).
+    """
+
+    config: ConfigRecord | None
+    train: list[TrainRecord]
+    eval: list[EvalRecord]
+    final: FinalRecord | None
+
+    @classmethod
+    def from_records(cls, records: Iterable[Record]) -> MetricsLog:
+        records = list(records)
+        configs = [r for r in records if isinstance(r, ConfigRecord)]
+        finals = [r for r in records if isinstance(r, FinalRecord)]
+        return cls(
+            config=configs[0] if configs else None,
+            train=[r for r in records if isinstance(r, TrainRecord)],
+            eval=[r for r in records if isinstance(r, EvalRecord)],
+            final=finals[-1] if finals else None,
+        )
+
+
+def _read_records(path: str | os.PathLike[str]) -> list[Record]:
+    out = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    out.append(from_json(line))
+                except ValueError as e:
+                    raise ValueError(f"{os.fspath(path)}:{i}: {e}") from None
+    return out
+
+
+def read_metrics(path: str | os.PathLike[str]) -> MetricsLog:
+    """Reads a run's metrics.jsonl.
+
+    Args:
+      path: the file (``<workdir>/metrics.jsonl``).
+
+    Returns:
+      A :class:`MetricsLog` of typed records.
+
+    Raises:
+      OSError: the file cannot be read.
+      ValueError: a line that is not a record of this schema, naming ``path:line``.
+    """
+    return MetricsLog.from_records(_read_records(path))
+
+
+class MetricsWriter:
+    """Appends records to metrics.jsonl (only where ``enabled``: process 0 of a run).
+
+    Opening truncates the file. On resume from step ``resume_step`` > 0 the records up to
+    that step are kept (a killed run's records past its last checkpoint are dropped, they are
+    written again); with ``resume_step`` None or 0 the run starts from an empty file.
+
+    Args:
+      path: the metrics.jsonl file.
+      resume_step: the step the run resumes from, or None for a fresh run.
+      enabled: write at all (False on every process but 0).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], resume_step: int | None, enabled: bool):
+        self.path, self.enabled = os.fspath(path), enabled
+        if not enabled:
+            return
+        keep: list[Record] = []
+        if resume_step and os.path.exists(self.path):
+            keep = [r for r in _read_records(self.path) if r.step <= resume_step]
+        with open(self.path, "w") as f:
+            f.writelines(to_json(r) + "\n" for r in keep)
+
+    def write(self, record: Record) -> None:
+        """Appends ``record`` as one line (a no-op where not enabled)."""
+        if self.enabled:
+            with open(self.path, "a") as f:
+                f.write(to_json(record) + "\n")
