@@ -7,7 +7,7 @@ imported them (or asks for them), so `set_single_thread()` can run before they s
 
 Typical use::
 
-    import bench_util as bu
+    from bench import bench_util as bu
     bu.set_single_thread()                      # before importing jax / torch
     for dump in bu.iter_dumps():                # real DLRM embedding dumps
         x = dump.array                          # float32[rows, dim]
@@ -235,6 +235,11 @@ def time_interleaved(
     }
 
 
+def fmt(x: Any, spec: str = ".2f") -> str:
+    """``format(x, spec)``, or "-" for None and NaN (table cells of missing values)."""
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
 def gbps(raw_bytes: int, seconds: float) -> float:
     """Throughput in GB/s (1e9 bytes per second) of `raw_bytes` of uncompressed float32."""
     return raw_bytes / seconds / 1e9 if seconds > 0 else math.inf
@@ -455,6 +460,64 @@ def write_json(obj: Any, path: str | os.PathLike[str]) -> Path:
         f.write("\n")
     os.replace(tmp, path)
     return path
+
+
+def replace_between_markers(text: str, new: str, begin: str, end: str) -> str:
+    """``text`` with everything between the markers replaced by ``new`` (one newline each side).
+
+    Raises:
+      ValueError: a marker is missing or ``end`` comes before ``begin``.
+    """
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < 0 or j < i:
+        raise ValueError(f"markers {begin!r} ... {end!r} not found in order")
+    return text[: i + len(begin)] + "\n" + new.strip("\n") + "\n" + text[j:]
+
+
+def interval_steps(steps: Sequence[int]) -> list[int]:
+    """Steps in each logging interval, from the intervals' last steps (ascending): the first
+    counts from step 0; each counts at least 1."""
+    return [max(1, s - (steps[i - 1] if i else 0)) for i, s in enumerate(steps)]
+
+
+TRAINER = "models.dlrm.train"
+"""The DLRM trainer's module (``python -m TRAINER``), run by the training benchmarks."""
+
+
+def trainer_cmd(out_dir: str | os.PathLike[str], args: Any, *flags: str) -> list[str]:
+    """The trainer command of one run: this interpreter, ``-m TRAINER``, the options the
+    training benchmarks share (from ``args``: preset, steps, seed, log_every, eval_rows;
+    checkpoints and the progress bar off; outputs into ``out_dir``), then ``flags``."""
+    return [
+        sys.executable,
+        "-m",
+        TRAINER,
+        "--preset",
+        args.preset,
+        "--steps",
+        str(args.steps),
+        "--seed",
+        str(args.seed),
+        "--log-every",
+        str(args.log_every),
+        "--eval-rows",
+        str(args.eval_rows),
+        "--checkpoint-every",
+        "0",
+        "--no-progress",
+        "--out",
+        str(out_dir),
+        *flags,
+    ]
+
+
+def trainer_env() -> dict[str, str]:
+    """Environment for a trainer subprocess (``python -m models.dlrm.main``/``train``): this
+    one's, with the repository on PYTHONPATH and XLA_FLAGS removed (``--devices`` decides)."""
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
 
 
 def _json_default(o: Any) -> Any:

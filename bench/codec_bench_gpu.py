@@ -9,6 +9,12 @@ Cases:
 Without the dumps (no shared data on the machine) synthetic data of the same shapes is used and
 the JSON says so.
 
+Why apart from ``bench.codec_bench`` (the CPU benchmark of the registry's codecs, one call per
+timing): a GPU call of a few microseconds is dominated by launch and dispatch, so this one
+times many side-effecting FFI calls inside one jitted function, on batches of hundreds of MB,
+against a device copy. It runs the registry's library forms (``registry.LIBRARY_FORMS``, plus
+``raw``) and the shared timing helpers of ``bench.bench_util``.
+
 Timing: each measured call is issued ``repeats`` times inside one jitted function (the FFI calls
 marked as having side effects, so XLA neither merges nor drops them), so launch and dispatch
 overhead is amortised; ``bench_util.time_fn`` takes the median of several such calls after a
@@ -19,8 +25,8 @@ time of one call (1 GB = 1e9 bytes); ``fraction_of_copy`` divides by the copy's 
 
 Usage::
 
-    python bench/codec_bench_gpu.py --out bench/results            # all cases
-    python bench/codec_bench_gpu.py --out /tmp/r --quick           # DLRM shape + one dump
+    python -m bench.codec_bench_gpu --out bench/results            # all cases
+    python -m bench.codec_bench_gpu --out /tmp/r --quick           # DLRM shape + one dump
 
 Writes ``codec_bench_gpu_<device>.json`` into ``--out`` (rewritten after every case, with
 ``complete`` false until the last). Targets (issue 7, H200): fixed-rate compress >= 1000 GB/s and
@@ -42,17 +48,16 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_util as bu  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+from bench import bench_util as bu
+from bench.registry import LIBRARY_FORMS
+from jax_lossy_comm import _ffi
+from jax_lossy_comm.frame import CODECS, MODES, frame_capacity, frame_info
 
-from jax_lossy_comm import _ffi  # noqa: E402
-from jax_lossy_comm.frame import CODECS, MODES, frame_capacity, frame_info  # noqa: E402
-
-FORMS = ("raw", "fixed", "dedup", "entropy", "auto")
+FORMS = ("raw", *LIBRARY_FORMS)
 TARGETS_GBPS = {
     "fixed": {"compress": 1000.0, "decompress": 1500.0},
     "entropy": {"compress": 300.0, "decompress": 300.0},

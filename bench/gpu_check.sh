@@ -101,8 +101,12 @@ t=$(( $(left) - 60 )); [ $t -gt 180 ] && t=180
 if [ $t -gt 30 ]; then
   quick=""
   [ $t -lt 120 ] && quick="--quick"
-  log "bench: bench/codec_bench_gpu.py $quick (limit ${t}s)"
-  timeout "$t" "$PY" -P bench/codec_bench_gpu.py --out "$OUT" $quick > "$OUT/bench.log" 2>&1
+  log "bench: python -m bench.codec_bench_gpu $quick (limit ${t}s)"
+  # -P keeps the checkout off sys.path (the installed package has the CUDA build); the bench
+  # package alone is put on it through a link.
+  mkdir -p "$OUT/path" && ln -sfn "$ROOT/bench" "$OUT/path/bench"
+  timeout "$t" env PYTHONPATH="$OUT/path" "$PY" -P -m bench.codec_bench_gpu --out "$OUT" $quick \
+    > "$OUT/bench.log" 2>&1
   rc=$?
   log "bench: rc=$rc"
   grep -E "GB/s|copy" "$OUT/bench.log" | tee -a "$SUMMARY" > /dev/null

@@ -28,8 +28,8 @@ Needs root (``CAP_SYS_ADMIN``/``CAP_NET_ADMIN``) and iproute2; otherwise it repo
 
 Usage (from the repo root)::
 
-    sudo python bench/netns_bench.py                     # 1 and 10 Gbit/s, terabyte preset
-    python bench/netns_bench.py --rates 1gbit --steps 12 --modes exact compressed int8-rowwise
+    sudo python -m bench.netns_bench                     # 1 and 10 Gbit/s, terabyte preset
+    python -m bench.netns_bench --rates 1gbit --steps 12 --modes exact compressed int8-rowwise
 
 Results: bench/results/netns.json.
 
@@ -40,7 +40,6 @@ References:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -54,47 +53,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_util as bu  # noqa: E402
+from bench import bench_util as bu
+from models.dlrm.metrics import MetricsLog, read_metrics
 
 DEFAULT_OUT = bu.RESULTS_DIR / "netns.json"
 DEFAULT_RATES = ("1gbit", "10gbit")
 _LO_MTU = 65536  # the loopback's MTU; one packet plus headers must fit tbf's bucket
+_COMPRESSED = ("--compression", "on", "--codec", "auto")
+_BACKWARD = (*_COMPRESSED, "--exchange-backward", "compressed")
 #: exchange modes: name -> trainer flags
 MODES = {
     "exact": ("--compression", "off"),
-    "compressed": ("--compression", "on", "--codec", "auto"),
+    "compressed": _COMPRESSED,
     # the backward (cotangent) exchange compressed too, same per-table bounds
-    "compressed-bwd": (
-        "--compression",
-        "on",
-        "--codec",
-        "auto",
-        "--exchange-backward",
-        "compressed",
-    ),
+    "compressed-bwd": _BACKWARD,
     # the same with the wire path pinned: fixed-capacity frames / used bytes in size buckets
-    "compressed-bwd-dense": (
-        "--compression",
-        "on",
-        "--codec",
-        "auto",
-        "--exchange-backward",
-        "compressed",
-        "--exchange-path",
-        "dense",
-    ),
-    "compressed-bwd-packed": (
-        "--compression",
-        "on",
-        "--codec",
-        "auto",
-        "--exchange-backward",
-        "compressed",
-        "--exchange-path",
-        "packed",
-    ),
+    "compressed-bwd-dense": (*_BACKWARD, "--exchange-path", "dense"),
+    "compressed-bwd-packed": (*_BACKWARD, "--exchange-path", "packed"),
     # same bytes on the dense (CPU) path, less CPU: fixed-rate codes only
     "compressed-fixed": ("--compression", "on", "--codec", "fixed"),
     "int8-rowwise": ("--compression", "on", "--codec", "int8-rowwise"),
@@ -243,78 +218,50 @@ def _free_port(ns: Namespace) -> int:
 
 def train_cmd(out_dir: Path, mode: str, process_id: int, port: int, args) -> list[str]:
     """The trainer command of one process (run inside the namespace)."""
-    return [
-        sys.executable,
-        "-m",
-        "models.dlrm.train",
-        "--preset",
-        args.preset,
-        "--devices",
-        str(args.devices_per_process),
-        "--coordinator",
-        f"127.0.0.1:{port}",
-        "--num-processes",
-        "2",
-        "--process-id",
-        str(process_id),
-        *MODES[mode],
-        "--steps",
-        str(args.steps),
-        "--log-every",
-        str(args.log_every),
-        "--eval-every",
-        "0",
-        "--checkpoint-every",
-        "0",
-        "--eval-rows",
-        str(args.eval_rows),
-        "--seed",
-        str(args.seed),
-        "--no-progress",
-        "--out",
-        str(out_dir),
-        *args.extra,
-    ]
+    return bu.trainer_cmd(
+        out_dir,
+        args,
+        *("--devices", str(args.devices_per_process), "--eval-every", "0"),
+        *("--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"),
+        *("--process-id", str(process_id), *MODES[mode], *args.extra),
+    )
 
 
-def summarize_metrics(
-    records: Sequence[dict[str, Any]], global_batch: int, log_every: int
-) -> dict[str, Any]:
-    """Step time etc. from a trainer's metrics.jsonl records.
+def summarize(log: MetricsLog) -> dict[str, Any]:
+    """Step time etc. of one trainer run (its ``metrics.jsonl``, read by ``read_metrics``).
 
     The first ``train`` interval (it includes the jit compile) is dropped; the step time is
-    ``global_batch / samples_per_s`` of each later interval, median over them. Bytes per step
-    are the last interval's ``moved_bytes`` (all devices, forward exchange) over its steps;
-    ``link_bytes_per_step`` is the median over intervals of the namespace's sent bytes per
-    step (``net_tx_bytes``: every collective of both processes, both directions).
+    ``batch_size / samples_per_s`` of each later interval (the global batch of the run's
+    config), median over them. Bytes per step are the last interval's ``moved_bytes`` (all
+    devices, forward exchange) over its steps; ``link_bytes_per_step`` is the median over
+    intervals of the namespace's sent bytes per step (``net_tx_bytes``: every collective of
+    both processes, both directions).
     """
-    train = [r for r in records if r.get("kind") == "train"]
-    final = next((r for r in reversed(records) if r.get("kind") == "final"), {})
-    steps_in = [
-        r["step"] - (train[i - 1]["step"] if i else 0) or log_every for i, r in enumerate(train)
-    ]
+    global_batch = int(log.config.config.get("batch_size", 0)) if log.config else 0
+    train, final = log.train, log.final
+    steps_in = bu.interval_steps([r.step for r in train])
     timed = train[1:] if len(train) > 1 else train
     n_timed = steps_in[1:] if len(train) > 1 else steps_in
-    step_s = [global_batch / r["samples_per_s"] for r in timed if r.get("samples_per_s")]
+    step_s = [global_batch / r.samples_per_s for r in timed if r.samples_per_s]
     out = {
         "intervals": len(timed),
         "step_times_s": step_s,
         "step_time_s": statistics.median(step_s) if step_s else None,
         "samples_per_s": global_batch / statistics.median(step_s) if step_s else None,
-        "auc": final.get("auc"),
-        "logloss": final.get("logloss"),
-        "final_step": final.get("step"),
+        "auc": final.auc if final else None,
+        "logloss": final.logloss if final else None,
+        "final_step": final.step if final else None,
     }
     if timed:
         last, n_last = timed[-1], n_timed[-1]
-        link = [r["net_tx_bytes"] / n for r, n in zip(timed, n_timed) if "net_tx_bytes" in r]
+        link = [r.net_tx_bytes / n for r, n in zip(timed, n_timed) if r.net_tx_bytes is not None]
         out.update(
-            moved_bytes_per_step=last["moved_bytes"] / n_last,
-            raw_bytes_per_step=last["raw_bytes"] / n_last,
-            exchange_ratio=last.get("compression_ratio"),
-            moved_ratio=last.get("moved_ratio"),
+            moved_bytes_per_step=last.moved_bytes / n_last,
+            raw_bytes_per_step=last.raw_bytes / n_last,
+            exchange_ratio=last.compression_ratio,
+            moved_ratio=last.moved_ratio,
             link_bytes_per_step=statistics.median(link) if link else None,
-            fallback_steps=sum(r.get("fallback_steps", 0) for r in train),
+            fallback_steps=sum(r.fallback_steps for r in train),
         )
     return out
 
@@ -323,9 +270,7 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
     """Two processes x ``devices_per_process`` devices of one exchange mode; their summary."""
     out_dir.mkdir(parents=True, exist_ok=True)
     port = _free_port(ns)
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # --devices decides
-    env["PYTHONPATH"] = str(bu.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env = bu.trainer_env()
     logs = [open(out_dir / f"process{i}.log", "w") for i in range(2)]
     load0 = os.getloadavg()[0]
     t0 = time.perf_counter()
@@ -369,11 +314,7 @@ def run_pair(ns: Namespace, mode: str, out_dir: Path, args) -> dict[str, Any]:
         tail = (out_dir / "process0.log").read_text(errors="replace")[-1500:]
         res.update(status="error" if None not in rcs else "timeout", log_tail=tail)
         return res
-    recs = [json.loads(l) for l in open(out_dir / "metrics.jsonl") if l.strip()]
-    cfg = next((r["config"] for r in recs if r.get("kind") == "config"), {})
-    res.update(
-        status="ok", **summarize_metrics(recs, int(cfg.get("batch_size", 0)), args.log_every)
-    )
+    res.update(status="ok", **summarize(read_metrics(out_dir / "metrics.jsonl")))
     return res
 
 
@@ -381,7 +322,7 @@ def paired_speedups(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, float
     """``{rate: {mode: median over rounds of exact / mode step time of the same round}}``:
     pairing each run with the exact run of its own round cancels slow drifts of the shared
     machine's load; falls back to the ratio of the medians where no round has both."""
-    out = speedups(_median_runs(runs))
+    out = speedups(median_runs(runs))
     for rate, m in speedups_per_round(runs).items():
         for mode, v in m.items():
             out.setdefault(rate, {})[mode] = statistics.median(v)
@@ -471,7 +412,7 @@ def run(args) -> dict[str, Any]:
     return result
 
 
-def _median_runs(runs):
+def median_runs(runs):
     """One entry per (rate, mode) over its rounds: the first successful run's record with
     ``step_time_s`` = median of the rounds' step times (``round_step_times_s`` lists them)."""
     out = []
@@ -518,7 +459,7 @@ def serial_model(
     faster), "always" or "never" (rate None for the last two). The model is an estimate: the
     two processes overlap some link time with compute. None without the four runs.
     """
-    med = {(r["rate"], r["mode"]): r for r in _median_runs(runs)}
+    med = {(r["rate"], r["mode"]): r for r in median_runs(runs)}
     cu = [med.get(("unlimited", m)) for m in ("exact", mode)]
     lim = [med.get((rate, m)) for m in ("exact", mode)]
     if None in cu or any(r is None or not r.get("link_bytes_per_step") for r in lim):
@@ -592,7 +533,7 @@ def format_summary(result: dict[str, Any]) -> str:
         "rate       mode              step ms  samples/s  MiB/step  AUC      log loss  speedup "
         "(step ms: median over rounds; speedup: median of per-round exact/mode)"
     ]
-    runs = _median_runs(result["runs"])
+    runs = median_runs(result["runs"])
     sp = paired_speedups(result["runs"])
     for r in runs:
         s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])

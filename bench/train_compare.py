@@ -11,8 +11,8 @@ devices in one process each:
                  paper's 65536 iterations are longer than a short run).
   jlc-auto       the same exchange with the automatic per-table policy (``--eb-policy auto``,
                  re-evaluated every ``steps / 10``).
-  int8-rowwise   TorchRec/FBGEMM INT8 row-wise (``jax_lossy_comm.int8_rowwise_all_to_all``).
-  bf16           TorchRec/FBGEMM BF16 (``jax_lossy_comm.bf16_all_to_all``).
+  int8-rowwise   TorchRec/FBGEMM INT8 row-wise (codec ``jax_lossy_comm.Int8Rowwise``).
+  bf16           TorchRec/FBGEMM BF16 (codec ``jax_lossy_comm.BF16``).
 
 For each: final AUC and log loss on the held-out set, eval AUC and training loss curves, and
 the bytes moved per step by the forward exchange (all devices; the dense path's static
@@ -20,8 +20,8 @@ capacity for the library on CPU) and the raw bytes. Results: bench/results/train
 
 Usage (from the repo root)::
 
-    python bench/train_compare.py                      # kaggle preset, 150 steps each
-    python bench/train_compare.py --steps 1000 --runs exact jlc-paper
+    python -m bench.train_compare                      # kaggle preset, 150 steps each
+    python -m bench.train_compare --steps 1000 --runs exact jlc-paper
 
 References:
   Feng et al., SC24, arXiv 2407.04272, sec. 5-6 (tiers, schedule, accuracy vs exact).
@@ -31,8 +31,6 @@ References:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -41,9 +39,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import bench_util as bu  # noqa: E402
+from bench import bench_util as bu
+from models.dlrm.metrics import MetricsLog, read_metrics
 
 DEFAULT_OUT = bu.RESULTS_DIR / "train_compare.json"
 RUNS = ("exact", "jlc-paper", "jlc-auto", "int8-rowwise", "bf16")
@@ -87,8 +84,8 @@ def run_flags(name: str, steps: int, early_stage_frac: float) -> list[str]:
     raise ValueError(f"unknown run {name!r}; expected one of {RUNS}")
 
 
-def read_metrics(path: str | os.PathLike[str], log_every: int) -> dict[str, Any]:
-    """Curves and totals from one trainer ``metrics.jsonl``.
+def summarize(log: MetricsLog) -> dict[str, Any]:
+    """Curves and totals of one trainer run (its ``metrics.jsonl``, read by ``read_metrics``).
 
     Returns:
       dict: ``auc``, ``logloss``, ``accuracy`` (final), ``curves`` (train ``step``/``loss``,
@@ -97,77 +94,48 @@ def read_metrics(path: str | os.PathLike[str], log_every: int) -> dict[str, Any]
       ``frame_bytes_per_step``, ``exchange_ratio`` (raw / frame), ``moved_ratio`` (raw /
       moved), ``fallback_steps``, ``samples_per_s`` (median over intervals after the first).
     """
-    recs = [json.loads(l) for l in open(path) if l.strip()]
-    train = [r for r in recs if r.get("kind") == "train"]
-    evals = [r for r in recs if r.get("kind") == "eval"]
-    final = next((r for r in reversed(recs) if r.get("kind") == "final"), {})
-    steps_in = []
-    prev = 0
-    for r in train:
-        steps_in.append(max(1, r["step"] - prev))
-        prev = r["step"]
-    tot = sum(steps_in) or 1
-    moved = sum(r["moved_bytes"] for r in train) / tot
-    raw = sum(r["raw_bytes"] for r in train) / tot
-    frame = sum(r["frame_bytes"] for r in train) / tot
-    sps = sorted(r["samples_per_s"] for r in train[1:]) or [r["samples_per_s"] for r in train]
+    train, final = log.train, log.final
+    tot = sum(bu.interval_steps([r.step for r in train])) or 1
+    moved = sum(r.moved_bytes for r in train) / tot
+    raw = sum(r.raw_bytes for r in train) / tot
+    frame = sum(r.frame_bytes for r in train) / tot
+    sps = sorted(r.samples_per_s for r in train[1:]) or [r.samples_per_s for r in train]
     return {
-        "auc": final.get("auc"),
-        "logloss": final.get("logloss"),
-        "accuracy": final.get("accuracy"),
-        "final_step": final.get("step"),
+        "auc": final.auc if final else None,
+        "logloss": final.logloss if final else None,
+        "accuracy": final.accuracy if final else None,
+        "final_step": final.step if final else None,
         "moved_bytes_per_step": moved,
         "raw_bytes_per_step": raw,
         "frame_bytes_per_step": frame,
         "exchange_ratio": raw / frame if frame else None,
         "moved_ratio": raw / moved if moved else None,
-        "fallback_steps": sum(r.get("fallback_steps", 0) for r in train),
+        "fallback_steps": sum(r.fallback_steps for r in train),
         "samples_per_s": sps[len(sps) // 2] if sps else None,
         "curves": {
-            "step": [r["step"] for r in train],
-            "loss": [r["loss"] for r in train],
-            "eval_step": [r["step"] for r in evals],
-            "eval_auc": [r["auc"] for r in evals],
-            "eval_logloss": [r["logloss"] for r in evals],
+            "step": [r.step for r in train],
+            "loss": [r.loss for r in train],
+            "eval_step": [r.step for r in log.eval],
+            "eval_auc": [r.auc for r in log.eval],
+            "eval_logloss": [r.logloss for r in log.eval],
         },
-        "error_bound_last": train[-1].get("error_bound") if train else None,
+        "error_bound_last": train[-1].error_bound if train else None,
     }
 
 
 def run_one(name: str, args, workdir: Path) -> dict[str, Any]:
     """One trainer run in a subprocess; its metrics (or the error)."""
     out = workdir / name
-    cmd = [
-        sys.executable,
-        "-m",
-        "models.dlrm.train",
-        "--preset",
-        args.preset,
-        "--devices",
-        str(args.devices),
-        "--steps",
-        str(args.steps),
-        "--seed",
-        str(args.seed),
-        "--log-every",
-        str(args.log_every),
-        "--eval-every",
-        str(args.eval_every),
-        "--checkpoint-every",
-        "0",
-        "--eval-rows",
-        str(args.eval_rows),
-        "--no-progress",
-        "--out",
-        str(out),
+    cmd = bu.trainer_cmd(
+        out,
+        args,
+        *("--devices", str(args.devices), "--eval-every", str(args.eval_every)),
         *run_flags(name, args.steps, args.early_stage_frac),
-    ]
+    )
     if args.data:
         cmd += ["--data", args.data]
     cmd += args.extra
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # --devices decides
-    env["PYTHONPATH"] = str(bu.REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env = bu.trainer_env()
     t0 = time.perf_counter()
     try:
         p = subprocess.run(
@@ -190,28 +158,30 @@ def run_one(name: str, args, workdir: Path) -> dict[str, Any]:
     res.update(
         status="ok",
         exchange=exch.split("exchange:", 1)[-1].strip(),
-        **read_metrics(out / "metrics.jsonl", args.log_every),
+        **summarize(read_metrics(out / "metrics.jsonl")),
     )
     return res
 
 
-def format_table(runs: Sequence[dict[str, Any]]) -> str:
-    """Plain-text table: run, AUC, log loss, MiB moved / step, ratio vs raw, AUC delta."""
+def markdown_table(runs: Sequence[dict[str, Any]]) -> str:
+    """Markdown table: run, AUC and its difference to the exact run, log loss, MiB moved per
+    step, raw / moved, frame MiB per step (variable-size exchange), samples/s."""
     ex = next((r for r in runs if r["name"] == "exact" and r.get("status") == "ok"), None)
-    head = (
-        f"{'run':<14} {'AUC':>8} {'dAUC':>8} {'log loss':>9} {'MiB/step':>9} "
-        f"{'raw/moved':>9} {'samples/s':>10}"
-    )
-    lines = [head, "-" * len(head)]
+    lines = [
+        "| exchange | AUC | AUC - exact | log loss | bytes moved / step | raw / moved "
+        "| frames (variable-size) / step | samples/s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         if r.get("status") != "ok":
-            lines.append(f"{r['name']:<14} {r.get('status')}: {r.get('log_tail', '')[-200:]!r}")
+            lines.append(f"| {r['name']} | {r.get('status')} | | | | | | |")
             continue
         d = r["auc"] - ex["auc"] if ex else float("nan")
         lines.append(
-            f"{r['name']:<14} {r['auc']:8.5f} {d:+8.5f} {r['logloss']:9.5f} "
-            f"{r['moved_bytes_per_step'] / 2**20:9.3f} {r['moved_ratio']:9.2f} "
-            f"{r['samples_per_s'] or 0:10.0f}"
+            f"| {r['name']} | {r['auc']:.5f} | {d:+.5f} | {r['logloss']:.5f} | "
+            f"{r['moved_bytes_per_step'] / 2**20:.3f} MiB | {bu.fmt(r['moved_ratio'])}x | "
+            f"{r['frame_bytes_per_step'] / 2**20:.3f} MiB | "
+            f"{bu.fmt(r.get('samples_per_s'), '.0f')} |"
         )
     return "\n".join(lines)
 
@@ -247,7 +217,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         runs.append(r)
         print(
             f"# {name}: {r.get('status')} in {r['wall_s']:.0f} s"
-            + (f", AUC {r['auc']:.5f}" if r.get("status") == "ok" else ""),
+            + (f", AUC {r['auc']:.5f}" if r.get("status") == "ok" else "")
+            + (f"\n{r['log_tail'][-500:]}" if r.get("log_tail") else ""),
             flush=True,
         )
     result = {
@@ -258,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "runs": runs,
         "argv": list(sys.argv if argv is None else argv),
     }
-    print(format_table(runs))
+    print(markdown_table(runs))
     print(f"wrote {bu.write_json(result, args.out)}")
     return result
 

@@ -1,26 +1,23 @@
-"""Fast smoke tests of the issue-6 benchmark scripts' pure functions (no timing, no JAX).
+"""Fast smoke tests of the benchmarks' pure functions (no timing, no JAX).
 
 Pareto front on fixed numbers, the jlc-auto verdict, Markdown rendering and the README marker
-replacement, the trainer-metrics summaries of the training and netns benchmarks, the REL
-bound conversion of the peer comparison, and the netns rate parser.
+replacement, the report re-rendered from the committed JSON results equal to the committed
+Markdown, issue 2's target checks, the trainer-metrics summaries of the training and netns
+benchmarks (read through the model's metrics reader), the REL bound conversion of the library
+adapter, and the netns rate parser.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(BENCH))
-
-import make_results  # noqa: E402
-import netns_bench  # noqa: E402
-import plots  # noqa: E402
-import train_compare  # noqa: E402
+from bench import bench_util as bu
+from bench import codec_bench, netns_bench, pareto, registry, report, train_compare
+from models.dlrm import metrics
 
 
 def test_pareto_front_fixed_points():
@@ -34,9 +31,9 @@ def test_pareto_front_fixed_points():
         (1.0, 9.0),
         (float("nan"), 100.0),
     ]
-    assert plots.pareto_front(pts) == [True, True, True, False, True, True, False, False]
-    assert plots.pareto_front([]) == []
-    assert plots.pareto_front([(1.0, 1.0)]) == [True]
+    assert pareto.pareto_front(pts) == [True, True, True, False, True, True, False, False]
+    assert pareto.pareto_front([]) == []
+    assert pareto.pareto_front([(1.0, 1.0)]) == [True]
 
 
 def _row(
@@ -103,7 +100,7 @@ PEERS = {
 
 
 def test_pareto_analysis_verdicts():
-    by = {a["dump"]: a for a in plots.pareto_analysis(PEERS["rows"], 0.01)}
+    by = {a["dump"]: a for a in pareto.pareto_analysis(PEERS["rows"], 0.01)}
     k = by["kaggle_table08"]
     # the library's other forms do not compete with auto on the front
     assert k["front_bounded"] == ["zstd-1", "quant-codes+zstd-1", "jlc-auto"]
@@ -152,7 +149,7 @@ def test_markdown_and_summary():
         ],
     }
     netns = {"status": "skipped", "skip_reason": "not root"}
-    md = make_results.render_markdown(PEERS, train, netns, full=True)
+    md = report.render_markdown(PEERS, train, netns, full=True)
     assert "| kaggle_table08 | [128, 32] | 190.0 |" in md
     assert "**yes**" in md and "| NO |" in md
     assert "-0.00100" in md and "4.00x" in md
@@ -160,79 +157,160 @@ def test_markdown_and_summary():
     assert "sz3-default (no pysz)" in md
     assert "none.**" in md  # no error-bounded codec violated its bound
     assert "why: 50 us of jlc-auto's 100 us" in md
-    short = make_results.render_markdown(PEERS, train, netns, full=False)
+    short = report.render_markdown(PEERS, train, netns, full=False)
     assert "RESULTS.md" in short and "#### " not in short
-    s = make_results.summary(PEERS, train, netns)
+    s = report.summary(PEERS, train, netns)
     assert "kaggle_table08" in s and "ON the front" in s and "NOT on the front" in s
     assert "fbgemm-mx4" in s
 
 
 def test_replace_between_markers():
-    text = f"# T\n\nbefore\n{make_results.BEGIN}\nold\n{make_results.END}\nafter\n"
-    new = make_results.replace_between_markers(text, "NEW\n")
-    assert new == f"# T\n\nbefore\n{make_results.BEGIN}\nNEW\n{make_results.END}\nafter\n"
-    assert make_results.replace_between_markers(new, "NEW") == new
+    b, e = report.BEGIN, report.END
+    text = f"# T\n\nbefore\n{b}\nold\n{e}\nafter\n"
+    new = bu.replace_between_markers(text, "NEW\n", b, e)
+    assert new == f"# T\n\nbefore\n{b}\nNEW\n{e}\nafter\n"
+    assert bu.replace_between_markers(new, "NEW", b, e) == new
     with pytest.raises(ValueError):
-        make_results.replace_between_markers("no markers", "x")
+        bu.replace_between_markers("no markers", "x", b, e)
+    with pytest.raises(ValueError):
+        bu.replace_between_markers(f"{e}\n{b}\n", "x", b, e)
+
+
+def _committed(name):
+    path = bu.RESULTS_DIR / name
+    if not path.is_file():
+        pytest.skip(f"{path} absent")
+    return json.loads(path.read_text())
+
+
+def test_report_rerenders_the_committed_results():
+    """The report from the committed JSON results is the committed Markdown: RESULTS.md,
+    codec.md and both README sections (so a rerun that is not re-rendered shows here)."""
+    peers, codec = _committed("peers.json"), _committed("codec.json")
+    train, netns = _committed("train_compare.json"), _committed("netns.json")
+    full = report.render_markdown(peers, train, netns, full=True) + "\n"
+    assert full == (bu.RESULTS_DIR / "RESULTS.md").read_text()
+    assert report.codec_markdown(codec) == (bu.RESULTS_DIR / "codec.md").read_text()
+    readme = report.README.read_text()
+    short = report.render_markdown(peers, train, netns, full=False)
+    for begin, end, text in (
+        (report.BEGIN, report.END, short),
+        (report.CODEC_BEGIN, report.CODEC_END, report.codec_markdown(codec)),
+    ):
+        assert bu.replace_between_markers(readme, text, begin, end) == readme, begin
+    # the checks stored by the targets suite are those check_targets makes from its rows
+    assert codec_bench.check_targets(codec["rows"], codec["paired"]) == codec["checks"]
+
+
+def _lib_row(codec, family, ratio, c_gbps, d_gbps, dump="terabyte_table01", err=0.99):
+    return {
+        "status": "ok",
+        "codec": codec,
+        "family": family,
+        "ratio": ratio,
+        "compress_gbps": c_gbps,
+        "decompress_gbps": d_gbps,
+        "max_err_over_eb": err,
+        "dump": dump,
+        "eb_rel": 0.01,
+    }
+
+
+def test_check_targets_and_codec_markdown():
+    rows = [
+        _lib_row("jlc-auto", "jax_lossy_comm", 20.0, 1.0, 2.0),
+        _lib_row("jlc-fixed", "jax_lossy_comm", 5.0, 6.0, 8.0, err=1.5),
+        _lib_row(codec_bench.PEER, "quantization", 18.0, 0.5, 4.0),
+        _lib_row("memcpy", "copy", 1.0, 20.0, 20.0, err=0.0),
+    ]
+    paired = [
+        {
+            "dump": "terabyte_table01",
+            "eb_rel": 0.01,
+            "compress_over_memcpy": 0.4,
+            "decompress_over_memcpy": 0.2,
+            "jit_copy_over_memcpy": 0.6,
+            "compress_auto_over_peer": 3.0,
+            "decompress_auto_over_peer": 0.5,
+        }
+    ]
+    checks = codec_bench.check_targets(rows, paired)
+    got = {c["what"]: (c["value"], c["target"], c["ok"]) for c in checks}
+    assert got["ratio auto >= target"] == (20.0, 21.0, False)
+    assert got["ratio auto / int8+zstd-1"] == (20.0 / 18.0, 1.0, True)
+    assert got["compress speed auto / int8+zstd-1 (side by side)"] == (3.0, 1.0, True)
+    assert got["decompress speed auto / int8+zstd-1 (side by side)"] == (0.5, 1.0, False)
+    assert got["compress speed fixed / memcpy (side by side)"] == (0.4, 0.25, True)
+    assert got["decompress speed fixed / memcpy (side by side)"] == (0.2, 0.25, False)
+    assert got["jlc-fixed bound at REL 0.01"] == (1.5, 1.0, False)
+    assert len(checks) == 7
+    # without side-by-side timings the separately timed GB/s are compared
+    alone = {c["what"]: c["value"] for c in codec_bench.check_targets(rows)}
+    assert alone["compress speed auto / int8+zstd-1"] == 2.0
+    assert alone["decompress speed fixed / memcpy"] == 0.4
+    env = {"cpu_model": "cpu", "packages": {"jax": "0.10.2"}}
+    md = report.codec_markdown({"rows": rows, "environment": env, "checks": checks})
+    assert "| terabyte_table01 | 0.01 | memcpy | 1.00 | - | 20.00 | 20.00 |" in md
+    assert "| terabyte_table01 | 0.01 | jlc-fixed | 5.00 | 1.500 | 6.00 | 8.00 |" in md
+    assert "| decompress speed fixed / memcpy (side by side) | 0.2 | 0.25 | **no** | jitted" in md
+
+
+def _train_record(step, samples_per_s, fallback_steps, loss, net_tx_bytes=None):
+    return metrics.TrainRecord(
+        step=step,
+        loss=loss,
+        auc=0.6,
+        samples_per_s=samples_per_s,
+        compression_ratio=4.0,
+        raw_bytes=60.0,
+        frame_bytes=15.0,
+        moved_bytes=30.0,
+        moved_ratio=2.0,
+        ratio_per_table=[4.0],
+        fallback_steps=fallback_steps,
+        seconds=1.0,
+        unix_time=0.0,
+        error_bound=[0.01],
+        bad_lines=0,
+        exchange="on",
+        net_tx_bytes=net_tx_bytes,
+    )
 
 
 def test_trainer_metrics_summaries(tmp_path):
-    import json
-
     recs = [
-        {"kind": "config", "step": 0, "config": {"batch_size": 1024}},
-        {
-            "kind": "train",
-            "step": 3,
-            "samples_per_s": 100.0,
-            "moved_bytes": 30.0,
-            "raw_bytes": 60.0,
-            "frame_bytes": 15.0,
-            "loss": 0.7,
-            "auc": 0.5,
-            "compression_ratio": 4.0,
-            "moved_ratio": 2.0,
-            "fallback_steps": 0,
-        },
-        {
-            "kind": "train",
-            "step": 6,
-            "samples_per_s": 1024.0,
-            "moved_bytes": 30.0,
-            "raw_bytes": 60.0,
-            "frame_bytes": 15.0,
-            "loss": 0.6,
-            "auc": 0.6,
-            "compression_ratio": 4.0,
-            "moved_ratio": 2.0,
-            "fallback_steps": 1,
-        },
-        {
-            "kind": "train",
-            "step": 9,
-            "samples_per_s": 512.0,
-            "moved_bytes": 30.0,
-            "raw_bytes": 60.0,
-            "frame_bytes": 15.0,
-            "loss": 0.5,
-            "auc": 0.6,
-            "compression_ratio": 4.0,
-            "moved_ratio": 2.0,
-            "fallback_steps": 0,
-        },
-        {"kind": "eval", "step": 9, "auc": 0.61, "logloss": 0.55},
-        {"kind": "final", "step": 9, "auc": 0.61, "logloss": 0.55, "accuracy": 0.7},
+        metrics.ConfigRecord(
+            step=0,
+            config={"batch_size": 1024},
+            devices=8,
+            processes=1,
+            label="",
+            data="synthetic",
+            error_bound="paper",
+        ),
+        _train_record(3, 100.0, 0, 0.7, net_tx_bytes=300.0),
+        _train_record(6, 1024.0, 1, 0.6, net_tx_bytes=600.0),
+        _train_record(9, 512.0, 0, 0.5, net_tx_bytes=30.0),
+        metrics.EvalRecord(step=9, auc=0.61, logloss=0.55, accuracy=0.7, rows=64),
+        metrics.FinalRecord(
+            auc=0.61, logloss=0.55, accuracy=0.7, rows=64, step=9, params_checksum=1.0
+        ),
     ]
-    s = netns_bench.summarize_metrics(recs, 1024, 3)
+    p = tmp_path / "metrics.jsonl"
+    p.write_text("".join(metrics.to_json(r) + "\n" for r in recs))
+    log = metrics.read_metrics(p)
+    s = netns_bench.summarize(log)
     assert s["intervals"] == 2 and s["step_times_s"] == [1.0, 2.0]
     assert s["step_time_s"] == 1.5 and s["moved_bytes_per_step"] == 10.0
+    assert s["samples_per_s"] == 1024 / 1.5
+    assert s["link_bytes_per_step"] == 105.0  # median of 200 and 10 bytes per step
     assert s["auc"] == 0.61 and s["fallback_steps"] == 1
-    p = tmp_path / "metrics.jsonl"
-    p.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-    m = train_compare.read_metrics(p, 3)
+    m = train_compare.summarize(log)
     assert m["moved_bytes_per_step"] == 10.0 and m["moved_ratio"] == 2.0
     assert m["exchange_ratio"] == 4.0 and m["curves"]["eval_auc"] == [0.61]
+    assert m["curves"]["loss"] == [0.7, 0.6, 0.5] and m["final_step"] == 9
     assert m["samples_per_s"] == 1024.0
+    assert bu.interval_steps([3, 6, 9]) == [3, 3, 3] and bu.interval_steps([5, 5]) == [5, 1]
     assert "jlc-paper" in train_compare.RUNS
     assert train_compare.run_flags("jlc-auto", 100, 0.5)[-4:] == [
         "--eb-early-stage",
@@ -316,19 +394,11 @@ def test_serial_model():
 
 def test_rel_bound_within():
     """The REL bound handed to the library never gives a float32 eb_abs above the harness's."""
-    import os
-
-    saved = dict(os.environ)
-    try:  # peer_bench sets single-thread env vars at import: keep this process's as they were
-        import peer_bench
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     rng = np.random.default_rng(0)
     for _ in range(200):
         lo, hi = sorted(rng.standard_normal(2).astype(np.float32) * rng.uniform(0.01, 100))
         eb = float(rng.uniform(1e-4, 0.1)) * (float(hi) - float(lo))
-        r = peer_bench.rel_bound_within(lo, hi, eb)
+        r = registry.rel_bound_within(lo, hi, eb)
         got = float(np.float32(np.float32(r) * np.float32(np.float32(hi) - np.float32(lo))))
         assert got <= eb and got >= eb * (1 - 1e-6)
-    assert peer_bench.rel_bound_within(1.0, 1.0, 0.1) == 0.0
+    assert registry.rel_bound_within(1.0, 1.0, 0.1) == 0.0

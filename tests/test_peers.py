@@ -1,30 +1,29 @@
-"""Tests of the peer codecs of the codec comparison (bench/peers.py, bench/peer_bench.py).
+"""Tests of the codec registry of the benchmarks (bench/registry.py, bench/quant_codes.py) and
+of the codec benchmark's measurement (bench/codec_bench.py).
 
-Correctness only, no timing: error-bounded peers that are installed honour |x - x_hat| <=
-eb_abs (checked in float64) on a real dump, the quantization + zstd peer round-trips within
-the bound (also on NaN/Inf, constant and zero-bound inputs), and a peer whose package is
-missing is reported as unavailable with a reason instead of raising.
+Correctness only, no timing: error-bounded codecs that are installed (the library's forms
+included) honour |x - x_hat| <= eb_abs (checked in float64) on a real dump, the quantization +
+zstd peer round-trips within the bound (also on NaN/Inf, constant and zero-bound inputs), the
+library's entries size their frames as asked, and a codec whose package is missing is
+reported as unavailable with a reason instead of raising.
 
-These tests need neither jax_lossy_comm nor any optional peer: missing peers are skipped.
+These tests need no optional peer: missing peers are skipped.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from bench import bench_util as bu
+from bench import codec_bench, quant_codes, registry
+
 DATA = Path(__file__).parents[2] / "shared" / "data"
-sys.path.insert(0, str(REPO / "bench"))
-
-import bench_util as bu  # noqa: E402
-import peers  # noqa: E402
-
+LIBRARY = tuple(f"jlc-{f}" for f in registry.LIBRARY_FORMS)
 ERROR_BOUNDED = (
     "zstd-1",
     "quant-codes",
@@ -33,6 +32,7 @@ ERROR_BOUNDED = (
     "sz3-default",
     "sz3-nopred",
     "zfp-accuracy",
+    *LIBRARY,
 )
 HAVE_DATA = (DATA / "emb_dumps" / "manifest.json").is_file()
 needs_data = pytest.mark.skipif(
@@ -41,8 +41,8 @@ needs_data = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def registry():
-    return {c.name: c for c in peers.registry()}
+def codecs():
+    return {c.name: c for c in registry.registry()}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def dumps():
     return {d.name: d for d in bu.iter_dumps(DATA)}
 
 
-def test_registry_lists_every_peer_with_a_reason_when_unavailable(registry):
+def test_registry_lists_every_codec_with_a_reason_when_unavailable(codecs):
     expected = set(ERROR_BOUNDED) | {
         "fbgemm-fp16",
         "fbgemm-bf16",
@@ -61,10 +61,12 @@ def test_registry_lists_every_peer_with_a_reason_when_unavailable(registry):
         "fbgemm-hfp8",
         "jax-bf16",
         "jax-fp8-e4m3",
+        "memcpy",
     }
-    assert expected <= set(registry), expected - set(registry)
-    assert {n for n, c in registry.items() if c.error_bounded} == set(ERROR_BOUNDED)
-    for c in registry.values():
+    assert expected <= set(codecs), expected - set(codecs)
+    assert {n for n, c in codecs.items() if c.error_bounded} == set(ERROR_BOUNDED)
+    assert [n for n in codecs if n.startswith("jlc-")] == list(LIBRARY)  # the library once
+    for c in codecs.values():
         if c.available:
             assert c.compress is not None and c.decompress is not None and not c.skip_reason
         else:
@@ -79,6 +81,7 @@ def test_registry_lists_every_peer_with_a_reason_when_unavailable(registry):
         ("zfpy", ("zfp-accuracy",)),
         ("fbgemm_gpu", ("fbgemm-fp16", "fbgemm-int8-rowwise", "fbgemm-mx4")),
         ("zstandard", ("zstd-1", "quant-codes+zstd-1", "quant-codes+zstd-19")),
+        ("jax_lossy_comm", LIBRARY),
     ],
 )
 def test_missing_package_gives_skipped_entries(monkeypatch, module, names):
@@ -86,7 +89,7 @@ def test_missing_package_gives_skipped_entries(monkeypatch, module, names):
     monkeypatch.setitem(sys.modules, module, None)
     for sub in [m for m in sys.modules if m.startswith(module + ".")]:
         monkeypatch.setitem(sys.modules, sub, None)
-    reg = {c.name: c for c in peers.registry()}
+    reg = {c.name: c for c in registry.registry()}
     for name in names:
         assert not reg[name].available
         assert "Error" in reg[name].skip_reason, reg[name].skip_reason
@@ -98,8 +101,8 @@ def test_missing_package_gives_skipped_entries(monkeypatch, module, names):
 @needs_data
 @pytest.mark.parametrize("eb_rel", [0.01, 0.05])
 @pytest.mark.parametrize("name", ERROR_BOUNDED)
-def test_error_bounded_peer_honours_bound_on_real_dump(registry, dumps, name, eb_rel):
-    codec = registry[name]
+def test_error_bounded_codec_honours_bound_on_real_dump(codecs, dumps, name, eb_rel):
+    codec = codecs[name]
     if not codec.available:
         pytest.skip(f"{name} unavailable: {codec.skip_reason}")
     for dump_name in ("terabyte_table01", "kaggle_table05"):
@@ -115,7 +118,7 @@ def test_error_bounded_peer_honours_bound_on_real_dump(registry, dumps, name, eb
 @needs_data
 def test_quant_zstd_roundtrip_within_eb_float64(dumps):
     pytest.importorskip("zstandard")
-    codec = {c.name: c for c in peers.registry(["quant-codes+zstd-1"])}["quant-codes+zstd-1"]
+    (codec,) = registry.registry(["quant-codes+zstd-1"])
     for dump in dumps.values():
         x = dump.array
         for eb_rel in (0.001, 0.01, 0.03, 0.05):  # 0.001 needs uint16 codes
@@ -124,7 +127,7 @@ def test_quant_zstd_roundtrip_within_eb_float64(dumps):
             y = codec.decompress(blob, x.shape)
             err = np.abs(x.astype(np.float64) - y.astype(np.float64))
             assert err.max() <= eb_abs, (dump.name, eb_rel, err.max() / eb_abs)
-            assert peers.quantize_code_width(blob) == (2 if eb_rel < 0.002 else 1)
+            assert quant_codes.code_width(blob) == (2 if eb_rel < 0.002 else 1)
     # the Kaggle table-8 dump has 2 distinct rows: codes + zstd-1 squeeze it to ~100 bytes
     x = dumps["kaggle_table08"].array
     assert codec.nbytes(codec.compress(x, bu.eb_abs_from_rel(x, 0.01))) < 300
@@ -136,62 +139,74 @@ def test_quant_special_values_and_constant_chunks():
     x = rng.normal(size=(64, 32)).astype(np.float32)
     x[0, 0], x[1, 1], x[2, 2] = np.nan, np.inf, -np.inf
     for level in (None, 1):
-        blob = peers.quantize_encode(x, 0.01, level=level, zstd_module=zstandard)
-        y = peers.quantize_decode(blob, x.shape, zstd_module=zstandard)
+        blob = quant_codes.encode(x, 0.01, level=level, zstd_module=zstandard)
+        y = quant_codes.decode(blob, x.shape, zstd_module=zstandard)
         fin = np.isfinite(x)
         assert np.abs(x[fin].astype(np.float64) - y[fin].astype(np.float64)).max() <= 0.01
         assert np.array_equal(x[~fin].view(np.uint32), y[~fin].view(np.uint32))  # bit-exact
-        assert peers.quantize_outliers(blob) >= 3
+        assert quant_codes.outliers(blob) >= 3
         # constant chunk: eb_abs = 0 from REL mode, header-sized, exact
         c = np.full((16, 32), 0.25, np.float32)
-        cb = peers.quantize_encode(
-            c, bu.eb_abs_from_rel(c, 0.01), level=level, zstd_module=zstandard
-        )
-        assert np.array_equal(peers.quantize_decode(cb, c.shape, zstd_module=zstandard), c)
+        cb = quant_codes.encode(c, bu.eb_abs_from_rel(c, 0.01), level=level, zstd_module=zstandard)
+        assert np.array_equal(quant_codes.decode(cb, c.shape, zstd_module=zstandard), c)
         # zero bound on varying data: lossless fallback
-        zb = peers.quantize_encode(x, 0.0, level=level, zstd_module=zstandard)
-        z = peers.quantize_decode(zb, x.shape, zstd_module=zstandard)
+        zb = quant_codes.encode(x, 0.0, level=level, zstd_module=zstandard)
+        z = quant_codes.decode(zb, x.shape, zstd_module=zstandard)
         assert np.array_equal(z.view(np.uint32), x.view(np.uint32))
-    assert len(peers.quantize_encode(c, 0.0, level=1, zstd_module=zstandard)) < 64
+    assert len(quant_codes.encode(c, 0.0, level=1, zstd_module=zstandard)) < 64
 
 
 def test_quant_decode_rejects_bad_blobs():
     x = np.linspace(-1, 1, 128, dtype=np.float32).reshape(4, 32)
-    blob = peers.quantize_encode(x, 0.01, level=None)
+    blob = quant_codes.encode(x, 0.01, level=None)
     with pytest.raises(ValueError):
-        peers.quantize_decode(blob[:-1], x.shape)
+        quant_codes.decode(blob[:-1], x.shape)
     with pytest.raises(ValueError):
-        peers.quantize_decode(b"XYZ" + blob[3:], x.shape)
+        quant_codes.decode(b"XYZ" + blob[3:], x.shape)
     with pytest.raises(ValueError):
-        peers.quantize_decode(blob, (8, 32))
+        quant_codes.decode(blob, (8, 32))
 
 
 @needs_data
-def test_bench_codec_reports_skipped_and_measures(monkeypatch, dumps):
-    # importing peer_bench sets single-thread environment variables: restore them afterwards
-    for var in (
-        "OMP_NUM_THREADS",
-        "MKL_NUM_THREADS",
-        "OPENBLAS_NUM_THREADS",
-        "NUMEXPR_NUM_THREADS",
-        "VECLIB_MAXIMUM_THREADS",
-        "XLA_FLAGS",
-    ):
-        if var in os.environ:
-            monkeypatch.setenv(var, os.environ[var])
-        else:
-            monkeypatch.delenv(var, raising=False)
-    import peer_bench
+def test_library_entries_size_frames_as_asked(dumps):
+    import jax_lossy_comm as jlc
 
+    x = dumps["terabyte_table01"].array
+    eb_abs = bu.eb_abs_from_rel(x, 0.01)
+    r = registry.rel_bound_within(float(x.min()), float(x.max()), eb_abs)
+    raw = jlc.frame_capacity(x.shape, np.float32, "raw")
+    for capacity, expected in (
+        ("raw", raw),
+        ("bound", jlc.frame_capacity(x.shape, np.float32, "fixed", r)),
+    ):
+        (fixed,) = registry.library_codecs(["fixed"], capacity=capacity)
+        frames, nbytes = fixed.compress(fixed.prepare(x), eb_abs)
+        assert frames.shape == (expected,) and 0 < int(nbytes) <= expected
+    assert expected < raw / 4  # REL 0.01: 6-bit codes
+    # a batch of chunks is one call: frames per chunk, decoded back to the batch's shape
+    (auto,) = registry.library_codecs(["auto"], capacity="bound")
+    batch = np.stack([x, x[::-1]])
+    blob = auto.compress(auto.prepare(batch), eb_abs)
+    assert blob[0].shape[0] == 2 and auto.nbytes(blob) == 2 * int(np.asarray(blob[1])[0])
+    y = auto.to_numpy(auto.decompress(blob, batch.shape))
+    assert y.shape == batch.shape and bu.max_abs_error(batch, y) <= eb_abs
+    (bad,) = registry.library_codecs(["nope"])
+    assert not bad.available and "unknown codec" in bad.skip_reason
+    with pytest.raises(ValueError):
+        registry.library_codecs(capacity="huge")
+
+
+@needs_data
+def test_bench_codec_reports_skipped_and_measures(dumps):
     x = dumps["kaggle_table05"].array
     eb_abs = bu.eb_abs_from_rel(x, 0.01)
-    missing = peers.unavailable("fake", "lossless", True, "ImportError: no fake")
-    row = peer_bench.bench_codec(missing, x, eb_abs)
+    missing = registry.unavailable("fake", "lossless", True, "ImportError: no fake")
+    row = codec_bench.bench_codec(missing, x, eb_abs)
     assert row["status"] == "skipped" and row["skip_reason"] == "ImportError: no fake"
-    quant = peers.registry(["quant-codes"])[0]
-    row = peer_bench.bench_codec(quant, x, eb_abs, warmup=1, repeats=2, min_repeats=1)
+    (quant,) = registry.registry(["quant-codes"])
+    row = codec_bench.bench_codec(quant, x, eb_abs, warmup=1, repeats=2, min_repeats=1)
     assert row["status"] == "ok" and row["bound_ok"] and not row["bound_violated"]
     assert math.isclose(row["ratio"], x.nbytes / row["compressed_bytes"])
     assert row["code_bytes"] == 1 and row["compress_gbps"] > 0
-    table = peer_bench.format_table([row, peer_bench.bench_codec(missing, x, eb_abs)])
+    table = codec_bench.format_table([row, codec_bench.bench_codec(missing, x, eb_abs)])
     assert "skipped: ImportError: no fake" in table

@@ -1,18 +1,18 @@
-"""Peer codecs for the side-by-side codec comparison (issue 6), behind one interface.
+"""The one codec registry of the benchmarks: jax_lossy_comm beside its peers, one interface.
 
-Every peer compresses one chunk `float32[rows, dim]` (a pooled-embedding block of the
-all-to-all) given an absolute error bound `eb_abs`, and decompresses it back to float32.
-Codecs that are not error-bounded (casts, FBGEMM quantized comm) ignore `eb_abs`; the
-benchmark still measures their max error against it.
+Every entry compresses one input `float32[..., rows, dim]` (a pooled-embedding chunk of the
+all-to-all, or a batch of them) given an absolute error bound `eb_abs`, and decompresses it
+back to float32. Codecs that are not error-bounded (casts, FBGEMM quantized comm, the copy)
+ignore `eb_abs`; the benchmark still measures their max error against it.
 
-Peers are optional: each entry probes its package when `registry()` is called, and a missing
-or broken package gives an entry with `available=False` and the reason, never an exception.
-Importing this module needs only numpy and the standard library.
+Entries are optional: each family's package is probed when `registry()` is called, and a
+missing or broken package gives an entry with `available=False` and the reason, never an
+exception. Importing this module needs only numpy and the standard library.
 
-Peers (names as in `registry()`):
+Entries (names as in `registry()`):
   zstd-1                 zstd level 1 on the raw float32 bytes (lossless baseline).
-  quant-codes            error-bounded quantization without prediction, codes stored
-                         fixed-rate (uint8, uint16 or uint32: the narrowest that holds them).
+  quant-codes            error-bounded quantization without prediction (bench/quant_codes.py),
+                         codes stored fixed-rate (uint8, uint16 or uint32: the narrowest).
   quant-codes+zstd-1     the same codes + zstd level 1.
   quant-codes+zstd-19    the same codes + zstd level 19.
   sz3-default            SZ3 (pysz), ABS mode, default algorithm (interpolation+Lorenzo).
@@ -25,12 +25,10 @@ Peers (names as in `registry()`):
                          group 32, runs the python reference on CPU; HFP8 = FP8 e4m3 bias 15).
   jax-bf16 / jax-fp8-e4m3
                          jitted casts float32 -> bfloat16 / float8_e4m3fn -> float32 in JAX.
-
-The quantization scheme (the paper's "quantization without prediction"):
-  q = round((x - min) / (2 eb_abs));  x_hat = float32(q) * float32(2 eb_abs) + float32(min)
-so |x - x_hat| <= eb_abs up to float32 rounding; the encoder recomputes x_hat exactly as the
-decoder does and stores every value that still misses the bound (and every non-finite value)
-as an outlier (index + raw float32), so the bound holds exactly, checked in float64.
+  jlc-auto / -fixed / -dedup / -entropy
+                         jax_lossy_comm's codec (`compress(codec=...)`, REL mode, jitted), the
+                         library's one adapter (`library_codecs`).
+  memcpy                 a numpy copy of the buffer (the speed of light of this machine).
 
 References:
   Feng et al., SC24, arXiv 2407.04272, Sec. 3 (quantization without prediction + lossless).
@@ -44,11 +42,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from bench import quant_codes
 
 Shape = tuple[int, ...]
 
@@ -66,13 +65,13 @@ def _len_bytes(blob: Any) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class PeerCodec:
-    """One codec in the comparison, with a uniform interface.
+class Codec:
+    """One codec of the benchmarks, with a uniform interface.
 
     Attributes:
       name: unique short name (table row label), e.g. `sz3-nopred`.
       family: group label: `lossless`, `quantization`, `sz3`, `zfp`, `fbgemm-qcomm`,
-        `cast`, `jax_lossy_comm`.
+        `cast`, `jax_lossy_comm`, `copy`.
       error_bounded: True if the codec promises |x - x_hat| <= eb_abs for every value.
       available: False when its package is missing or broken; then the callables are None.
       skip_reason: why it is unavailable ("" when available).
@@ -109,7 +108,7 @@ class PeerCodec:
           RuntimeError: the codec is unavailable (with its skip_reason).
         """
         if not self.available:
-            raise RuntimeError(f"peer {self.name} unavailable: {self.skip_reason}")
+            raise RuntimeError(f"codec {self.name} unavailable: {self.skip_reason}")
         xp = self.prepare(x)
         blob = self.compress(xp, eb_abs)
         y = self.to_numpy(self.decompress(blob, tuple(x.shape)))
@@ -118,9 +117,9 @@ class PeerCodec:
 
 def unavailable(
     name: str, family: str, error_bounded: bool, reason: str, package: str = "", notes: str = ""
-) -> PeerCodec:
+) -> Codec:
     """An entry that is reported as skipped with `reason`."""
-    return PeerCodec(
+    return Codec(
         name=name,
         family=family,
         error_bounded=error_bounded,
@@ -146,7 +145,7 @@ def _reason(exc: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 # zstd on raw float32
 # --------------------------------------------------------------------------------------------
-def _zstd_raw_peers() -> list[PeerCodec]:
+def _zstd_raw_peers() -> list[Codec]:
     try:
         import zstandard
     except Exception as e:  # noqa: BLE001 - any import failure means "skip"
@@ -162,7 +161,7 @@ def _zstd_raw_peers() -> list[PeerCodec]:
         return np.frombuffer(dctx.decompress(blob), dtype=np.float32).reshape(shape)
 
     return [
-        PeerCodec(
+        Codec(
             "zstd-1",
             "lossless",
             True,
@@ -176,164 +175,22 @@ def _zstd_raw_peers() -> list[PeerCodec]:
 
 
 # --------------------------------------------------------------------------------------------
-# Error-bounded quantization without prediction (+ zstd)
+# Error-bounded quantization without prediction (+ zstd): bench/quant_codes.py
 # --------------------------------------------------------------------------------------------
-# Blob layout (little-endian): header struct, codes section, outlier indices, outlier values.
-#   magic b"QC1", code width in bytes (0 = lossless raw float32 fallback), lossless level
-#   (0 = none), float32 base (min), float32 step (2 eb_abs), uint32 elements, uint32 outliers,
-#   uint32 codes-section bytes.
-_QHDR = struct.Struct("<3sBBffIII")
-_QMAGIC = b"QC1"
-
-
-def _dequantize(codes: np.ndarray, base: np.float32, step: np.float32) -> np.ndarray:
-    """x_hat = float32(q) * step + base, in float32, two separate ufuncs (no fused multiply-add),
-    so encoder and decoder get bit-identical values."""
-    y = codes.astype(np.float32)
-    y *= step
-    y += base
-    return y
-
-
-def quantize_encode(
-    x: np.ndarray, eb_abs: float, *, level: int | None, zstd_module: Any = None
-) -> bytes:
-    """Error-bounded quantization without prediction; optional zstd on the codes.
-
-    Args:
-      x: float32[...], any shape (flattened in C order).
-      eb_abs: absolute error bound (> 0 for lossy; 0 gives a lossless raw fallback).
-      level: zstd level for the codes section, or None for fixed-rate codes.
-      zstd_module: the imported `zstandard` module (required when level is not None).
-
-    Returns:
-      bytes of the blob (see the layout comment above); decode with `quantize_decode`.
-    """
-    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-    n = flat.size
-    all_finite = bool(np.isfinite(flat.min(initial=0.0)) and np.isfinite(flat.max(initial=0.0)))
-    finite = None if all_finite else np.isfinite(flat)
-    fin_vals = flat if all_finite else flat[finite]
-    lo = np.float32(fin_vals.min()) if fin_vals.size else np.float32(0.0)
-    hi = np.float32(fin_vals.max()) if fin_vals.size else np.float32(0.0)
-    lvl = 0 if level is None else int(level)
-
-    def pack(
-        width: int,
-        base: float,
-        step: float,
-        codes_bytes: bytes,
-        out_idx: np.ndarray,
-        out_val: np.ndarray,
-    ) -> bytes:
-        section = codes_bytes
-        if level is not None:
-            section = zstd_module.ZstdCompressor(level=lvl).compress(codes_bytes)
-        hdr = _QHDR.pack(_QMAGIC, width, lvl, base, step, n, out_idx.size, len(section))
-        return b"".join(
-            (hdr, section, out_idx.astype("<u4").tobytes(), out_val.astype("<f4").tobytes())
-        )
-
-    empty_i = np.zeros(0, np.uint32)
-    if not (eb_abs > 0) or not np.isfinite(eb_abs):
-        if hi == lo and all_finite:
-            # constant chunk: header + codes that are all 0
-            return pack(
-                1, float(lo), 0.0, np.zeros(n, np.uint8).tobytes(), empty_i, np.zeros(0, np.float32)
-            )
-        # zero error bound on non-constant data: lossless fallback (raw float32)
-        return pack(0, 0.0, 0.0, flat.tobytes(), empty_i, np.zeros(0, np.float32))
-    step = np.float32(2.0 * eb_abs)
-    src = flat if all_finite else np.where(finite, flat, lo)
-    # codes in float32 (fast); any value they miss is caught below and stored as an outlier
-    qf = np.rint((src - lo) * np.float32(1.0 / float(step)))
-    qmax = float(qf.max()) if n else 0.0
-    if qmax <= 0xFF:
-        codes = qf.astype(np.uint8)
-    elif qmax <= 0xFFFF:
-        codes = qf.astype(np.uint16)
-    elif qmax < 2.0**32:
-        codes = qf.astype(np.uint32)
-    else:  # error bound too small for 32-bit codes: lossless fallback
-        return pack(0, 0.0, 0.0, flat.tobytes(), empty_i, np.zeros(0, np.float32))
-    y = _dequantize(codes, lo, step)
-    # float32 |x - y| is correctly rounded (relative error <= 2^-24), so d <= eb (1 - 2^-20)
-    # proves |x - y| < eb exactly; only the rest (and NaN/Inf) are checked in float64.
-    d = np.abs(flat - y)
-    suspect = np.flatnonzero(~(d <= np.float32(float(eb_abs) * (1.0 - 2.0**-20))))
-    exact_ok = np.abs(flat[suspect].astype(np.float64) - y[suspect].astype(np.float64)) <= float(
-        eb_abs
-    )  # NaN compares False: an outlier too
-    out_idx = suspect[~exact_ok].astype(np.uint32)
-    return pack(
-        codes.dtype.itemsize, float(lo), float(step), codes.tobytes(), out_idx, flat[out_idx]
-    )
-
-
-def quantize_decode(blob: bytes, shape: Shape, *, zstd_module: Any = None) -> np.ndarray:
-    """Inverse of `quantize_encode`: float32[shape].
-
-    Raises:
-      ValueError: bad magic, sizes inconsistent with `shape` or with the blob length.
-    """
-    mv = memoryview(blob)
-    if len(mv) < _QHDR.size:
-        raise ValueError("quantized blob shorter than its header")
-    magic, width, lvl, base, step, n, n_out, sec = _QHDR.unpack_from(mv, 0)
-    if magic != _QMAGIC:
-        raise ValueError(f"bad magic {magic!r}")
-    if n != int(np.prod(shape)):
-        raise ValueError(f"blob holds {n} values, shape {shape} needs {int(np.prod(shape))}")
-    off = _QHDR.size
-    if off + sec + 8 * n_out != len(mv):
-        raise ValueError("quantized blob length does not match its header")
-    section = bytes(mv[off : off + sec])
-    if lvl:
-        section = zstd_module.ZstdDecompressor().decompress(section)
-    off += sec
-    if width == 0:
-        out = np.frombuffer(section, dtype="<f4").astype(np.float32)
-    else:
-        dt = {1: "<u1", 2: "<u2", 4: "<u4"}.get(width)
-        if dt is None:
-            raise ValueError(f"bad code width {width}")
-        codes = np.frombuffer(section, dtype=dt)
-        if codes.size != n:
-            raise ValueError("codes section does not hold n codes")
-        out = _dequantize(codes, np.float32(base), np.float32(step))
-    if n_out:
-        idx = np.frombuffer(mv[off : off + 4 * n_out], dtype="<u4")
-        vals = np.frombuffer(mv[off + 4 * n_out : off + 8 * n_out], dtype="<f4")
-        if idx.size and int(idx.max()) >= n:
-            raise ValueError("outlier index out of range")
-        out[idx] = vals
-    return out.reshape(shape)
-
-
-def quantize_code_width(blob: bytes) -> int:
-    """Bytes per quantization code in a `quantize_encode` blob (0: lossless fallback)."""
-    return _QHDR.unpack_from(blob, 0)[1]
-
-
-def quantize_outliers(blob: bytes) -> int:
-    """Number of outliers stored raw in a `quantize_encode` blob."""
-    return _QHDR.unpack_from(blob, 0)[6]
-
-
-def _quant_peers() -> list[PeerCodec]:
+def _quant_peers() -> list[Codec]:
     note = (
         "q = round((x-min)/(2 eb_abs)), narrowest uint that holds the codes "
         "(uint8 at REL >= ~0.002), outliers raw"
     )
     out = [
-        PeerCodec(
+        Codec(
             "quant-codes",
             "quantization",
             True,
             True,
             package="numpy " + np.__version__,
-            compress=lambda x, eb: quantize_encode(x, eb, level=None),
-            decompress=lambda b, s: quantize_decode(b, s),
+            compress=lambda x, eb: quant_codes.encode(x, eb, level=None),
+            decompress=lambda b, s: quant_codes.decode(b, s),
             notes=note + "; fixed-rate codes, no lossless stage",
         )
     ]
@@ -349,16 +206,16 @@ def _quant_peers() -> list[PeerCodec]:
         return out
     for lvl in (1, 19):
         out.append(
-            PeerCodec(
+            Codec(
                 f"quant-codes+zstd-{lvl}",
                 "quantization",
                 True,
                 True,
                 package=_version("zstandard"),
                 compress=(
-                    lambda x, eb, _l=lvl: quantize_encode(x, eb, level=_l, zstd_module=zstandard)
+                    lambda x, eb, _l=lvl: quant_codes.encode(x, eb, level=_l, zstd_module=zstandard)
                 ),
-                decompress=lambda b, s: quantize_decode(b, s, zstd_module=zstandard),
+                decompress=lambda b, s: quant_codes.decode(b, s, zstd_module=zstandard),
                 notes=note + f"; zstd level {lvl} on the codes",
             )
         )
@@ -368,7 +225,7 @@ def _quant_peers() -> list[PeerCodec]:
 # --------------------------------------------------------------------------------------------
 # SZ3 through pysz
 # --------------------------------------------------------------------------------------------
-def _sz3_peers() -> list[PeerCodec]:
+def _sz3_peers() -> list[Codec]:
     names = (
         (
             "sz3-default",
@@ -405,7 +262,7 @@ def _sz3_peers() -> list[PeerCodec]:
             return y
 
         out.append(
-            PeerCodec(
+            Codec(
                 name,
                 "sz3",
                 True,
@@ -423,7 +280,7 @@ def _sz3_peers() -> list[PeerCodec]:
 # --------------------------------------------------------------------------------------------
 # ZFP through zfpy
 # --------------------------------------------------------------------------------------------
-def _zfp_peers() -> list[PeerCodec]:
+def _zfp_peers() -> list[Codec]:
     try:
         import zfpy
     except Exception as e:  # noqa: BLE001
@@ -438,7 +295,7 @@ def _zfp_peers() -> list[PeerCodec]:
         return zfpy.decompress_numpy(blob).reshape(shape)
 
     return [
-        PeerCodec(
+        Codec(
             "zfp-accuracy",
             "zfp",
             True,
@@ -474,7 +331,7 @@ _FBGEMM_NAMES = (
 )
 
 
-def _fbgemm_peers() -> list[PeerCodec]:
+def _fbgemm_peers() -> list[Codec]:
     try:
         import fbgemm_gpu  # noqa: F401 - registers torch.ops.fbgemm
         import torch
@@ -499,37 +356,30 @@ def _fbgemm_peers() -> list[PeerCodec]:
         q = blob[0] if isinstance(blob, tuple) else blob
         return int(q.numel() * q.element_size())
 
-    for name, prec, note in _FBGEMM_NAMES:
+    def qcomm(prec: str):
+        """(compress, decompress) of one precision."""
         if prec == "HFP8":
-            out.append(
-                PeerCodec(
-                    name,
-                    "fbgemm-qcomm",
-                    False,
-                    True,
-                    package=pkg,
-                    compress=lambda t, eb: fp32_to_hfp8_with_clamp(t, 4, 3, 15),
-                    decompress=lambda q, s: hfp8_to_fp32(q, 4, 15).view(s),
-                    nbytes=tensor_nbytes,
-                    prepare=prepare,
-                    to_numpy=to_numpy,
-                    notes=note,
-                )
+            return (
+                lambda t, eb: fp32_to_hfp8_with_clamp(t, 4, 3, 15),
+                lambda q, s: hfp8_to_fp32(q, 4, 15).view(s),
             )
-            continue
         codec = QuantizedCommCodec(getattr(SparseType, prec))
 
-        def compress(t, eb_abs, _c=codec):
+        def compress(t, eb_abs):
             del eb_abs
-            ctx = _c.create_context()
-            return _c.encode(t.view(-1), ctx), ctx
+            ctx = codec.create_context()
+            return codec.encode(t.view(-1), ctx), ctx
 
-        def decompress(blob, shape, _c=codec):
+        def decompress(blob, shape):
             q, ctx = blob
-            return _c.decode(q, ctx).view(shape)
+            return codec.decode(q, ctx).view(shape)
 
+        return compress, decompress
+
+    for name, prec, note in _FBGEMM_NAMES:
+        compress, decompress = qcomm(prec)
         out.append(
-            PeerCodec(
+            Codec(
                 name,
                 "fbgemm-qcomm",
                 False,
@@ -547,7 +397,7 @@ def _fbgemm_peers() -> list[PeerCodec]:
 
 
 # --------------------------------------------------------------------------------------------
-# JAX casts (jitted) and a helper for JAX-native codecs (the library's codec plugs in here)
+# JAX casts (jitted) and a helper for any jittable JAX codec
 # --------------------------------------------------------------------------------------------
 def jax_codec(
     name: str,
@@ -560,8 +410,8 @@ def jax_codec(
     package: str = "",
     notes: str = "",
     eb_traced: bool = True,
-) -> PeerCodec:
-    """Wrap jittable JAX functions as a PeerCodec.
+) -> Codec:
+    """Wrap jittable JAX functions as a Codec (the casts use it).
 
     Args:
       compress_fn: `(x: f32[rows, dim], eb_abs: f32[]) -> blob pytree` if `eb_traced`, else
@@ -584,7 +434,7 @@ def jax_codec(
         cfn = jax.jit(compress_fn)
         compress = lambda x, eb: cfn(x)  # noqa: E731
     dfn = jax.jit(decompress_fn, static_argnums=1)
-    return PeerCodec(
+    return Codec(
         name,
         family,
         error_bounded,
@@ -599,7 +449,7 @@ def jax_codec(
     )
 
 
-def _jax_cast_peers() -> list[PeerCodec]:
+def _jax_cast_peers() -> list[Codec]:
     names = (("jax-bf16", "bfloat16"), ("jax-fp8-e4m3", "float8_e4m3fn"))
     try:
         import jax.numpy as jnp
@@ -629,9 +479,155 @@ def _jax_cast_peers() -> list[PeerCodec]:
 
 
 # --------------------------------------------------------------------------------------------
+# Baseline: a numpy copy
+# --------------------------------------------------------------------------------------------
+def _memcpy() -> list[Codec]:
+    return [
+        Codec(
+            "memcpy",
+            "copy",
+            False,
+            True,
+            package="numpy " + np.__version__,
+            compress=lambda x, _eb: x.copy(),
+            decompress=lambda b, _s: b.copy(),
+            nbytes=lambda b: int(b.nbytes),
+            notes="numpy copy of the buffer",
+        )
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# The library: jax_lossy_comm's codec, one adapter
+# --------------------------------------------------------------------------------------------
+#: Library codec forms benchmarked by default: the automatic choice, the fixed-rate codes
+#: (static size, what the dense exchange sends), the dictionary of distinct code rows, and
+#: dictionary + Huffman.
+LIBRARY_FORMS = ("auto", "fixed", "dedup", "entropy")
+#: How the library entries size the static frame capacity: "raw" = the raw frame size (always
+#: fits), "bound" = sized by the error bound (the fixed-rate size for auto and fixed, as the
+#: dense exchange sizes it from its ``min_error_bound``; raw for the other forms).
+CAPACITIES = ("raw", "bound")
+
+
+def rel_bound_within(x_min: float, x_max: float, eb_abs: float) -> float:
+    """REL bound whose float32 `eb_abs` (as the library computes it) is <= `eb_abs`.
+
+    The library computes, in float32, `range = max - min` and `eb_abs32 = eb_rel * range`
+    (xla_ffi/frame.h). The harness checks `max |x - x_hat| <= eb_abs` in float64, so the
+    REL bound passed is the largest float32 `eb_rel` with `float32(eb_rel * range) <= eb_abs`
+    (it differs from `eb_abs / range` by at most a few float32 ulps).
+
+    Returns:
+      float eb_rel (0.0 for a constant input or a non-positive bound).
+    """
+    rng = np.float32(np.float32(x_max) - np.float32(x_min))
+    if not (rng > 0) or not (eb_abs > 0):
+        return 0.0
+    r = np.float32(eb_abs / float(rng))
+    while float(np.float32(r * rng)) > eb_abs:
+        r = np.nextafter(r, np.float32(0))
+    return float(r)
+
+
+def library_codecs(forms: Sequence[str] = LIBRARY_FORMS, capacity: str = "raw") -> list[Codec]:
+    """Entries for jax_lossy_comm's codec, one per `codec=` form, jitted, REL mode.
+
+    Calls `jax_lossy_comm.compress(x, eb_rel, mode="rel", codec=form, capacity=...)` ->
+    (frames uint8[..., capacity], nbytes int32[...]) and `jax_lossy_comm.decompress(frames,
+    nbytes, shape=(rows, dim))`; each `[rows, dim]` of the input is one chunk, as the exchange
+    calls it (a leading batch dimension gives a batch of chunks in one call). The harness's
+    absolute bound is turned into the REL bound the library takes (`rel_bound_within`: never
+    looser than eb_abs); it is a traced scalar on the device (no recompile per bound). The
+    compress time includes the library's own range scan. Wire bytes are the sum of `|nbytes|`
+    (what a variable-size exchange moves; the dense exchange moves the static capacity).
+
+    Args:
+      forms: names in `jax_lossy_comm.CODECS`.
+      capacity: one of `CAPACITIES` (see there); "raw" is what peers.json was measured with,
+        "bound" what codec.json was measured with.
+
+    Returns:
+      one entry per form, named `jlc-{form}`; if the library cannot be imported, one skipped
+      entry per form with the reason.
+
+    Raises:
+      ValueError: `capacity` not in `CAPACITIES`.
+    """
+    if capacity not in CAPACITIES:
+        raise ValueError(f"capacity must be one of {CAPACITIES}, got {capacity!r}")
+    try:
+        import jax
+        import jax.numpy as jnp
+
+        import jax_lossy_comm as jlc
+
+        jlc.compress, jlc.decompress, jlc.frame_capacity  # noqa: B018 - the API must be there
+    except Exception as e:  # noqa: BLE001
+        return [unavailable(f"jlc-{f}", "jax_lossy_comm", True, _reason(e)) for f in forms]
+    package = _version("jax_lossy_comm")
+
+    def prepare(x: np.ndarray):
+        fin = x[np.isfinite(x)]
+        lo, hi = (float(fin.min()), float(fin.max())) if fin.size else (0.0, 0.0)
+        return jax.device_put(np.ascontiguousarray(x, dtype=np.float32)), lo, hi
+
+    def nbytes(blob) -> int:
+        return int(np.sum(np.abs(np.asarray(blob[1]))))
+
+    def entry(form: str) -> Codec:
+        def frame_bytes(shape: Shape, eb_rel: float) -> int:
+            sized = capacity == "bound" and form in ("auto", "fixed") and eb_rel > 0
+            if sized:
+                return jlc.frame_capacity(shape, np.float32, form, eb_rel)
+            return jlc.frame_capacity(shape, np.float32, "raw")
+
+        cfn = jax.jit(
+            lambda x, eb, cap: jlc.compress(x, eb, mode="rel", codec=form, capacity=cap),
+            static_argnums=2,
+        )
+        dfn = jax.jit(
+            lambda f, n, shape: jlc.decompress(f, n, shape=shape, dtype=jnp.float32),
+            static_argnums=2,
+        )
+        bounds: dict[tuple, tuple[Any, int]] = {}  # (lo, hi, eb_abs, shape) -> (eb_rel, cap)
+
+        def compress(xp, eb_abs):
+            x, lo, hi = xp
+            key = (lo, hi, eb_abs, x.shape)
+            if key not in bounds:  # untimed after the warm-up: a device scalar, one capacity
+                r = rel_bound_within(lo, hi, eb_abs)
+                bounds[key] = (jax.device_put(np.float32(r)), frame_bytes(x.shape, r))
+            eb, cap = bounds[key]
+            return cfn(x, eb, cap)
+
+        return Codec(
+            f"jlc-{form}",
+            "jax_lossy_comm",
+            True,
+            True,
+            package=package,
+            compress=compress,
+            decompress=lambda b, s: dfn(b[0], b[1], tuple(s[-2:])),
+            nbytes=nbytes,
+            prepare=prepare,
+            to_numpy=lambda y: np.asarray(jax.device_get(y), dtype=np.float32),
+            notes=f"jax_lossy_comm.compress(codec={form!r}, mode='rel') under jit, one chunk "
+            f"per [rows, dim], eb_rel traced, capacity {capacity}",
+        )
+
+    return [
+        entry(f)
+        if f in jlc.CODECS
+        else unavailable(f"jlc-{f}", "jax_lossy_comm", True, f"unknown codec {f!r}", package)
+        for f in forms
+    ]
+
+
+# --------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------
-_FACTORIES: tuple[Callable[[], list[PeerCodec]], ...] = (
+_FACTORIES: tuple[Callable[[], list[Codec]], ...] = (
     _zstd_raw_peers,
     _quant_peers,
     _sz3_peers,
@@ -641,30 +637,31 @@ _FACTORIES: tuple[Callable[[], list[PeerCodec]], ...] = (
 )
 
 
-def registry(names: Sequence[str] | None = None) -> list[PeerCodec]:
-    """All peer codecs, available or not (unavailable ones carry `skip_reason`).
+def registry(names: Sequence[str] | None = None, *, library_capacity: str = "raw") -> list[Codec]:
+    """Every codec of the benchmarks, available or not (unavailable ones carry `skip_reason`).
 
     Each family's package is imported here (not at module import), inside a guard: a missing
     or broken package yields `available=False` entries, never an exception.
 
     Args:
       names: keep only these names (in registry order); None keeps all.
+      library_capacity: how the library's entries size their frames (`CAPACITIES`).
 
     Returns:
-      list of PeerCodec in a fixed order: lossless, quantization, SZ3, ZFP, FBGEMM, casts.
+      list of Codec in a fixed order: lossless, quantization, SZ3, ZFP, FBGEMM, casts, the
+      library's forms (`LIBRARY_FORMS`), memcpy.
     """
-    out: list[PeerCodec] = []
-    for factory in _FACTORIES:
+    wanted = None if names is None else set(names)
+    factories = (*_FACTORIES, lambda: library_codecs(capacity=library_capacity), _memcpy)
+    out: list[Codec] = []
+    for factory in factories:
         try:
             out.extend(factory())
         except Exception as e:  # noqa: BLE001 - a factory bug must not hide the others
             out.append(unavailable(factory.__name__.strip("_"), "unknown", False, _reason(e)))
-    if names is not None:
-        wanted = set(names)
-        out = [c for c in out if c.name in wanted]
-    return out
+    return out if wanted is None else [c for c in out if c.name in wanted]
 
 
-def available(codecs: Sequence[PeerCodec] | None = None) -> list[PeerCodec]:
+def available(codecs: Sequence[Codec] | None = None) -> list[Codec]:
     """The available entries of `codecs` (default: the whole registry)."""
     return [c for c in (registry() if codecs is None else codecs) if c.available]

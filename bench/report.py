@@ -1,25 +1,29 @@
-"""One command for the issue-6 results: codec comparison, training comparison, netns link test.
+"""The one report generator: runs the benchmarks, then renders every table and figure.
 
 Runs, each in its own subprocess (so each gets its own JAX/XLA settings):
 
-1. ``bench/peer_bench.py``  -> bench/results/peers.json (the library's codec forms and the
-   peers, on every real dump and its tiling; needs the peers' packages in ``--peers-python``;
-   peers that are missing are reported as skipped).
-2. ``bench/train_compare.py`` -> bench/results/train_compare.json.
-3. ``bench/netns_bench.py`` -> bench/results/netns.json (root only; skipped otherwise).
+1. ``python -m bench.codec_bench --suite peers`` -> bench/results/peers.json (the library's
+   codec forms and the peers, on every real dump and its tiling; needs the peers' packages
+   in ``--peers-python``; peers that are missing are reported as skipped).
+2. ``python -m bench.codec_bench --suite targets`` -> bench/results/codec.json (issue 2's
+   targets, side by side).
+3. ``python -m bench.train_compare`` -> bench/results/train_compare.json.
+4. ``python -m bench.netns_bench`` -> bench/results/netns.json (root only; skipped otherwise).
 
-then writes the plots (bench/plots.py), bench/results/RESULTS.md, and the README section
-between ``<!-- bench-results:begin -->`` and ``<!-- bench-results:end -->``, and prints the
-summary: the Pareto verdict per real dump at REL 0.01, bound violations, the training table
-and the netns speedups. A part that is skipped keeps its previous JSON (if any) in the report.
+then renders from the JSON results (`render`): the figures (`bench.figures`),
+bench/results/RESULTS.md, bench/results/codec.md, and the README's two result sections
+(between ``<!-- codec-results:begin/end -->`` and ``<!-- bench-results:begin/end -->``), and
+prints the summary: the Pareto verdict per real dump at REL 0.01, bound violations, the
+training table and the netns speedups. A part that is skipped keeps its previous JSON (if
+any) in the report.
 
 Usage (from the repo root)::
 
-    python bench/make_results.py --peers-python /path/to/venv-with-peers/bin/python
-    python bench/make_results.py --skip-peers --skip-netns        # training only
-    python bench/make_results.py --report-only                    # re-render from JSON
-    python bench/make_results.py --quick                          # minutes: no tilings,
-                                                                  # short training and netns
+    python -m bench.report --peers-python /path/to/venv-with-peers/bin/python
+    python -m bench.report --skip-peers --skip-codec --skip-netns    # training only
+    python -m bench.report --report-only                             # re-render from JSON
+    python -m bench.report --quick                                   # minutes: no tilings,
+                                                                     # short training and netns
 """
 
 from __future__ import annotations
@@ -36,34 +40,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-RESULTS = BENCH / "results"
+from bench import bench_util as bu
+from bench import codec_bench, figures, netns_bench, pareto, train_compare
+
+REPO = bu.REPO_ROOT
+RESULTS = bu.RESULTS_DIR
 README = REPO / "README.md"
 BEGIN = "<!-- bench-results:begin -->"
 END = "<!-- bench-results:end -->"
-
-sys.path.insert(0, str(BENCH))
-
-import plots  # noqa: E402  (standard library only at import)
+CODEC_BEGIN = "<!-- codec-results:begin -->"
+CODEC_END = "<!-- codec-results:end -->"
 
 
 # ------------------------------------------------------------------------------------ render
-def _f(x: Any, fmt: str = ".2f") -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return format(x, fmt)
-
-
 def _gbps(x: float) -> str:
-    return _f(x, ".3f" if x < 1 else ".2f")
+    return bu.fmt(x, ".3f" if x < 1 else ".2f")
 
 
 def verdict_rows(peers: dict[str, Any], eb_rel: float = 0.01) -> list[dict[str, Any]]:
-    """Pareto analysis of the real dumps at ``eb_rel`` (see ``plots.pareto_analysis``), plus
+    """Pareto analysis of the real dumps at ``eb_rel`` (see ``pareto.pareto_analysis``), plus
     ``jit_floor_us`` (the compress time of the jitted jax-bf16 cast on the same input, when
     that input is small: the per-call cost any jitted codec pays) and ``auto.compress_us``."""
-    out = plots.pareto_analysis(peers.get("rows", []), eb_rel, tiled=False)
+    out = pareto.pareto_analysis(peers.get("rows", []), eb_rel, tiled=False)
     rows = [
         r
         for r in peers.get("rows", [])
@@ -71,7 +69,7 @@ def verdict_rows(peers: dict[str, Any], eb_rel: float = 0.01) -> list[dict[str, 
     ]
     for a in out:
         rs = {r["codec"]: r for r in rows if r["dump"] == a["dump"]}
-        cast, auto = rs.get("jax-bf16"), rs.get(plots.AUTO)
+        cast, auto = rs.get("jax-bf16"), rs.get(pareto.AUTO)
         a["jit_floor_us"] = None
         if auto is not None and a["auto"] is not None:
             a["auto"]["compress_us"] = auto["compress"]["median_s"] * 1e6
@@ -107,7 +105,7 @@ def _verdict_note(a: dict[str, Any]) -> str:
             parts.append(
                 "faster at a lower ratio: "
                 + ", ".join(
-                    f"{p['codec']} ({_gbps(p['compress_gbps'])} GB/s at {_f(p['ratio'], '.1f')}x)"
+                    f"{p['codec']} ({_gbps(p['compress_gbps'])} GB/s at {bu.fmt(p['ratio'], '.1f')}x)"
                     for p in high
                 )
             )
@@ -150,10 +148,10 @@ def pareto_table(peers: dict[str, Any], eb_rel: float = 0.01) -> str:
         ]
         best = max(ps, key=lambda r: r["ratio"]) if ps else None
         lines.append(
-            f"| {a['dump']} | {a['shape']} | {_f(au.get('ratio'), '.1f')} | "
+            f"| {a['dump']} | {a['shape']} | {bu.fmt(au.get('ratio'), '.1f')} | "
             f"{_gbps(au.get('compress_gbps', float('nan')))} | "
             f"{_gbps(au.get('decompress_gbps', float('nan')))} | "
-            f"{_f(au.get('max_err_over_eb'), '.4f')} | "
+            f"{bu.fmt(au.get('max_err_over_eb'), '.4f')} | "
             + (f"{best['ratio']:.1f} ({best['codec']})" if best else "-")
             + f" | {', '.join(a['front_bounded'])} | "
             + ("**yes**" if au.get("on_front") else "NO")
@@ -169,7 +167,7 @@ def codec_table(peers: dict[str, Any], dump: str, eb_rel: float) -> str:
     a = next(
         (
             a
-            for a in plots.pareto_analysis(
+            for a in pareto.pareto_analysis(
                 peers["rows"], eb_rel, tiled=bool(rows and rows[0].get("tiled"))
             )
             if a["dump"] == dump
@@ -183,10 +181,9 @@ def codec_table(peers: dict[str, Any], dump: str, eb_rel: float) -> str:
     ]
     for r in rows:
         if r["status"] != "ok":
-            why = r.get("skip_reason") or r.get("error", "")
-            lines.append(f"| {r['codec']} | {r['status']}: {why[:80]} | | | | | |")
+            lines.append(f"| {r['codec']} | {codec_bench.not_run(r, 80)} | | | | | |")
             continue
-        bound = "ok" if r["bound_ok"] else ("VIOLATED" if r["error_bounded"] else "exceeds")
+        bound = codec_bench.bound_label(r)
         lines.append(
             f"| {'**' + r['codec'] + '**' if r['codec'] == 'jlc-auto' else r['codec']} "
             f"| {r['ratio']:.2f} | {r['max_err_over_eb']:.4f} | "
@@ -220,34 +217,10 @@ def ratio_matrix(peers: dict[str, Any], tiled: bool) -> str:
     return "\n".join(lines)
 
 
-def train_table(train: dict[str, Any]) -> str:
-    runs = train.get("runs", [])
-    ex = next((r for r in runs if r["name"] == "exact" and r.get("status") == "ok"), None)
-    lines = [
-        "| exchange | AUC | AUC - exact | log loss | bytes moved / step | raw / moved "
-        "| frames (variable-size) / step | samples/s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in runs:
-        if r.get("status") != "ok":
-            lines.append(f"| {r['name']} | {r.get('status')} | | | | | | |")
-            continue
-        d = r["auc"] - ex["auc"] if ex else float("nan")
-        lines.append(
-            f"| {r['name']} | {r['auc']:.5f} | {d:+.5f} | {r['logloss']:.5f} | "
-            f"{r['moved_bytes_per_step'] / 2**20:.3f} MiB | {_f(r['moved_ratio'])}x | "
-            f"{r['frame_bytes_per_step'] / 2**20:.3f} MiB | "
-            f"{_f(r.get('samples_per_s'), '.0f')} |"
-        )
-    return "\n".join(lines)
-
-
 def netns_table(netns: dict[str, Any]) -> str:
     if netns.get("status") == "skipped":
         return f"Skipped: {netns.get('skip_reason')}"
-    import netns_bench
-
-    runs = netns_bench._median_runs(netns.get("runs", []))
+    runs = netns_bench.median_runs(netns.get("runs", []))
     sp = netns_bench.paired_speedups(netns.get("runs", []))
     per_round = netns_bench.speedups_per_round(netns.get("runs", []))
     lines = [
@@ -264,7 +237,7 @@ def netns_table(netns: dict[str, Any]) -> str:
             f"{r['samples_per_s']:.0f} | {r['moved_bytes_per_step'] / 2**20:.2f} MiB | "
             + (f"{link / 2**20:.2f} MiB" if link else "-")
             + " | "
-            f"{_f(s, '.3f')}x | {_f(r['auc'], '.5f')} | {_f(r['logloss'], '.5f')} |"
+            f"{bu.fmt(s, '.3f')}x | {bu.fmt(r['auc'], '.5f')} | {bu.fmt(r['logloss'], '.5f')} |"
         )
     lt = netns_bench.link_times(runs)
     if lt:
@@ -299,15 +272,13 @@ def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.
     and the unlimited step (compute) that explain it."""
     if netns.get("status") == "skipped":
         return ""
-    import netns_bench
-
     runs = netns.get("runs", [])
     sp = netns_bench.paired_speedups(runs).get(rate, {})
     sp = {m: v for m, v in sp.items() if m.startswith("compressed")}
     if not sp:
         return f"Target (>= {target}x at {rate}): no measurement."
     best = max(sp, key=sp.get)
-    med = {(r["rate"], r["mode"]): r for r in netns_bench._median_runs(runs)}
+    med = {(r["rate"], r["mode"]): r for r in netns_bench.median_runs(runs)}
     bits = netns_bench.rate_bits(rate)
 
     def floor(mode):
@@ -379,7 +350,7 @@ def render_markdown(
         out += [
             "# Issue-6 results: codecs, training, rate-limited link",
             "",
-            "Generated by `python bench/make_results.py` from bench/results/*.json; "
+            "Generated by `python -m bench.report` from bench/results/*.json; "
             "do not edit by hand. Timings are single-threaded on a shared, loaded 2-core "
             "machine: compare codecs within one table (same run), not across runs.",
             "",
@@ -451,7 +422,7 @@ def render_markdown(
             f"schedule x2 over {p.get('early_stage_frac')} of the run; jlc-auto: the "
             "automatic per-table policy.",
             "",
-            train_table(train),
+            train_compare.markdown_table(train.get("runs", [])),
             "",
         ]
     if netns:
@@ -501,16 +472,41 @@ def render_markdown(
     return "\n".join(out)
 
 
-def replace_between_markers(text: str, new: str, begin: str = BEGIN, end: str = END) -> str:
-    """``text`` with everything between the markers replaced by ``new``.
-
-    Raises:
-      ValueError: a marker is missing or ``end`` comes before ``begin``.
-    """
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < 0 or j < i:
-        raise ValueError(f"markers {begin!r} ... {end!r} not found in order")
-    return text[: i + len(begin)] + "\n" + new.strip("\n") + "\n" + text[j:]
+def codec_markdown(result: dict[str, Any]) -> str:
+    """codec.md and the README's codec section: every row of a ``--suite targets`` result and
+    issue 2's checks."""
+    rows, env = result["rows"], result["environment"]
+    cpu = env.get("cpu_model", "?")
+    lines = [
+        f"Single thread, {cpu}; jax {env.get('packages', {}).get('jax', '?')}. "
+        "Ratio = raw float32 bytes / frame bytes; GB/s of raw float32; "
+        "err/eb = max |x - x_hat| / eb_abs (float64). Generated by "
+        "`python -m bench.codec_bench --suite targets`.",
+        "",
+        "| dump | REL | codec | ratio | err/eb | compress GB/s | decompress GB/s |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        err = "-" if r["codec"] == "memcpy" else f"{r['max_err_over_eb']:.3f}"
+        lines.append(
+            f"| {r['dump']} | {r['eb_rel']} | {r['codec']} | {r['ratio']:.2f} | {err} | "
+            f"{r['compress_gbps']:.2f} | {r['decompress_gbps']:.2f} |"
+        )
+    lines += [
+        "",
+        "Targets of issue 2 at REL 0.01 (measured in the same run):",
+        "",
+        "| dump | check | measured | target | met | note |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for c in result.get("checks", []):
+        lines.append(
+            f"| {c['dump']} | {c['what']} | {c['value']:.3g} | {c['target']:g} | "
+            f"{'yes' if c['ok'] else '**no**'} | {c.get('note', '')} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def summary(peers, train, netns) -> str:
@@ -523,7 +519,7 @@ def summary(peers, train, netns) -> str:
         for a in verdict_rows(peers):
             au = a["auto"] or {}
             lines.append(
-                f"  {a['dump']:<18} jlc-auto {_f(au.get('ratio'), '.1f')}x "
+                f"  {a['dump']:<18} jlc-auto {bu.fmt(au.get('ratio'), '.1f')}x "
                 f"{_gbps(au.get('compress_gbps', float('nan')))} GB/s  "
                 f"{'ON the front' if au.get('on_front') else 'NOT on the front'}; "
                 f"front: {', '.join(a['front_bounded'])}; {_verdict_note(a)}"
@@ -544,13 +540,9 @@ def summary(peers, train, netns) -> str:
             + ")"
         )
     if train:
-        import train_compare
-
         lines.append("== Training comparison")
-        lines.append(train_compare.format_table(train.get("runs", [])))
+        lines.append(train_compare.markdown_table(train.get("runs", [])))
     if netns:
-        import netns_bench
-
         lines.append("== Rate-limited link (netns)")
         lines.append(netns_bench.format_summary(netns))
     return "\n".join(lines)
@@ -561,7 +553,52 @@ def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _step(name: str, cmd: list[str]) -> int:
+def _update_readme(sections: Sequence[tuple[str, str, str]]) -> None:
+    """Replaces each ``(begin, end, text)`` section of README.md that has its markers."""
+    text = README.read_text()
+    for begin, end, new in sections:
+        try:
+            text = bu.replace_between_markers(text, new, begin, end)
+            print(f"updated {README} between {begin} and {end}")
+        except ValueError as e:
+            print(f"README not updated: {e}")
+    README.write_text(text)
+
+
+def render(results: Path = RESULTS, *, readme: bool = True) -> int:
+    """Renders everything from the JSON results in ``results``: the figures, RESULTS.md,
+    codec.md and (``readme``) the README's two result sections; prints the summary.
+
+    Returns:
+      0, or 1 if the figures failed (the tables are written all the same).
+    """
+    rc = 0
+    peers = _load(results / "peers.json")
+    train = _load(results / "train_compare.json")
+    netns = _load(results / "netns.json")
+    codec = _load(results / "codec.json")
+    try:
+        for p in figures.plot_all(results):
+            print(f"wrote {p}")
+    except Exception as e:  # noqa: BLE001 - a figure must not lose the tables
+        print(f"figures failed: {type(e).__name__}: {e}")
+        rc = 1
+    (results / "RESULTS.md").write_text(render_markdown(peers, train, netns, full=True) + "\n")
+    print(f"wrote {results / 'RESULTS.md'}")
+    sections = [(BEGIN, END, render_markdown(peers, train, netns, full=False))]
+    if codec:
+        (results / "codec.md").write_text(codec_markdown(codec))
+        print(f"wrote {results / 'codec.md'}")
+        sections.insert(0, (CODEC_BEGIN, CODEC_END, codec_markdown(codec)))
+    if readme and README.is_file():
+        _update_readme(sections)
+    print()
+    print(summary(peers, train, netns))
+    return rc
+
+
+def _step(name: str, python: str, module: str, out: str, extra: Sequence[str]) -> int:
+    cmd = [python, "-m", module, "--out", str(RESULTS / out), *extra]
     print(f"\n### {name}: {shlex.join(cmd)}", flush=True)
     t0 = _dt.datetime.now()
     rc = subprocess.call(cmd, cwd=REPO)
@@ -583,85 +620,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--train-python", default=sys.executable, help="interpreter with jax_lossy_comm[train]"
     )
     ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--skip-codec", action="store_true", help="skip the issue-2 targets suite")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--skip-netns", action="store_true")
     ap.add_argument("--report-only", action="store_true", help="only re-render from the JSON")
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="no tilings, 60 training steps, netns at 1gbit only with 9 steps",
+        help="no tilings, 3 repeats, 60 training steps, netns at 1gbit only with 9 steps",
     )
-    ap.add_argument("--peer-args", default="", help="extra flags for peer_bench.py")
-    ap.add_argument("--train-args", default="", help="extra flags for train_compare.py")
-    ap.add_argument("--netns-args", default="", help="extra flags for netns_bench.py")
+    ap.add_argument("--peer-args", default="", help="extra flags for the peers suite")
+    ap.add_argument("--codec-args", default="", help="extra flags for the targets suite")
+    ap.add_argument("--train-args", default="", help="extra flags for bench.train_compare")
+    ap.add_argument("--netns-args", default="", help="extra flags for bench.netns_bench")
     ap.add_argument("--no-readme", action="store_true", help="do not touch README.md")
     args = ap.parse_args(argv)
     rc = 0
-    if not args.report_only:
-        if not args.skip_peers:
-            extra = (["--no-tiles"] if args.quick else []) + shlex.split(args.peer_args)
-            rc |= _step(
-                "codec comparison",
-                [
-                    args.peers_python,
-                    str(BENCH / "peer_bench.py"),
-                    "--out",
-                    str(RESULTS / "peers.json"),
-                    *extra,
-                ],
-            )
-        if not args.skip_train:
-            extra = (
-                ["--steps", "60", "--eval-every", "20", "--log-every", "10"] if args.quick else []
-            ) + shlex.split(args.train_args)
-            rc |= _step(
-                "training comparison",
-                [
-                    args.train_python,
-                    str(BENCH / "train_compare.py"),
-                    "--out",
-                    str(RESULTS / "train_compare.json"),
-                    *extra,
-                ],
-            )
-        if not args.skip_netns:
-            extra = (["--rates", "1gbit", "--steps", "9"] if args.quick else []) + shlex.split(
-                args.netns_args
-            )
-            rc |= _step(
-                "rate-limited link",
-                [
-                    args.train_python,
-                    str(BENCH / "netns_bench.py"),
-                    "--out",
-                    str(RESULTS / "netns.json"),
-                    *extra,
-                ],
-            )
-    peers = _load(RESULTS / "peers.json")
-    train = _load(RESULTS / "train_compare.json")
-    netns = _load(RESULTS / "netns.json")
-    try:
-        for p in plots.plot_all(RESULTS):
-            print(f"wrote {p}")
-    except Exception as e:  # noqa: BLE001 - a plot must not lose the tables
-        print(f"plots failed: {type(e).__name__}: {e}")
-        rc |= 1
-    md = render_markdown(peers, train, netns, full=True)
-    (RESULTS / "RESULTS.md").write_text(md + "\n")
-    print(f"wrote {RESULTS / 'RESULTS.md'}")
-    if not args.no_readme and README.is_file():
-        text = README.read_text()
-        try:
-            README.write_text(
-                replace_between_markers(text, render_markdown(peers, train, netns, full=False))
-            )
-            print(f"updated {README} between {BEGIN} and {END}")
-        except ValueError as e:
-            print(f"README not updated: {e}")
-    print()
-    print(summary(peers, train, netns))
-    return rc
+    quick = ["--quick"] if args.quick else []
+    steps = [
+        ("codec comparison", args.skip_peers, args.peers_python, "bench.codec_bench",
+         "peers.json", ["--suite", "peers", "--no-report", *quick], args.peer_args),
+        ("codec targets", args.skip_codec, args.peers_python, "bench.codec_bench",
+         "codec.json", ["--suite", "targets", "--no-report", *quick], args.codec_args),
+        ("training comparison", args.skip_train, args.train_python, "bench.train_compare",
+         "train_compare.json",
+         ["--steps", "60", "--eval-every", "20", "--log-every", "10"] if args.quick else [],
+         args.train_args),
+        ("rate-limited link", args.skip_netns, args.train_python, "bench.netns_bench",
+         "netns.json", ["--rates", "1gbit", "--steps", "9"] if args.quick else [],
+         args.netns_args),
+    ]  # fmt: skip
+    for name, skip, python, module, out, extra, more in steps:
+        if not (skip or args.report_only):
+            rc |= _step(name, python, module, out, [*extra, *shlex.split(more)])
+    return rc | render(RESULTS, readme=not args.no_readme)
 
 
 if __name__ == "__main__":
