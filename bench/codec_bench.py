@@ -85,14 +85,26 @@ class Suite:
 
 SUITES = {
     "peers": Suite(
-        None, "raw", DEFAULT_TILE_BYTES, False, 7, 3.0, bu.RESULTS_DIR / "peers.json",
-        "peer codecs (issue 6)",
+        codecs=None,
+        library_capacity="raw",
+        tile_bytes=DEFAULT_TILE_BYTES,
+        side_by_side=False,
+        repeats=7,
+        budget_s=3.0,
+        out=bu.RESULTS_DIR / "peers.json",
+        title="peer codecs (issue 6)",
     ),
     "targets": Suite(
-        tuple(f"jlc-{f}" for f in registry.LIBRARY_FORMS) + (PEER, "memcpy"), "bound", 0, True,
-        15, 2.0, bu.RESULTS_DIR / "codec.json", "codec (issue 2)",
+        codecs=(*(f"jlc-{f}" for f in registry.LIBRARY_FORMS), PEER, "memcpy"),
+        library_capacity="bound",
+        tile_bytes=0,
+        side_by_side=True,
+        repeats=15,
+        budget_s=2.0,
+        out=bu.RESULTS_DIR / "codec.json",
+        title="codec (issue 2)",
     ),
-}  # fmt: skip
+}
 
 
 # --------------------------------------------------------------------------------------------
