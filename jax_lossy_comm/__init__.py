@@ -5,7 +5,14 @@ Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
 """
 
 from jax_lossy_comm.codec import compress, decompress, frame_status
-from jax_lossy_comm.exchange import ExchangeStats, compressed_all_to_all
+from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
+from jax_lossy_comm.exchange import (
+    ExchangeConfig,
+    ExchangeStats,
+    compressed_all_to_all,
+    compressed_all_to_all_with_stats,
+    resolve_path,
+)
 from jax_lossy_comm.frame import (
     CODECS,
     STATUS,
@@ -14,22 +21,30 @@ from jax_lossy_comm.frame import (
     frame_capacity,
     frame_info,
 )
-from jax_lossy_comm.qcomm import bf16_all_to_all, int8_rowwise_all_to_all
+from jax_lossy_comm.layout import Layout, make_layout
+from jax_lossy_comm.qcomm import BF16, Int8Rowwise
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BF16",
     "CODECS",
+    "CommCodec",
+    "ExchangeConfig",
     "ExchangeStats",
-    "STATUS",
+    "FrameCodec",
     "FrameInfo",
-    "bf16_all_to_all",
+    "Int8Rowwise",
+    "Layout",
+    "STATUS",
     "compress",
     "compressed_all_to_all",
+    "compressed_all_to_all_with_stats",
     "decompress",
     "describe_status",
     "frame_capacity",
     "frame_info",
     "frame_status",
-    "int8_rowwise_all_to_all",
+    "make_layout",
+    "resolve_path",
 ]

@@ -5,6 +5,11 @@ dimensions ``[rows, dim]`` of the input (e.g. the pooled embeddings a table owne
 peer); leading dimensions are independent chunks, each with its own error bound. The format is
 described in ``xla_ffi/frame.h``; sizes and names in :mod:`jax_lossy_comm.frame`.
 
+Inside ``shard_map`` the outputs are typed like the inputs: ``jax.ffi.ffi_call`` types its
+outputs as invariant over the mesh axes, which makes a later ``psum`` transpose into a sum of
+every device's cotangent (gradients silently multiplied by the axis size); each primitive
+re-marks its outputs varying over the axes its inputs vary over (``jax.lax.pcast``).
+
 References:
   S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model Training
   with Dual-Level Adaptive Lossy Compression", SC24, arXiv 2407.04272, sec. 4.
@@ -24,11 +29,39 @@ from jax_lossy_comm.frame import CODECS, DTYPES, MODES, frame_capacity
 _SUPPORTED = tuple(DTYPES)
 
 
-def _check_dtype(dtype, what: str) -> np.dtype:
+def check_dtype(dtype, what: str = "x") -> np.dtype:
+    """The numpy dtype of ``dtype`` if the codec supports it (float32, bfloat16, float16).
+
+    Raises:
+      TypeError: any other dtype (the message names ``what``).
+    """
     dt = np.dtype(dtype)
     if dt not in _SUPPORTED:
         raise TypeError(f"{what} must be float32, bfloat16 or float16, got {dt}")
     return dt
+
+
+def _varying_axes(x) -> frozenset:
+    """Mesh axes ``x`` is typed as varying over inside ``shard_map`` (empty outside it or
+    with ``check_vma=False``)."""
+    t = jax.typeof(x)
+    vma = getattr(t, "vma", None)
+    if vma is None:
+        mat = getattr(t, "manual_axis_type", None)
+        vma = getattr(mat, "varying", None)
+    return frozenset(vma or ())
+
+
+def _typed_like(outputs, *inputs):
+    """``pcast`` each output to varying over every axis some input varies over (FFI outputs
+    are typed as invariant inside ``shard_map``; DESIGN.md pitfalls)."""
+    want = frozenset().union(*(_varying_axes(a) for a in inputs))
+
+    def one(y):
+        missing = want - _varying_axes(y)
+        return jax.lax.pcast(y, tuple(sorted(missing)), to="varying") if missing else y
+
+    return jax.tree.map(one, outputs)
 
 
 def concrete_error_bound(error_bound, what: str = "error_bound") -> np.ndarray | None:
@@ -99,7 +132,7 @@ def compress(
       2 GiB (``frame.MAX_FRAME_BYTES``), or a missing ``min_error_bound`` for ``codec="fixed"``.
     """
     x = jnp.asarray(x)
-    dt = _check_dtype(x.dtype, "x")
+    dt = check_dtype(x.dtype, "x")
     if x.ndim < 2:
         raise ValueError(f"x must have shape [..., rows, dim], got {x.shape}")
     if mode not in MODES:
@@ -116,12 +149,24 @@ def compress(
         raise ValueError(f"capacity {capacity} exceeds {frame.MAX_FRAME_BYTES} bytes")
     if capacity < frame.header_bytes(x.shape[-2], x.shape[-1]):
         raise ValueError(f"capacity {capacity} is smaller than a frame header")
+    eb = _check_error_bound(error_bound, x.shape[:-2])
+    return compress_checked(x, eb, mode=mode, codec=codec, capacity=capacity)
+
+
+def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capacity: int):
+    """:func:`compress` after its checks: the one ``lc_compress`` call.
+
+    For callers that validated the settings once (the exchange's
+    :class:`jax_lossy_comm.FrameCodec`): ``x`` a supported ``[..., rows, dim]`` array, ``eb``
+    ``float32`` of shape ``x.shape[:-2]``, ``mode``/``codec`` valid names, ``capacity`` an int
+    in range. Returns what :func:`compress` returns, typed like ``x`` and ``eb``.
+    """
     batch = x.shape[:-2]
-    eb = _check_error_bound(error_bound, batch)
     if not _ffi.available():
         from jax_lossy_comm import reference
 
-        return reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
+        out = reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
+        return _typed_like(out, x, eb)
     _ffi.ensure_registered()
     call = jax.ffi.ffi_call(
         "lc_compress",
@@ -131,7 +176,8 @@ def compress(
         ),
         vmap_method="broadcast_all",
     )
-    return call(x, eb, mode=np.int32(MODES[mode]), codec=np.int32(CODECS[codec]))
+    out = call(x, eb, mode=np.int32(MODES[mode]), codec=np.int32(CODECS[codec]))
+    return _typed_like(out, x, eb)
 
 
 def _chunk_shape(frames: jax.Array, shape: Sequence[int]) -> tuple[int, int]:
@@ -185,7 +231,7 @@ def decompress(
     """
     frames, nbytes = _check_frames(frames, nbytes)
     rows, dim = _chunk_shape(frames, shape)
-    dt = _check_dtype(dtype, "dtype")
+    dt = check_dtype(dtype, "dtype")
     if not _ffi.available():
         from jax_lossy_comm import reference
 
@@ -201,6 +247,7 @@ def decompress(
             vmap_method="broadcast_all",
         )
         x, status = call(frames, nbytes)
+    x, status = _typed_like((x, status), frames, nbytes)
     return (x, status) if return_status else x
 
 
@@ -214,7 +261,7 @@ def frame_status(
     """
     frames, nbytes = _check_frames(frames, nbytes)
     rows, dim = _chunk_shape(frames, shape)
-    dt = _check_dtype(dtype, "dtype")
+    dt = check_dtype(dtype, "dtype")
     if not _ffi.available():
         return decompress(frames, nbytes, shape=(rows, dim), dtype=dt, return_status=True)[1]
     _ffi.ensure_registered()
@@ -223,4 +270,7 @@ def frame_status(
         jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
         vmap_method="broadcast_all",
     )
-    return call(frames, nbytes, rows=np.int64(rows), dim=np.int64(dim), dtype=np.int32(DTYPES[dt]))
+    status = call(
+        frames, nbytes, rows=np.int64(rows), dim=np.int64(dim), dtype=np.int32(DTYPES[dt])
+    )
+    return _typed_like(status, frames, nbytes)

@@ -1,39 +1,47 @@
-"""Compressed all-to-all for ``shard_map``: compress per destination, exchange frames, decode.
+"""Compressed all-to-all for ``shard_map``: encode per destination, exchange, decode.
 
-``compressed_all_to_all`` is a drop-in for ``jax.lax.all_to_all`` inside ``shard_map`` that
-returns the same array within an error bound while moving fewer bytes: the block bound for
-each peer is cut into chunks ``[rows, dim]`` (one per peer, or one per (peer, table)), all
-chunks are compressed in one :func:`jax_lossy_comm.compress` call, the frames travel, and the
-receiver decodes them (Feng et al., SC24, arXiv 2407.04272, sec. 3 and 4). Its gradient is
-the transposed exchange of the cotangent (straight-through estimator, sec. 3), exact or
-compressed with its own error bound.
+:func:`compressed_all_to_all` is a drop-in for ``jax.lax.all_to_all`` inside ``shard_map`` (same
+positional arguments and defaults) that returns the same array within an error bound while
+moving fewer bytes; :func:`compressed_all_to_all_with_stats` also returns
+:class:`ExchangeStats`. The block bound for each peer is cut into chunks ``[rows, dim]`` (one
+per peer, or one per (peer, table); :class:`jax_lossy_comm.Layout`), all chunks are encoded in
+one call of the codec (:class:`jax_lossy_comm.CommCodec`; default the library's
+:class:`jax_lossy_comm.FrameCodec`), the frames travel, and the receiver decodes them (Feng
+et al., SC24, arXiv 2407.04272, sec. 3 and 4). Its gradient is the transposed exchange of the
+cotangent (straight-through estimator, sec. 3), exact or through a backward codec with its
+own error bound. The static settings are one frozen :class:`ExchangeConfig`.
 
-Exchange paths (``path=``):
+Codecs of fixed size (``Int8Rowwise``, ``BF16``) travel in one dense ``all_to_all``.
+Variable-size frames take one of these paths (``ExchangeConfig.path``):
 
-* ``"ragged"`` (default where ``jax.lax.ragged_all_to_all`` is implemented, i.e. GPU): every
-  frame is one slice of ``ragged_all_to_all``, ``nbytes`` long, written at its ``[source,
-  table]`` place in the receiver's buffer, so only used bytes move; the int32 byte counts
-  travel first in a tiny ``all_to_all``. The capacity is the raw size: every codec fits.
-* ``"dense"`` (default elsewhere: XLA:CPU has no ``ragged_all_to_all``): a dense ``all_to_all``
-  moves the static capacity of every frame, so the capacity, not the frame size, decides the
-  bytes moved. The dense path sizes frames with fixed-rate quantization codes for the
-  smallest REL bound in use (``min_error_bound``; :func:`jax_lossy_comm.frame_capacity`) plus
-  room for ``DEFAULT_OUTLIERS`` exact outliers; ``codec="auto"`` still writes the smallest form
-  that fits. REL 0.01 gives 6-bit codes: 5.33x fewer bytes than raw float32 for [2048, 64]
-  chunks. ABS mode has no static code width: its dense capacity is the raw size unless
-  ``capacity=`` is given.
+* ``"ragged"`` (``"auto"`` where ``jax.lax.ragged_all_to_all`` is implemented, i.e. GPU):
+  every frame is one slice of ``ragged_all_to_all``, ``nbytes`` long, written at its
+  ``[source, table]`` place in the receiver's buffer, so only used bytes move; the int32 byte
+  counts travel first in a tiny ``all_to_all``. The capacity is the raw size: every codec fits.
+* ``"dense"``: a dense ``all_to_all`` moves the static capacity of every frame, so the
+  capacity, not the frame size, decides the bytes moved. The dense path sizes frames with
+  fixed-rate quantization codes for the smallest REL bound in use (``min_error_bound``;
+  :func:`jax_lossy_comm.frame_capacity`) plus room for ``DEFAULT_OUTLIERS`` exact outliers;
+  ``codec="auto"`` still writes the smallest form that fits. REL 0.01 gives 6-bit codes: 5.33x
+  fewer bytes than raw float32 for [2048, 64] chunks. ABS mode has no static code width: its
+  dense capacity is the raw size unless ``capacity=`` is given.
+* ``"packed"`` (``"auto"`` elsewhere: XLA:CPU has no ``ragged_all_to_all``): dense
+  collectives that move (about) the used bytes. Frames are compressed at the dense path's
+  capacity; each device packs its frames for a destination back to back behind their int32
+  byte counts; one scalar ``pmax`` (the same one that detects overflow) agrees on the largest
+  packed destination, and ``lax.switch`` runs the dense ``all_to_all`` of the smallest static
+  bucket that holds it (buckets shrink by ``PACKED_BUCKET_STEP`` from the full capacity).
+  Bucket rounding, the spread between destinations and devices whose tables compress worse
+  decide the overhead over ``frame_bytes``; values are bit-identical to the dense path.
 
-* ``"packed"``: dense collectives that move (about) the used bytes, for backends without
-  ``ragged_all_to_all``. Frames are compressed at the dense path's capacity; each device packs
-  its frames for a destination back to back behind their int32 byte counts; one scalar
-  ``pmax`` (the same one that detects overflow) agrees on the largest packed destination,
-  and ``lax.switch`` runs the dense ``all_to_all`` of the smallest static bucket that holds
-  it (buckets shrink by ``PACKED_BUCKET_STEP`` from the full capacity). Bucket rounding,
-  the spread between destinations and devices whose tables compress worse decide the
-  overhead over ``frame_bytes``; values are bit-identical to the dense path.
+Why ``"auto"`` means packed without ``ragged_all_to_all`` (decided in :func:`resolve_path`
+only): its largest bucket is the dense path's bytes, so it never moves more, and on the DLRM
+exchange it moved about 4x fewer bytes than the dense frames for the same values (netns
+benchmark, issue 6; repeated embedding rows make most frames much smaller than the fixed-rate
+capacity). It costs a pack/unpack copy and one more int32 in the ``pmax``.
 
 Frames that do not fit (NaN/Inf beyond the outlier room, a bound below ``min_error_bound``, a
-too small ``capacity=``) are never dropped or truncated: the count of overflowed frames is
+too small ``capacity``) are never dropped or truncated: the count of overflowed frames is
 ``pmax``-ed over the axis (one scalar, so every device agrees) and, if any, the whole exchange
 runs as the exact ``jax.lax.all_to_all`` of ``x`` (lossless) under ``lax.cond``;
 ``overflow_count`` and ``fallback`` in :class:`ExchangeStats` record it. Only ``all_to_all``,
@@ -41,13 +49,13 @@ runs as the exact ``jax.lax.all_to_all`` of ``x`` (lossless) under ``lax.cond``;
 wrong on chunks of about 4 MiB and up, jax issue 40830), so the same code runs across
 processes started with ``jax.distributed.initialize`` (gloo on CPU, NCCL on GPU).
 
-Decision (measured by ``bench/exchange_bench.py`` on the Terabyte dumps, 8 devices): the
-dense default is the fixed-rate capacity (5.33x at REL 0.01; at bounds >= ``min_error_bound``
-it overflows only on chunks with more than ``DEFAULT_OUTLIERS`` NaN/Inf or unquantizable
-values). A speculative capacity (``capacity=``, e.g. the largest
-frame seen in calibration x 1.25) moved 17x fewer bytes on the same data, but one chunk whose
-rows stop repeating sends the whole step raw, so it is opt-in. The variable-size (ragged)
-exchange moved 71x fewer bytes there (padding slots and hot-row tables included).
+Measured by ``bench/exchange_bench.py`` on the Terabyte dumps, 8 devices: the dense capacity
+is the fixed-rate size (5.33x at REL 0.01; at bounds >= ``min_error_bound`` it overflows only
+on chunks with more than ``DEFAULT_OUTLIERS`` NaN/Inf or unquantizable values). A speculative
+capacity (``FrameCodec(capacity=...)``, e.g. the largest frame seen in calibration x 1.25)
+moved 17x fewer bytes on the same data, but one chunk whose rows stop repeating sends the
+whole step raw, so it is opt-in. The variable-size (ragged) exchange moved 71x fewer bytes
+there (padding slots and hot-row tables included).
 
 References:
   S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model Training
@@ -56,6 +64,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import NamedTuple
@@ -64,26 +73,40 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_lossy_comm import frame as _frame
-from jax_lossy_comm.codec import compress, concrete_error_bound, decompress
+from jax_lossy_comm.codec import check_dtype, concrete_error_bound
+from jax_lossy_comm.comm_codec import (
+    DEFAULT_MIN_ERROR_BOUND,
+    DEFAULT_OUTLIERS,
+    CommCodec,
+    FrameCodec,
+)
+from jax_lossy_comm.layout import Layout, make_layout
 
-#: REL bound that sizes the dense capacity when ``error_bound`` is traced and no
-#: ``min_error_bound`` is given (the paper's tightest tier, sec. 5).
-DEFAULT_MIN_ERROR_BOUND = 0.01
-#: Exact outlier values reserved in each dense frame (7 bytes each for 2048x64 float32 chunks),
-#: so that the odd value at the quantizer's edge does not send the step down the fallback.
-DEFAULT_OUTLIERS = 16
+__all__ = [
+    "DEFAULT_MIN_ERROR_BOUND",
+    "DEFAULT_OUTLIERS",
+    "PACKED_BUCKET_STEP",
+    "PACKED_MIN_FRACTION",
+    "PATHS",
+    "ExchangeConfig",
+    "ExchangeStats",
+    "compressed_all_to_all",
+    "compressed_all_to_all_with_stats",
+    "packed_buckets",
+    "resolve_path",
+]
+
 #: Packed path: bucket sizes (bytes per destination) shrink from the full capacity by this
 #: factor per step (2 ** 0.5: at most 29% of a bucket is padding) ...
 PACKED_BUCKET_STEP = 2.0**0.5
 #: ... down to this fraction of the full capacity (smaller needs use the smallest bucket).
 PACKED_MIN_FRACTION = 1.0 / 64
 PATHS = ("auto", "dense", "packed", "ragged")
-BACKWARDS = ("exact", "compressed")
+_TEST_PATHS = ("_ragged_emulated",)  # ragged offsets through dense collectives (CPU tests)
 
 
 class ExchangeStats(NamedTuple):
-    """Per-device statistics of one :func:`compressed_all_to_all` (forward exchange).
+    """Per-device statistics of one forward exchange (:func:`compressed_all_to_all_with_stats`).
 
     Attributes:
       raw_bytes: float32 scalar, this device's payload ``x`` as raw bytes (``x.size *
@@ -91,7 +114,8 @@ class ExchangeStats(NamedTuple):
       frame_bytes: float32 scalar, sum of this device's frame sizes (what a variable-size
         exchange moves; an overflowed frame counts with the size it needed).
       moved_bytes: float32 scalar, bytes the chosen path really sent: dense, ``chunks *
-        capacity`` plus the int32 byte counts; ragged, ``frame_bytes`` plus the byte counts;
+        capacity`` plus the int32 byte counts; packed, the agreed bucket times P; ragged,
+        ``frame_bytes`` plus the byte counts; a fixed-size codec, its wire bytes (no counts);
         after a fallback, ``raw_bytes``.
       compression_ratio: float32[P] or float32[P, T], raw / frame bytes of each chunk
         (destination peer, table).
@@ -110,149 +134,72 @@ class ExchangeStats(NamedTuple):
     capacity_bytes: jax.Array
 
 
-# ------------------------------------------------------------------------------------ layout
-class _Layout(NamedTuple):
-    """Static geometry of one exchange: how ``x`` becomes ``[P, (T,) rows, dim]`` chunks."""
-
-    shape: tuple  # x.shape
-    p: int  # axis size
-    split: int
-    concat: int
-    table: int | None  # table axis in block coordinates (None: one chunk per peer)
-    tiled: bool
-
-    @property
-    def block_shape(self) -> tuple:
-        s = list(self.shape)
-        if self.tiled:
-            s[self.split] //= self.p
-        else:
-            del s[self.split]
-        return tuple(s)
-
-    @property
-    def chunk_shape(self) -> tuple:
-        b = self.block_shape
-        dim = b[-1] if b else 1
-        n = math.prod(b)
-        if self.table is not None:
-            n //= b[self.table]
-        return (n // dim if dim else 0, dim)
-
-    @property
-    def grid(self) -> tuple:
-        b = self.block_shape
-        return (self.p,) if self.table is None else (self.p, b[self.table])
-
-    @property
-    def out_shape(self) -> tuple:
-        b = list(self.block_shape)
-        if self.tiled:
-            b[self.concat] *= self.p
-        else:
-            b.insert(self.concat, self.p)
-        return tuple(b)
-
-    def to_chunks(self, x):
-        """x -> float[P, (T,) rows, dim]: block for peer d is chunk row d."""
-        if self.tiled:
-            s = self.shape
-            x = x.reshape(s[: self.split] + (self.p, s[self.split] // self.p) + s[self.split + 1 :])
-            x = jnp.moveaxis(x, self.split, 0)
-        else:
-            x = jnp.moveaxis(x, self.split, 0)
-        if self.table is not None:
-            x = jnp.moveaxis(x, 1 + self.table, 1)
-        return x.reshape(self.grid + self.chunk_shape)
-
-    def from_chunks(self, c):
-        """Received chunks float[P_src, (T,) rows, dim] -> the all_to_all result."""
-        b = self.block_shape
-        if self.table is not None:
-            bt = (b[self.table],) + b[: self.table] + b[self.table + 1 :]
-            c = jnp.moveaxis(c.reshape((self.p,) + bt), 1, 1 + self.table)
-        else:
-            c = c.reshape((self.p,) + b)
-        c = jnp.moveaxis(c, 0, self.concat)
-        return c.reshape(self.out_shape)
-
-    def transposed(self) -> _Layout:
-        """Layout of the cotangent's exchange (split and concat swapped)."""
-        table = None
-        if self.table is not None:
-            # Block coordinates are the same in both directions (a tiled block or the untiled
-            # block with the P axis removed), so the table axis index carries over.
-            table = self.table
-        return _Layout(self.out_shape, self.p, self.concat, self.split, table, self.tiled)
-
-
-def _make_layout(shape, p, split_axis, concat_axis, table_axis, tiled) -> _Layout:
-    nd = len(shape)
-    if nd < 1:
-        raise ValueError("x must have at least one dimension")
-
-    def norm(a, what, n):
-        a = int(a)
-        if not -n <= a < n:
-            raise ValueError(f"{what}={a} out of range for rank {n}")
-        return a % n
-
-    split = norm(split_axis, "split_axis", nd)
-    concat = norm(concat_axis, "concat_axis", nd)
-    if tiled and shape[split] % p:
-        raise ValueError(
-            f"x.shape[split_axis]={shape[split]} is not divisible by the axis size {p} (tiled=True)"
+# --------------------------------------------------------------------------------- config
+def _check_codec(what: str, codec, optional: bool) -> None:
+    if codec is None and optional:
+        return
+    if not isinstance(codec, CommCodec):
+        raise TypeError(
+            f"ExchangeConfig.{what} must be a CommCodec (FrameCodec(), Int8Rowwise(), BF16()"
+            f"{', or None' if optional else ''}), got {codec!r}"
         )
-    if not tiled and shape[split] != p:
-        raise ValueError(
-            f"x.shape[split_axis]={shape[split]} must equal the axis size {p} (tiled=False)"
-        )
-    table = None
-    if table_axis is not None:
-        t = norm(table_axis, "table_axis", nd)
-        if t == nd - 1 or (not tiled and t == split):
+
+
+@dataclasses.dataclass(frozen=True)
+class ExchangeConfig:
+    """Static settings of one :func:`compressed_all_to_all`, checked once on construction.
+
+    Frozen and hashable (a static argument of the jitted exchange); the error bounds are not
+    here: they are traced arguments of the call, so changing them does not recompile.
+
+    Attributes:
+      forward: codec of the forward exchange (:class:`jax_lossy_comm.CommCodec`): the
+        library's error-bounded :class:`jax_lossy_comm.FrameCodec` (default) or a baseline,
+        ``Int8Rowwise()`` / ``BF16()``.
+      backward: codec of the cotangent's transposed exchange, or None (default): the exact
+        transposed ``all_to_all`` (straight-through estimator, the paper's setting).
+        TorchRec's ``QCommsConfig`` has the same pair (forward and backward precision).
+      table_axis: axis of ``x`` whose indices are separate chunks, each with its own bound
+        and REL range (static; not the last axis), or None: one chunk per peer. With a
+        per-peer codec (``Int8Rowwise``, ``BF16``) it only shapes ``compression_ratio``.
+      path: how variable-size frames travel: ``"auto"`` (:func:`resolve_path`), ``"dense"``,
+        ``"packed"`` or ``"ragged"`` (module docstring). Fixed-size codecs ignore it.
+
+    Raises:
+      TypeError: a codec that is not a :class:`jax_lossy_comm.CommCodec`.
+      ValueError: unknown ``path``, a ``table_axis`` that is not an int or None.
+
+    Examples:
+      >>> from jax_lossy_comm import ExchangeConfig, FrameCodec, Int8Rowwise
+      >>> ExchangeConfig(forward=FrameCodec(min_error_bound=0.01), table_axis=1)
+      ExchangeConfig(forward=FrameCodec(mode='rel', codec='auto', min_error_bound=0.01, \
+capacity=None), backward=None, table_axis=1, path='auto')
+      >>> c = ExchangeConfig(forward=Int8Rowwise(), backward=Int8Rowwise())
+      >>> hash(c) == hash(ExchangeConfig(forward=Int8Rowwise(), backward=Int8Rowwise()))
+      True
+      >>> ExchangeConfig(path="sideways")
+      Traceback (most recent call last):
+      ...
+      ValueError: ExchangeConfig.path must be one of ('auto', 'dense', 'packed', 'ragged'), \
+got 'sideways'
+    """
+
+    forward: CommCodec = FrameCodec()
+    backward: CommCodec | None = None
+    table_axis: int | None = None
+    path: str = "auto"
+
+    def __post_init__(self):
+        _check_codec("forward", self.forward, optional=False)
+        _check_codec("backward", self.backward, optional=True)
+        if self.table_axis is not None and (
+            isinstance(self.table_axis, bool) or not isinstance(self.table_axis, (int, np.integer))
+        ):
             raise ValueError(
-                f"table_axis={table_axis} cannot be the last axis (the codec's dim) "
-                f"or, untiled, the split axis"
+                f"ExchangeConfig.table_axis must be an int or None, got {self.table_axis!r}"
             )
-        table = t if tiled else t - (t > split)
-    lay = _Layout(tuple(int(s) for s in shape), int(p), split, concat, table, bool(tiled))
-    if not tiled and concat > len(lay.block_shape):
-        raise ValueError(f"concat_axis={concat_axis} out of range (tiled=False)")
-    return lay
-
-
-# ------------------------------------------------------------------------------------ config
-class _Config(NamedTuple):
-    """Static (hashable) settings of one exchange."""
-
-    axis_name: object
-    layout: _Layout
-    dtype: object
-    mode: str
-    codec: str
-    capacity: int
-    path: str  # "dense" | "ragged" | "_ragged_emulated" (tests)
-    backward: str
-    backward_capacity: int
-
-
-def _varying_axes(x) -> frozenset:
-    t = jax.typeof(x)
-    vma = getattr(t, "vma", None)
-    if vma is None:
-        mat = getattr(t, "manual_axis_type", None)
-        vma = getattr(mat, "varying", None)
-    return frozenset(vma or ())
-
-
-def _match_varying(y, like):
-    """pcast ``y`` to varying over the axes ``like`` varies over (FFI outputs are typed as
-    invariant inside ``shard_map``; see DESIGN.md pitfalls)."""
-    missing = _varying_axes(like) - _varying_axes(y)
-    if missing:
-        y = jax.lax.pcast(y, tuple(sorted(missing)), to="varying")
-    return y
+        if self.path not in PATHS + _TEST_PATHS:
+            raise ValueError(f"ExchangeConfig.path must be one of {PATHS}, got {self.path!r}")
 
 
 def _ragged_supported() -> bool:
@@ -262,29 +209,48 @@ def _ragged_supported() -> bool:
         return False
 
 
-def _capacity(lay: _Layout, dtype, codec, mode, path, min_eb, capacity, concrete_eb) -> int:
-    rows, dim = lay.chunk_shape
-    if capacity is not None:
-        return int(capacity)
-    raw = _frame.raw_frame_bytes(rows, dim, dtype)
-    if path != "dense" or mode != "rel" or codec not in ("auto", "fixed"):
-        if codec == "fixed" and path == "dense" and mode != "rel":
-            raise ValueError("codec='fixed' on the dense path needs mode='rel' or capacity=")
-        return raw
-    if min_eb is None:
-        if concrete_eb is not None:
-            m = float(np.min(concrete_eb)) if concrete_eb.size else DEFAULT_MIN_ERROR_BOUND
-            if not m > 0:
-                return raw
-            min_eb = m
-        else:
-            min_eb = DEFAULT_MIN_ERROR_BOUND
-    return _frame.frame_capacity(
-        (rows, dim), dtype, codec, float(min_eb), mode, outliers=DEFAULT_OUTLIERS
-    )
+def resolve_path(path: str = "auto") -> str:
+    """The wire path a variable-size exchange takes: the one place ``"auto"`` is decided.
+
+    Args:
+      path: ``"auto"`` or a path of ``PATHS``.
+
+    Returns:
+      ``path`` itself, or for ``"auto"``: ``"ragged"`` where ``jax.lax.ragged_all_to_all`` is
+      implemented (the default backend is a GPU), else ``"packed"`` (never more bytes than
+      ``"dense"``, about 4x fewer on the DLRM exchange; module docstring).
+
+    Raises:
+      ValueError: an unknown path.
+
+    Examples:
+      >>> from jax_lossy_comm import resolve_path
+      >>> resolve_path("auto")  # on the CPU
+      'packed'
+      >>> resolve_path("dense")
+      'dense'
+    """
+    if path not in PATHS + _TEST_PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path != "auto":
+        return path
+    return "ragged" if _ragged_supported() else "packed"
 
 
-# ------------------------------------------------------------------------------ the exchange
+class _Plan(NamedTuple):
+    """Static (hashable) plan of one exchange call: config resolved against ``x``."""
+
+    axis_name: object
+    layout: Layout  # with the config's table axis (the statistics' grid)
+    dtype: object
+    path: str  # resolved: "dense" | "packed" | "ragged" | "_ragged_emulated"
+    forward: CommCodec
+    capacity: int
+    backward: CommCodec | None
+    backward_capacity: int
+
+
+# --------------------------------------------------------------------------- wire paths
 def _emulated_ragged_all_to_all(
     operand,
     output,
@@ -309,7 +275,7 @@ def _emulated_ragged_all_to_all(
     return output.at[dst.reshape(-1)].set(got.reshape(-1), mode="drop")
 
 
-def _exchange_frames(cfg: _Config, frames, nbytes):
+def _exchange_frames(axis_name, path: str, frames, nbytes):
     """Moves frames ``uint8[P, (T,) cap]`` to their destinations; returns the received frames
     and byte counts indexed by source peer.
 
@@ -318,9 +284,9 @@ def _exchange_frames(cfg: _Config, frames, nbytes):
     ``[source, table]`` position of the receiver's ``[P, T, cap]`` buffer, so no packing is
     needed and only used bytes move; the byte counts go first in a tiny ``all_to_all``.
     """
-    ax = cfg.axis_name
+    ax = axis_name
     rnb = jax.lax.all_to_all(nbytes, ax, 0, 0, tiled=True)
-    if cfg.path == "dense":
+    if path == "dense":
         return jax.lax.all_to_all(frames, ax, 0, 0, tiled=True), rnb
     p, cap = frames.shape[0], frames.shape[-1]
     t = nbytes.size // p
@@ -332,7 +298,7 @@ def _exchange_frames(cfg: _Config, frames, nbytes):
     # Frame (dest d, table k) lands in d's buffer at (me, k).
     output_offsets = (me * t + jnp.arange(p * t, dtype=jnp.int32) % t) * cap
     out = jnp.zeros_like(flat)
-    if cfg.path == "_ragged_emulated":
+    if path == "_ragged_emulated":
         recv = _emulated_ragged_all_to_all(
             flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax, max_size=cap
         )
@@ -400,18 +366,17 @@ def _unpack(buf, t: int, cap: int):
     return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
 
 
-def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
-    lay = cfg.layout.transposed() if backward_pass else cfg.layout
-    cap = cfg.backward_capacity if backward_pass else cfg.capacity
-    ax = cfg.axis_name
-    rows, dim = lay.chunk_shape
-    chunks = lay.to_chunks(x)
-    eb = jnp.broadcast_to(eb, lay.grid)
-    frames, nbytes = compress(chunks, eb, mode=cfg.mode, codec=cfg.codec, capacity=cap)
-    frames, nbytes = _match_varying(frames, x), _match_varying(nbytes, x)
-    over = nbytes < 0
-    n_over = over.sum().astype(jnp.int32)
-    if cfg.path == "packed":
+# ---------------------------------------------------------------------------- one direction
+def _variable_size(plan: _Plan, codec, lay: Layout, cap: int, x, chunks, eb):
+    """Frames of a variable-size codec over ``plan.path``, with the overflow fallback.
+
+    Returns ``(y, frame_bytes, moved_bytes of the compressed path, n_over, any_over,
+    chunk byte counts)``."""
+    ax = plan.axis_name
+    chunk_shape = lay.chunk_shape
+    frames, nbytes = codec.encode(chunks, jnp.broadcast_to(eb, lay.grid), cap)
+    n_over = (nbytes < 0).sum().astype(jnp.int32)
+    if plan.path == "packed":
         # Two phases in one step: a pmax of (overflows, largest packed destination) picks
         # the smallest static bucket that holds every device's frames, then one dense
         # all_to_all of that bucket carries counts and frames together.
@@ -424,7 +389,6 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
         k = jnp.minimum(
             jnp.searchsorted(jnp.asarray(buckets, jnp.int32), agg[1]), len(buckets) - 1
         ).astype(jnp.int32)
-
         top = buckets[-1]
 
         def branch(size):
@@ -434,74 +398,189 @@ def _forward_impl(cfg: _Config, x, eb, *, backward_pass: bool = False):
 
             return go
 
-        def compressed(_):
-            buf = _pack(fr3, nb2, top)
-            rbuf = jax.lax.switch(k, [branch(b) for b in buckets], buf)
+        def receive():
+            rbuf = jax.lax.switch(k, [branch(b) for b in buckets], _pack(fr3, nb2, top))
             rf, rnb = _unpack(rbuf, t_, cap)
-            rf, rnb = rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
-            xr = decompress(rf, rnb, shape=(rows, dim), dtype=x.dtype)
-            return _match_varying(lay.from_chunks(xr), x)
+            return rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
+
+        comp_moved = jnp.asarray(buckets, jnp.float32)[k] * frames.shape[0]
     else:
         any_over = jax.lax.pmax(n_over, ax) > 0
 
-        def compressed(_):
-            rf, rnb = _exchange_frames(cfg, frames, nbytes)
-            xr = decompress(rf, rnb, shape=(rows, dim), dtype=x.dtype)
-            return _match_varying(lay.from_chunks(xr), x)
+        def receive():
+            return _exchange_frames(ax, plan.path, frames, nbytes)
+
+        fb = jnp.abs(nbytes).astype(jnp.float32).sum()
+        counts = 4.0 * nbytes.size
+        comp_moved = jnp.float32(frames.size + counts) if plan.path == "dense" else fb + counts
+
+    def compressed(_):
+        rf, rnb = receive()
+        return lay.from_chunks(codec.decode(rf, rnb, shape=chunk_shape, dtype=x.dtype))
 
     def exact(_):
         # From the chunks the codec read, not from x: XLA would otherwise materialize x a
         # second time (the producer's fusion recomputed for the cond operand).
-        got = jax.lax.all_to_all(chunks, ax, 0, 0, tiled=True)
-        return _match_varying(lay.from_chunks(got), x)
+        return lay.from_chunks(jax.lax.all_to_all(chunks, ax, 0, 0, tiled=True))
 
     y = jax.lax.cond(any_over, exact, compressed, None)
+    return y, comp_moved, n_over, any_over, nbytes
 
-    chunk_raw = float(rows * dim * np.dtype(x.dtype).itemsize)
-    fb = jnp.abs(nbytes).astype(jnp.float32)
+
+def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
+    """One exchange of ``x`` (the forward, or the cotangent's with ``backward_pass``) through
+    its codec: ``(y, ExchangeStats)``."""
+    codec = plan.backward if backward_pass else plan.forward
+    cap = plan.backward_capacity if backward_pass else plan.capacity
+    table_lay = plan.layout.transposed() if backward_pass else plan.layout
+    lay = table_lay if codec.per_table else table_lay.per_peer()
+    chunks = lay.to_chunks(x)
     raw_bytes = jnp.float32(math.prod(lay.shape) * np.dtype(x.dtype).itemsize)
-    frame_bytes = fb.sum()
-    nb_bytes = 4.0 * nbytes.size
-    if cfg.path == "dense":
-        comp_moved = jnp.float32(frames.size + nb_bytes)
-    elif cfg.path == "packed":
-        comp_moved = jnp.asarray(buckets, jnp.float32)[k] * frames.shape[0]
+    if codec.variable_size:
+        y, comp_moved, n_over, any_over, nbytes = _variable_size(
+            plan, codec, lay, cap, x, chunks, eb
+        )
+        fb = jnp.abs(nbytes).astype(jnp.float32)
+        moved = jnp.where(any_over, raw_bytes, comp_moved)
+        ratio = math.prod(lay.chunk_shape) * np.dtype(x.dtype).itemsize / jnp.maximum(fb, 1.0)
+        fallback = any_over.astype(jnp.int32)
     else:
-        comp_moved = frame_bytes + nb_bytes
-    moved = jnp.where(any_over, raw_bytes, comp_moved)
+        wire, nbytes = codec.encode(chunks, None, cap)
+        recv = jax.lax.all_to_all(wire, plan.axis_name, 0, 0, tiled=True)
+        y = lay.from_chunks(codec.decode(recv, nbytes, shape=lay.chunk_shape, dtype=x.dtype))
+        fb = moved = jnp.float32(wire.size * wire.dtype.itemsize)
+        ratio = jnp.full(table_lay.grid, raw_bytes / moved, jnp.float32)
+        n_over = fallback = jnp.int32(0)
     stats = ExchangeStats(
         raw_bytes=raw_bytes,
-        frame_bytes=frame_bytes,
+        frame_bytes=fb.sum(),
         moved_bytes=moved.astype(jnp.float32),
-        compression_ratio=(chunk_raw / jnp.maximum(fb, 1.0)).astype(jnp.float32),
+        compression_ratio=ratio.astype(jnp.float32),
         overflow_count=n_over,
-        fallback=any_over.astype(jnp.int32),
+        fallback=fallback,
         capacity_bytes=jnp.float32(cap),
     )
     return y, stats
 
 
+# ---------------------------------------------------------- the straight-through gradient
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _exchange(cfg: _Config, x, eb, beb):
-    return _forward_impl(cfg, x, eb)
+def _exchange(plan: _Plan, x, eb, beb):
+    return _one_way(plan, x, eb)
 
 
-def _exchange_fwd(cfg, x, eb, beb):
-    return _forward_impl(cfg, x, eb), (eb, beb)
+def _exchange_fwd(plan, x, eb, beb):
+    return _one_way(plan, x, eb), (eb, beb)
 
 
-def _exchange_bwd(cfg, res, cts):
+def _exchange_bwd(plan, res, cts):
     eb, beb = res
     ct_y = cts[0]
-    lay = cfg.layout
-    if cfg.backward == "exact":
-        ct_x = jax.lax.all_to_all(ct_y, cfg.axis_name, lay.concat, lay.split, tiled=lay.tiled)
+    lay = plan.layout
+    if plan.backward is None:
+        ct_x = jax.lax.all_to_all(ct_y, plan.axis_name, lay.concat, lay.split, tiled=lay.tiled)
     else:
-        ct_x, _ = _forward_impl(cfg, ct_y.astype(cfg.dtype), beb, backward_pass=True)
-    return ct_x.astype(cfg.dtype), jnp.zeros_like(eb), jnp.zeros_like(beb)
+        ct_x, _ = _one_way(plan, ct_y.astype(plan.dtype), beb, backward_pass=True)
+    return ct_x.astype(plan.dtype), jnp.zeros_like(eb), jnp.zeros_like(beb)
 
 
 _exchange.defvjp(_exchange_fwd, _exchange_bwd)
+
+
+# ------------------------------------------------------------------------------ public API
+def _prepare_bound(bound, grid, what):
+    """float32 bound checked against the chunk grid, and its concrete value (or None)."""
+    c = concrete_error_bound(bound, what)  # raises on a negative or non-finite value
+    e = jnp.asarray(bound, jnp.float32)
+    try:
+        np.broadcast_shapes(e.shape, grid)
+    except ValueError:
+        raise ValueError(
+            f"{what} of shape {e.shape} does not broadcast to the chunk grid {grid} (peers, tables)"
+        ) from None
+    return e, c
+
+
+def _codec_bound(codec, bound, grid, what):
+    if bound is None:
+        if codec is not None and codec.error_bounded:
+            raise ValueError(f"{what} is required by {type(codec).__name__}")
+        return jnp.zeros((), jnp.float32), None
+    return _prepare_bound(bound, grid, what)
+
+
+def compressed_all_to_all_with_stats(
+    x,
+    axis_name,
+    split_axis: int,
+    concat_axis: int,
+    *,
+    axis_index_groups=None,
+    tiled: bool = False,
+    error_bound=None,
+    backward_error_bound=None,
+    config: ExchangeConfig | None = None,
+):
+    """:func:`compressed_all_to_all` that also returns this device's :class:`ExchangeStats`.
+
+    Arguments, errors and references as :func:`compressed_all_to_all`.
+
+    Returns:
+      ``(y, ExchangeStats)``: ``y`` as ``jax.lax.all_to_all`` returns it (``x``'s dtype),
+      the statistics of the forward exchange (scalars per device; ``compression_ratio``
+      ``float32[P]`` or ``float32[P, T]``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> import jax_lossy_comm as jlc
+      >>> mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+      >>> cfg = jlc.ExchangeConfig(jlc.FrameCodec(min_error_bound=0.01), path="dense")
+      >>> def f(x):
+      ...     y, s = jlc.compressed_all_to_all_with_stats(
+      ...         x, "i", 0, 1, tiled=True, error_bound=0.01, config=cfg)
+      ...     return s.raw_bytes[None], s.moved_bytes[None]
+      >>> x = jnp.sin(jnp.arange(8 * 256 * 64, dtype=jnp.float32)).reshape(8 * 256, 64)
+      >>> raw, moved = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("i"),
+      ...                                    out_specs=(P("i"), P("i"))))(x)
+      >>> int(raw[0]), int(moved[0]), round(float(raw[0] / moved[0]), 2)  # 6-bit codes
+      (65536, 13240, 4.95)
+    """
+    if axis_index_groups is not None:
+        raise NotImplementedError("compressed_all_to_all: axis_index_groups is not supported")
+    config = ExchangeConfig() if config is None else config
+    if not isinstance(config, ExchangeConfig):
+        raise TypeError(f"config must be an ExchangeConfig, got {config!r}")
+    x = jnp.asarray(x)
+    dtype = check_dtype(x.dtype, "x")
+    p = jax.lax.axis_size(axis_name)
+    lay = make_layout(x.shape, p, split_axis, concat_axis, config.table_axis, tiled)
+    path = resolve_path(config.path)
+    dense = path in ("dense", "packed")
+    fwd, bwd = config.forward, config.backward
+    eb, eb_c = _codec_bound(fwd, error_bound, lay.grid, "error_bound")
+    if backward_error_bound is None:
+        beb, beb_c = eb, eb_c
+    else:
+        beb, beb_c = _prepare_bound(
+            backward_error_bound, lay.transposed().grid, "backward_error_bound"
+        )
+
+    def capacity(codec, table_lay, bound):
+        lay_ = table_lay if codec.per_table else table_lay.per_peer()
+        return codec.capacity_bytes(lay_.chunk_shape, dtype, dense=dense, error_bound=bound)
+
+    cap = capacity(fwd, lay, eb_c)
+    bcap = 0 if bwd is None else capacity(bwd, lay.transposed(), beb_c)
+    if (
+        bwd is not None
+        and bwd.error_bounded
+        and error_bound is None
+        and backward_error_bound is None
+    ):
+        raise ValueError(f"backward_error_bound is required by {type(bwd).__name__}")
+    plan = _Plan(axis_name, lay, dtype, path, fwd, cap, bwd, bcap)
+    return _exchange(plan, x, eb, beb)
 
 
 def compressed_all_to_all(
@@ -510,125 +589,96 @@ def compressed_all_to_all(
     split_axis: int,
     concat_axis: int,
     *,
-    error_bound,
-    table_axis: int | None = None,
-    tiled: bool = True,
-    mode: str = "rel",
-    codec: str = "auto",
-    min_error_bound: float | None = None,
-    capacity: int | None = None,
-    path: str = "auto",
-    backward: str = "exact",
+    axis_index_groups=None,
+    tiled: bool = False,
+    error_bound=None,
     backward_error_bound=None,
-    return_stats: bool = False,
+    config: ExchangeConfig | None = None,
 ):
     """``jax.lax.all_to_all`` of ``x`` with error-bounded lossy compression of the payload.
 
-    Call inside ``shard_map`` over ``axis_name`` (P devices). The block ``x`` sends to peer
-    ``d`` (``jax.lax.all_to_all``'s split of ``split_axis``) is cut into codec chunks
-    ``[rows, dim]``: ``dim`` is the block's last axis (``x``'s last axis unless it is the
-    tiled split axis; untiled, the split axis is removed first); with ``table_axis`` each index
-    along that axis is its own chunk (one chunk per (peer, table), each with its own bound and
-    REL range), and all other axes are flattened into ``rows`` in C order. Chunks are
-    compressed in one call, exchanged, decoded and reassembled into what
+    Call inside ``shard_map`` over ``axis_name`` (P devices). Positional arguments,
+    ``axis_index_groups`` and ``tiled`` (default False) are ``jax.lax.all_to_all``'s. The
+    block ``x`` sends to peer ``d`` is cut into codec chunks ``[rows, dim]``: ``dim`` is the
+    block's last axis (``x``'s last axis unless it is the tiled split axis; untiled, the split
+    axis is removed first); with ``config.table_axis`` each index along that axis is its own
+    chunk (one chunk per (peer, table), each with its own bound and REL range), and all other
+    axes are flattened into ``rows`` in C order. Chunks are encoded in one call of
+    ``config.forward``, exchanged, decoded and reassembled into what
     ``jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)`` returns.
 
     DLRM use (sec. 3): pooled embeddings ``float32[global_batch, L, dim]``, ``split_axis=0``,
-    ``concat_axis=1``, ``table_axis=1``, ``error_bound`` ``float32[L]`` -> ``float32[global_batch
-    / P, P * L, dim]``; each (peer, table) block ``[global_batch / P, dim]`` is one chunk.
+    ``concat_axis=1``, ``tiled=True``, ``ExchangeConfig(table_axis=1)``, ``error_bound``
+    ``float32[L]`` -> ``float32[global_batch / P, P * L, dim]``; each (peer, table) block
+    ``[global_batch / P, dim]`` is one chunk.
 
     Args:
       x: ``float32 | bfloat16 | float16`` array, varying over ``axis_name``.
       axis_name: the ``shard_map`` mesh axis (static).
       split_axis, concat_axis: as in ``jax.lax.all_to_all`` (static ints, negative allowed).
-      error_bound: float, traced or concrete, broadcastable to the chunk grid ``[P]`` (no
-        ``table_axis``) or ``[P, T]`` (a ``[T]`` vector gives one bound per table). REL
-        (``mode="rel"``): ``eb_abs = error_bound * (max - min)`` of each chunk; ABS: absolute.
-        Every finite value of the result is within ``eb_abs`` of the exact result; NaN/Inf
-        arrive bit-exact. Changing a traced bound does not recompile.
-      table_axis: axis of ``x`` whose indices are separate chunks (static; not the last axis).
+      axis_index_groups: must be None (not supported; the parameter is
+        ``jax.lax.all_to_all``'s).
       tiled: as in ``jax.lax.all_to_all``.
-      mode: ``"rel"`` or ``"abs"``.
-      codec: ``"auto" | "raw" | "fixed" | "dedup" | "entropy"`` (see ``frame.CODECS``).
-      min_error_bound: static float, the smallest REL bound ``error_bound`` will take; sizes
-        the dense capacity (fixed-rate codes). Default: the minimum of a concrete
-        ``error_bound``, else ``DEFAULT_MIN_ERROR_BOUND`` (0.01). Smaller bounds still give
-        correct results, through the fallback when a frame does not fit.
-      capacity: static bytes per frame, overriding the path's default (a speculative
-        capacity; frames that do not fit trigger the exact fallback).
-      path: ``"auto"`` (ragged on GPU, dense elsewhere), ``"dense"``, ``"packed"`` (dense
-        collectives, used bytes in size buckets) or ``"ragged"``.
-      backward: ``"exact"``: the cotangent goes back through the exact transposed
-        ``all_to_all``; ``"compressed"``: through a compressed one with
-        ``backward_error_bound`` (same mode, codec and path).
-      backward_error_bound: bound for the backward exchange, broadcastable to its chunk grid
-        (same ``[P, T]`` shape); default ``error_bound``. Capacity for it is sized from
-        ``min_error_bound`` likewise.
-      return_stats: also return :class:`ExchangeStats`.
+      error_bound: float, traced or concrete, broadcastable to the chunk grid ``[P]`` (no
+        table axis) or ``[P, T]`` (a ``[T]`` vector gives one bound per table); required by
+        the default :class:`jax_lossy_comm.FrameCodec`, ignored by ``Int8Rowwise`` and
+        ``BF16``. REL (``FrameCodec(mode="rel")``): ``eb_abs = error_bound * (max - min)`` of
+        each chunk; ABS: absolute. Every finite value of the result is within ``eb_abs`` of
+        the exact result; NaN/Inf arrive bit-exact. Changing a traced bound does not
+        recompile.
+      backward_error_bound: bound of the backward exchange when ``config.backward`` is a
+        codec, broadcastable to its chunk grid (same ``[P, T]`` shape); default
+        ``error_bound``.
+      config: the static :class:`ExchangeConfig` (codecs, table axis, wire path); default
+        ``ExchangeConfig()``.
 
     Returns:
-      ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype, or ``(y, ExchangeStats)``.
+      ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype.
 
     Raises:
       ValueError: bad axes, a split axis not divisible by (tiled) or not equal to (untiled) the
-        axis size, a ``table_axis`` that is the last axis, an error bound that does not
-        broadcast to the chunk grid, a concrete negative or non-finite error bound, unknown
-        ``path``/``backward``/``mode``/``codec``, a non-positive ``min_error_bound``.
-      TypeError: unsupported dtype (from :func:`jax_lossy_comm.compress`).
-      NotImplementedError or an XLA error: ``path="ragged"`` on a backend without
-        ``ragged_all_to_all`` (XLA:CPU).
+        axis size, a table axis that is the last axis, an error bound that does not broadcast
+        to the chunk grid, a concrete negative or non-finite error bound, a missing bound for
+        an error-bounded codec, a block the codec cannot encode (``Int8Rowwise``: size not a
+        multiple of ``row_dim``).
+      TypeError: unsupported dtype, a ``config`` that is not an :class:`ExchangeConfig`.
+      NotImplementedError: ``axis_index_groups`` given; or (an XLA error) ``path="ragged"``
+        on a backend without ``ragged_all_to_all`` (XLA:CPU).
 
     Examples:
-      Inside ``jax.shard_map(..., mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))``::
+      Pooled embeddings ``[global_batch, tables, dim]``, one bound per table, 8 devices:
 
-        y, stats = compressed_all_to_all(pooled, "i", 0, 1, error_bound=eb_per_table,
-                                         table_axis=1, min_error_bound=0.01,
-                                         return_stats=True)
-        # stats.moved_bytes / stats.raw_bytes: 1 / 5.33 on the dense path at REL 0.01
+      >>> import jax, jax.numpy as jnp, numpy as np
+      >>> from jax.sharding import PartitionSpec as P
+      >>> import jax_lossy_comm as jlc
+      >>> mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+      >>> cfg = jlc.ExchangeConfig(jlc.FrameCodec(min_error_bound=0.01), table_axis=1)
+      >>> def f(x, eb):
+      ...     y = jlc.compressed_all_to_all(x, "i", 0, 1, tiled=True, error_bound=eb,
+      ...                                   config=cfg)
+      ...     return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True)
+      >>> g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P()),
+      ...                           out_specs=(P("i"), P("i"))))
+      >>> x = jnp.sin(jnp.arange(8 * 64 * 2 * 16, dtype=jnp.float32)).reshape(8 * 64, 2, 16)
+      >>> eb = jnp.array([0.01, 0.05])  # REL bound per table
+      >>> y, exact = g(x, eb)
+      >>> y.shape
+      (64, 16, 16)
+      >>> bool(jnp.abs(y - exact).max() <= 0.05 * 2.0)  # within eb_abs = eb * (max - min)
+      True
 
     References:
       Feng et al., SC24, arXiv 2407.04272, sec. 3 (exchange, straight-through backward) and
       sec. 4 (quantization without prediction, REL bound).
     """
-    if min_error_bound is not None:
-        _frame.check_min_error_bound(min_error_bound)
-    if path not in PATHS + ("_ragged_emulated",):
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if backward not in BACKWARDS:
-        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
-    if mode not in _frame.MODES:
-        raise ValueError(f"mode must be 'rel' or 'abs', got {mode!r}")
-    if codec not in _frame.CODECS:
-        raise ValueError(f"codec must be one of {sorted(_frame.CODECS)}, got {codec!r}")
-    x = jnp.asarray(x)
-    p = jax.lax.axis_size(axis_name)
-    lay = _make_layout(x.shape, p, split_axis, concat_axis, table_axis, tiled)
-    if path == "auto":
-        path = "ragged" if _ragged_supported() else "dense"
-    cap_path = "dense" if path in ("dense", "packed") else "ragged"
-
-    def prep(bound, grid, what):
-        c = concrete_error_bound(bound, what)  # raises on a negative or non-finite value
-        e = jnp.asarray(bound, jnp.float32)
-        try:
-            np.broadcast_shapes(e.shape, grid)
-        except ValueError:
-            raise ValueError(
-                f"{what} of shape {e.shape} does not broadcast to the chunk grid "
-                f"{grid} (peers, tables)"
-            ) from None
-        return e, c
-
-    eb, eb_c = prep(error_bound, lay.grid, "error_bound")
-    if backward_error_bound is None:
-        beb, beb_c = eb, eb_c
-    else:
-        beb, beb_c = prep(backward_error_bound, lay.transposed().grid, "backward_error_bound")
-    dtype = np.dtype(x.dtype)
-    cap = _capacity(lay, dtype, codec, mode, cap_path, min_error_bound, capacity, eb_c)
-    bcap = _capacity(
-        lay.transposed(), dtype, codec, mode, cap_path, min_error_bound, capacity, beb_c
-    )
-    cfg = _Config(axis_name, lay, dtype, mode, codec, cap, path, backward, bcap)
-    y, stats = _exchange(cfg, x, eb, beb)
-    return (y, stats) if return_stats else y
+    return compressed_all_to_all_with_stats(
+        x,
+        axis_name,
+        split_axis,
+        concat_axis,
+        axis_index_groups=axis_index_groups,
+        tiled=tiled,
+        error_bound=error_bound,
+        backward_error_bound=backward_error_bound,
+        config=config,
+    )[0]

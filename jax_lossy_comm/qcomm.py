@@ -1,14 +1,14 @@
 """Quantized-communication baselines of TorchRec/FBGEMM for the embedding all-to-all, in JAX.
 
-Two drop-ins for :func:`jax_lossy_comm.compressed_all_to_all` (same call, same return
-conventions, :class:`jax_lossy_comm.ExchangeStats`) that implement the codecs TorchRec uses to
-shrink the same exchange (``QCommsConfig`` with ``fbgemm_gpu.quantize_comm.QuantizedCommCodec``).
-They are baselines for the benchmarks (bench/train_compare.py, bench/netns_bench.py); they
-make no error-bound promise.
+Two :class:`jax_lossy_comm.CommCodec` objects, the codecs TorchRec uses to shrink the same
+exchange (``QCommsConfig`` with ``fbgemm_gpu.quantize_comm.QuantizedCommCodec``), run through
+the same :func:`jax_lossy_comm.compressed_all_to_all` as the library's error-bounded frames
+(``ExchangeConfig(forward=Int8Rowwise())``). They are baselines for the benchmarks
+(bench/train_compare.py, bench/netns_bench.py); they make no error-bound promise.
 
-* :func:`int8_rowwise_all_to_all` -- ``SparseType.INT8``: FBGEMM's
-  ``FloatToFused8BitRowwiseQuantized`` on the flattened payload viewed as rows of
-  ``row_dim`` values (TorchRec's ``QuantizationContext.row_dim``, default 32). Per row::
+* :class:`Int8Rowwise` -- ``SparseType.INT8``: FBGEMM's ``FloatToFused8BitRowwiseQuantized``
+  on each peer's block viewed as rows of ``row_dim`` values (TorchRec's
+  ``QuantizationContext.row_dim``, default 32). Per row::
 
       bias  = min(row)                                    (float32)
       scale = (max(row) - min(row)) / 255                 (float32)
@@ -21,16 +21,13 @@ make no error-bound promise.
   INT8 calls ``FloatToFused8BitRowwiseQuantized`` (the SBFloat variant); the float16
   ``...SBHalf`` variant is FBGEMM's format for quantized *embedding tables*, not for comm.
   Bytes on the wire: 40 per 32 float32 values (3.2x smaller).
-* :func:`bf16_all_to_all` -- ``SparseType.BF16``: ``fp32_to_bf16_with_clamp`` (clamp to the
-  finite bfloat16 range, round to nearest even), exchange bfloat16, cast back (2x smaller).
+* :class:`BF16` -- ``SparseType.BF16``: ``fp32_to_bf16_with_clamp`` (clamp to the finite
+  bfloat16 range, round to nearest even), exchange bfloat16, cast back (2x smaller).
 
-Backward (straight-through estimator, as in ``compressed_all_to_all``): the cotangent goes
-back through the exact transposed ``all_to_all`` (``backward="exact"``, default) or through the
-same codec (``backward="compressed"``, TorchRec's ``backward_precision``).
-
-The payload is grouped per destination peer: a row of ``row_dim`` values never straddles two
-peers (each peer's block is flattened in C order, as TorchRec flattens each rank's buffer);
-the block size must be a multiple of ``row_dim`` (TorchRec asserts the same).
+The payload is grouped per destination peer (``per_table = False``): a row of ``row_dim``
+values never straddles two peers (each peer's block is flattened in C order, as TorchRec
+flattens each rank's buffer); the block size must be a multiple of ``row_dim`` (TorchRec
+asserts the same).
 
 References:
   J. Yang et al., "Training Deep Learning Recommendation Model with Quantized Collective
@@ -41,15 +38,12 @@ References:
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from jax_lossy_comm.exchange import ExchangeStats, _Layout, _make_layout
 
 #: TorchRec's default INT8 row length (``fbgemm_gpu.quantize_comm.ROW_DIM_DEFAULT``).
 ROW_DIM_DEFAULT = 32
@@ -57,7 +51,6 @@ ROW_DIM_DEFAULT = 32
 INT8_EPSILON = 1e-8
 #: Bytes of scale + bias (two float32) appended to each INT8 row.
 INT8_SCALE_BIAS_BYTES = 8
-BACKWARDS = ("exact", "compressed")
 _BF16 = jnp.finfo(jnp.bfloat16)
 
 
@@ -131,238 +124,119 @@ def bf16_encode(x):
     return jnp.clip(x.astype(jnp.float32), float(_BF16.min), float(_BF16.max)).astype(jnp.bfloat16)
 
 
-# ------------------------------------------------------------------------------------ exchange
-class _Config(NamedTuple):
-    axis_name: object
-    layout: _Layout  # data layout: one chunk per peer (C order of each block)
-    grid: tuple  # shape of compression_ratio: [P] or [P, T] (table_axis)
-    dtype: object
-    codec: str  # "int8-rowwise" | "bf16"
-    row_dim: int
-    backward: str
+# ------------------------------------------------------------------------------ codec objects
+def _fixed_size(wire, chunks):
+    """``(wire, nbytes)``: every chunk of the grid takes the same bytes."""
+    per_chunk = wire.size * wire.dtype.itemsize // chunks.shape[0]
+    return wire, jnp.full(chunks.shape[:1], per_chunk, jnp.int32)
 
 
-def _encode(cfg: _Config, blocks):
-    """float[P, N] -> wire array [P, ...]."""
-    if cfg.codec == "bf16":
-        return bf16_encode(blocks)
-    return int8_rowwise_quantize(blocks, cfg.row_dim)
+@dataclasses.dataclass(frozen=True)
+class Int8Rowwise:
+    """TorchRec/FBGEMM INT8 row-wise quantized communication as a :class:`CommCodec`.
 
+    Each peer's block (C order) is cut into rows of ``row_dim`` values, quantized to uint8
+    with a float32 scale and bias per row (module docstring), sent as ``uint8[P, rows,
+    ceil4(row_dim) + 8]`` in one ``all_to_all`` and dequantized. The error is at most
+    ``scale / 2 = (max - min) / 510`` of each row (plus float32 rounding); no bound is
+    enforced, ``error_bound`` is ignored.
 
-def _decode(cfg: _Config, wire, dtype):
-    if cfg.codec == "bf16":
-        return wire.astype(dtype)
-    return int8_rowwise_dequantize(wire, cfg.row_dim, dtype)
-
-
-def _forward_impl(cfg: _Config, x, *, backward_pass: bool = False):
-    lay = cfg.layout.transposed() if backward_pass else cfg.layout
-    ax = cfg.axis_name
-    rows, dim = lay.chunk_shape
-    blocks = lay.to_chunks(x).reshape(lay.p, rows * dim)  # one row per peer
-    wire = _encode(cfg, blocks)
-    recv = jax.lax.all_to_all(wire, ax, 0, 0, tiled=True)
-    y = lay.from_chunks(_decode(cfg, recv, x.dtype).reshape((lay.p,) + lay.chunk_shape))
-    raw_bytes = jnp.float32(math.prod(lay.shape) * np.dtype(x.dtype).itemsize)
-    moved = jnp.float32(wire.size * wire.dtype.itemsize)
-    stats = ExchangeStats(
-        raw_bytes=raw_bytes,
-        frame_bytes=moved,
-        moved_bytes=moved,
-        compression_ratio=jnp.full(cfg.grid, raw_bytes / moved, jnp.float32),
-        overflow_count=jnp.int32(0),
-        fallback=jnp.int32(0),
-        capacity_bytes=jnp.float32(wire.size * wire.dtype.itemsize / lay.p),
-    )
-    return y, stats
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _exchange(cfg: _Config, x):
-    return _forward_impl(cfg, x)
-
-
-def _exchange_fwd(cfg, x):
-    return _forward_impl(cfg, x), None
-
-
-def _exchange_bwd(cfg, res, cts):
-    del res
-    ct_y = cts[0]
-    lay = cfg.layout
-    if cfg.backward == "exact":
-        ct_x = jax.lax.all_to_all(ct_y, cfg.axis_name, lay.concat, lay.split, tiled=lay.tiled)
-    else:
-        ct_x, _ = _forward_impl(cfg, ct_y.astype(cfg.dtype), backward_pass=True)
-    return (ct_x.astype(cfg.dtype),)
-
-
-_exchange.defvjp(_exchange_fwd, _exchange_bwd)
-
-
-def _qcomm_all_to_all(
-    codec,
-    x,
-    axis_name,
-    split_axis,
-    concat_axis,
-    *,
-    table_axis,
-    tiled,
-    row_dim,
-    backward,
-    return_stats,
-):
-    if backward not in BACKWARDS:
-        raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
-    x = jnp.asarray(x)
-    if np.dtype(x.dtype) not in (
-        np.dtype(np.float32),
-        np.dtype(jnp.bfloat16),
-        np.dtype(np.float16),
-    ):
-        raise TypeError(f"x must be float32, bfloat16 or float16, got {x.dtype}")
-    p = jax.lax.axis_size(axis_name)
-    grid = _make_layout(x.shape, p, split_axis, concat_axis, table_axis, tiled).grid
-    lay = _make_layout(x.shape, p, split_axis, concat_axis, None, tiled)
-    if codec == "int8-rowwise":
-        row_dim = int(row_dim)
-        for l in (lay, lay.transposed()):
-            n = math.prod(l.chunk_shape)
-            if row_dim < 1 or n % row_dim:
-                raise ValueError(
-                    f"each peer's block has {n} values, not a multiple of "
-                    f"row_dim={row_dim} (TorchRec asserts the same)"
-                )
-    cfg = _Config(axis_name, lay, grid, np.dtype(x.dtype), codec, int(row_dim), backward)
-    y, stats = _exchange(cfg, x)
-    return (y, stats) if return_stats else y
-
-
-_COMPAT_DOC = """
-      error_bound, mode, codec, min_error_bound, capacity, path, backward_error_bound:
-        accepted so that the call is a drop-in for ``compressed_all_to_all``; ignored (the
-        codec has no error bound and one static size).
-"""
-
-
-def int8_rowwise_all_to_all(
-    x,
-    axis_name,
-    split_axis: int,
-    concat_axis: int,
-    *,
-    error_bound=None,
-    table_axis: int | None = None,
-    tiled: bool = True,
-    mode: str = "rel",
-    codec: str = "auto",
-    min_error_bound: float | None = None,
-    capacity: int | None = None,
-    path: str = "auto",
-    backward: str = "exact",
-    backward_error_bound=None,
-    return_stats: bool = False,
-    row_dim: int = ROW_DIM_DEFAULT,
-):
-    (
-        """``jax.lax.all_to_all`` of ``x`` with TorchRec's INT8 row-wise quantized communication.
-
-    Call inside ``shard_map`` over ``axis_name`` (P devices). Each peer's block is flattened,
-    cut into rows of ``row_dim`` values, quantized to uint8 with a float32 scale and bias per
-    row (FBGEMM ``FloatToFused8BitRowwiseQuantized``, module docstring), the packed
-    ``uint8[P, rows, ceil4(row_dim) + 8]`` travels in one ``all_to_all``, and the receiver
-    dequantizes. The error is at most ``scale / 2 = (max - min) / 510`` of each row (plus
-    float32 rounding); no bound is enforced.
-
-    Args:
-      x: ``float32 | bfloat16 | float16`` array, varying over ``axis_name``.
-      axis_name, split_axis, concat_axis, tiled: as in ``jax.lax.all_to_all``.
-      table_axis: only shapes ``compression_ratio`` (``[P, T]``), as in
-        ``compressed_all_to_all``.
-      backward: ``"exact"`` (transposed exact ``all_to_all`` of the cotangent) or
-        ``"compressed"`` (the cotangent is INT8-quantized too).
-      return_stats: also return :class:`ExchangeStats` (``moved_bytes`` = packed bytes of all
-        P blocks, the one kept for itself included; ``fallback`` and ``overflow_count`` 0).
-      row_dim: values per quantization row (static; TorchRec default 32)."""
-        + _COMPAT_DOC
-        + """
-    Returns:
-      ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype, or ``(y, ExchangeStats)``.
+    Attributes:
+      row_dim: values per quantization row (TorchRec default 32), >= 1.
 
     Raises:
-      ValueError: bad axes or sizes (as ``compressed_all_to_all``), a block size that is not a
-        multiple of ``row_dim``, unknown ``backward``. TypeError: unsupported dtype.
+      ValueError: ``row_dim < 1``; from ``capacity_bytes``, a block size that is not a
+        multiple of ``row_dim``.
+
+    Examples:
+      >>> import numpy as np
+      >>> from jax_lossy_comm import Int8Rowwise
+      >>> c = Int8Rowwise()
+      >>> c.capacity_bytes((16, 64), np.float32, dense=True)  # 32 rows x (32 + 8) bytes
+      1280
+      >>> wire, nbytes = c.encode(np.ones((2, 16, 64), np.float32), None, 1280)
+      >>> wire.shape, nbytes.tolist()
+      ((2, 32, 40), [1280, 1280])
+      >>> float(c.decode(wire, nbytes, shape=(16, 64), dtype=np.float32).max())
+      1.0
 
     References:
       Yang et al., DLP-KDD 2020; FBGEMM ``quantize_comm.py`` (``SparseType.INT8``).
     """
-    )
-    del error_bound, mode, codec, min_error_bound, capacity, path, backward_error_bound
-    return _qcomm_all_to_all(
-        "int8-rowwise",
-        x,
-        axis_name,
-        split_axis,
-        concat_axis,
-        table_axis=table_axis,
-        tiled=tiled,
-        row_dim=row_dim,
-        backward=backward,
-        return_stats=return_stats,
-    )
+
+    row_dim: int = ROW_DIM_DEFAULT
+
+    per_table = False
+    variable_size = False
+    error_bounded = False
+
+    def __post_init__(self):
+        if not isinstance(self.row_dim, (int, np.integer)) or self.row_dim < 1:
+            raise ValueError(f"Int8Rowwise.row_dim must be an int >= 1, got {self.row_dim!r}")
+
+    def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
+        """Wire bytes of one peer's block: ``rows * (ceil4(row_dim) + 8)``."""
+        del dtype, dense, error_bound
+        n = math.prod(chunk_shape)
+        if n % self.row_dim:
+            raise ValueError(
+                f"each peer's block has {n} values, not a multiple of "
+                f"row_dim={self.row_dim} (TorchRec asserts the same)"
+            )
+        return n // self.row_dim * int8_row_bytes(self.row_dim)
+
+    def encode(self, chunks, error_bound, capacity: int):
+        """``float[P, rows, dim]`` -> ``(uint8[P, g, ceil4(row_dim) + 8], nbytes int32[P])``."""
+        del error_bound, capacity
+        wire = int8_rowwise_quantize(chunks.reshape(chunks.shape[0], -1), self.row_dim)
+        return _fixed_size(wire, chunks)
+
+    def decode(self, wire, nbytes, *, shape, dtype):
+        """``uint8[P, g, ceil4(row_dim) + 8]`` -> ``dtype[P, rows, dim]``."""
+        del nbytes
+        y = int8_rowwise_dequantize(wire, self.row_dim, dtype)
+        return y.reshape((wire.shape[0],) + tuple(shape))
 
 
-def bf16_all_to_all(
-    x,
-    axis_name,
-    split_axis: int,
-    concat_axis: int,
-    *,
-    error_bound=None,
-    table_axis: int | None = None,
-    tiled: bool = True,
-    mode: str = "rel",
-    codec: str = "auto",
-    min_error_bound: float | None = None,
-    capacity: int | None = None,
-    path: str = "auto",
-    backward: str = "exact",
-    backward_error_bound=None,
-    return_stats: bool = False,
-):
-    (
-        """``jax.lax.all_to_all`` of ``x`` sent as bfloat16 (TorchRec ``SparseType.BF16``).
+@dataclasses.dataclass(frozen=True)
+class BF16:
+    """TorchRec/FBGEMM BF16 communication as a :class:`CommCodec`.
 
     FBGEMM ``fp32_to_bf16_with_clamp`` (clamp to the finite bfloat16 range, round to nearest
-    even), exchange ``bfloat16``, cast back to ``x.dtype``. Relative error <= 2^-9 per value
-    (values beyond the bfloat16 range are clamped); no bound is enforced.
+    even), exchange ``bfloat16``, cast back to the input dtype. Relative error <= 2^-9 per
+    value (values beyond the bfloat16 range are clamped); no bound is enforced,
+    ``error_bound`` is ignored.
 
-    Args:
-      x, axis_name, split_axis, concat_axis, table_axis, tiled, backward, return_stats: as in
-        :func:`int8_rowwise_all_to_all` (``moved_bytes`` = 2 bytes per value)."""
-        + _COMPAT_DOC
-        + """
-    Returns:
-      ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype, or ``(y, ExchangeStats)``.
-
-    Raises:
-      ValueError: bad axes or sizes, unknown ``backward``. TypeError: unsupported dtype.
+    Examples:
+      >>> import numpy as np
+      >>> from jax_lossy_comm import BF16
+      >>> BF16().capacity_bytes((16, 64), np.float32, dense=True)  # 2 bytes per value
+      2048
+      >>> wire, nbytes = BF16().encode(np.full((2, 1, 2), 1.00390625, np.float32), None, 4)
+      >>> str(wire.dtype), nbytes.tolist()
+      ('bfloat16', [4, 4])
+      >>> BF16().decode(wire, nbytes, shape=(1, 2), dtype=np.float32).tolist()  # ties to even
+      [[[1.0, 1.0]], [[1.0, 1.0]]]
 
     References:
       Yang et al., DLP-KDD 2020; FBGEMM ``quantize_utils.fp32_to_bf16_with_clamp``.
     """
-    )
-    del error_bound, mode, codec, min_error_bound, capacity, path, backward_error_bound
-    return _qcomm_all_to_all(
-        "bf16",
-        x,
-        axis_name,
-        split_axis,
-        concat_axis,
-        table_axis=table_axis,
-        tiled=tiled,
-        row_dim=ROW_DIM_DEFAULT,
-        backward=backward,
-        return_stats=return_stats,
-    )
+
+    per_table = False
+    variable_size = False
+    error_bounded = False
+
+    def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
+        """Wire bytes of one peer's block: 2 per value."""
+        del dtype, dense, error_bound
+        return 2 * math.prod(chunk_shape)
+
+    def encode(self, chunks, error_bound, capacity: int):
+        """``float[P, rows, dim]`` -> ``(bfloat16[P, rows, dim], nbytes int32[P])``."""
+        del error_bound, capacity
+        return _fixed_size(bf16_encode(chunks), chunks)
+
+    def decode(self, wire, nbytes, *, shape, dtype):
+        """``bfloat16[P, rows, dim]`` -> ``dtype[P, rows, dim]``."""
+        del nbytes
+        return wire.astype(dtype).reshape((wire.shape[0],) + tuple(shape))

@@ -51,8 +51,8 @@ def main(pid: int, nproc: int, port: int) -> None:
     eb = jax.device_put(jnp.asarray(ebs), NamedSharding(mesh, P()))
 
     def fwd(x, eb):
-        y, s = jlc.compressed_all_to_all(
-            x, "i", 0, 1, error_bound=eb, table_axis=1, return_stats=True
+        y, s = jlc.compressed_all_to_all_with_stats(
+            x, "i", 0, 1, tiled=True, error_bound=eb, config=jlc.ExchangeConfig(table_axis=1)
         )
         return (
             y,
@@ -71,15 +71,16 @@ def main(pid: int, nproc: int, port: int) -> None:
             if backward is None:
                 yy = jax.lax.all_to_all(x, "i", 0, 1, tiled=True)
             else:
+                back = jlc.FrameCodec() if backward == "compressed" else None
                 yy = jlc.compressed_all_to_all(
                     x,
                     "i",
                     0,
                     1,
+                    tiled=True,
                     error_bound=eb,
-                    table_axis=1,
-                    backward=backward,
                     backward_error_bound=0.01,
+                    config=jlc.ExchangeConfig(backward=back, table_axis=1),
                 )
             return jax.lax.psum(jnp.sum(yy * w), "i")
 

@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import DUMPS, load_dump, requires_dumps
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import jax_lossy_comm as lc
+from conftest import DUMPS, load_dump, requires_dumps
 from jax_lossy_comm import frame
 
 DTYPES = [np.float32, ml_dtypes.bfloat16, np.float16]
@@ -416,3 +416,45 @@ def test_exchange_rejects_a_concrete_negative_bound():
     )
     with pytest.raises(ValueError, match="error_bound must be finite and >= 0"):
         fn(jnp.zeros((4, 8), jnp.float32))
+
+
+# ------------------------------------------------------------------- inside shard_map (vma)
+@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (XLA_FLAGS in conftest.py)")
+def test_outputs_are_typed_like_inputs_inside_shard_map():
+    """compress, decompress and frame_status return values typed as varying over the axes
+    their inputs vary over, so a straight-through round trip written by a user inside
+    shard_map gets the exact gradient after a psum (untyped FFI outputs would make the
+    psum's transpose sum every device's cotangent: the DESIGN.md pitfall)."""
+    from jax.sharding import PartitionSpec as P
+
+    from jax_lossy_comm.codec import _varying_axes as varying_axes  # jax.typeof(v).vma
+
+    mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+    rows, dim = 16, 8
+
+    @jax.custom_vjp
+    def lossy(x):  # decompress(compress(x)), identity gradient (straight-through)
+        frames, nbytes = lc.compress(x, 0.01)
+        return lc.decompress(frames, nbytes, shape=(rows, dim))
+
+    lossy.defvjp(lambda x: (lossy(x), None), lambda _, g: (g,))
+    seen = {}
+
+    def body(x, w):
+        frames, nbytes = lc.compress(jax.lax.stop_gradient(x), 0.01)
+        status = lc.frame_status(frames, nbytes, shape=(rows, dim))
+        x_hat = lc.decompress(frames, nbytes, shape=(rows, dim))
+        for name, v in (("frames", frames), ("nbytes", nbytes), ("status", status)):
+            seen[name] = varying_axes(v)
+        seen["x_hat"] = varying_axes(x_hat)
+        return jax.lax.psum(jnp.sum(lossy(x) * w), "i")
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((8 * 2, rows, dim)).astype(np.float32))
+    w = jnp.asarray(rng.standard_normal((8 * 2, rows, dim)).astype(np.float32))
+    f = jax.shard_map(body, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P())
+    g = jax.jit(jax.grad(f))(x, w)
+    assert seen == dict.fromkeys(("frames", "nbytes", "status", "x_hat"), frozenset({"i"}))
+    # d/dx sum(lossy(x) * w) = w exactly (straight-through); 8 * w (or the sum over devices)
+    # is what the untyped outputs gave.
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

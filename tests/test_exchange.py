@@ -37,6 +37,14 @@ def _smap(mesh, f, n_in, out_specs):
     )
 
 
+def _cfg(table_axis=None, *, path="auto", backward=None, **frame):
+    """ExchangeConfig with the library's FrameCodec(**frame) forward; backward="compressed"
+    sends the cotangent through the same codec."""
+    codec = jlc.FrameCodec(**frame)
+    back = codec if backward == "compressed" else None
+    return jlc.ExchangeConfig(codec, back, table_axis=table_axis, path=path)
+
+
 def _expand(stats):
     return jax.tree.map(lambda a: a[None], stats)
 
@@ -65,8 +73,8 @@ def test_matches_all_to_all_within_bound(mesh, shape, split, concat, tiled, tabl
     x = jnp.asarray(xg)
 
     def f(x, eb):
-        y, s = jlc.compressed_all_to_all(
-            x, "i", split, concat, error_bound=eb, table_axis=table, tiled=tiled, return_stats=True
+        y, s = jlc.compressed_all_to_all_with_stats(
+            x, "i", split, concat, tiled=tiled, error_bound=eb, config=_cfg(table)
         )
         return y, jax.lax.all_to_all(x, "i", split, concat, tiled=tiled), _expand(s)
 
@@ -90,7 +98,7 @@ def test_per_table_bound_chunk_by_chunk(mesh):
 
     def f(x, eb):
         return jlc.compressed_all_to_all(
-            x, "i", 0, 1, error_bound=eb, table_axis=1, min_error_bound=0.002
+            x, "i", 0, 1, tiled=True, error_bound=eb, config=_cfg(1, min_error_bound=0.002)
         )
 
     y = np.asarray(_smap(mesh, f, 2, P("i"))(jnp.asarray(xg), jnp.asarray(ebs)), np.float64)
@@ -110,8 +118,8 @@ def test_dense_moves_5x_fewer_bytes_at_rel_001(mesh):
     x = jnp.asarray(_data((NDEV * NDEV * rows, L, dim), seed=4))
 
     def f(x, eb):
-        _, s = jlc.compressed_all_to_all(
-            x, "i", 0, 1, error_bound=eb, table_axis=1, path="dense", return_stats=True
+        _, s = jlc.compressed_all_to_all_with_stats(
+            x, "i", 0, 1, tiled=True, error_bound=eb, config=_cfg(1, path="dense")
         )
         return _expand(s)
 
@@ -134,17 +142,14 @@ def test_fallback_matches_all_to_all_bitwise(mesh, shape, split, concat, tiled, 
     xg.reshape(-1)[::7] = np.nan  # payload bits survive only an exact exchange
 
     def f(x, eb):
-        y, s = jlc.compressed_all_to_all(
+        y, s = jlc.compressed_all_to_all_with_stats(
             x,
             "i",
             split,
             concat,
-            error_bound=eb,
-            table_axis=table,
             tiled=tiled,
-            capacity=16,
-            path=path,
-            return_stats=True,
+            error_bound=eb,
+            config=_cfg(table, capacity=16, path=path),
         )
         return y, jax.lax.all_to_all(x, "i", split, concat, tiled=tiled), _expand(s)
 
@@ -191,7 +196,7 @@ def test_grad_exact_backward_matches_all_to_all(mesh, shape, split, concat, tile
     g_exact = run(reference)
     g = run(
         lambda x: jlc.compressed_all_to_all(
-            x, "i", split, concat, error_bound=0.02, table_axis=table, tiled=tiled
+            x, "i", split, concat, tiled=tiled, error_bound=0.02, config=_cfg(table)
         )
     )
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_exact), rtol=1e-6, atol=1e-6)
@@ -213,10 +218,10 @@ def test_grad_compressed_backward_within_bound(mesh):
                     "i",
                     0,
                     1,
+                    tiled=True,
                     error_bound=eb,
-                    table_axis=1,
-                    backward=backward,
                     backward_error_bound=beb,
+                    config=_cfg(1, backward=backward),
                 )
             return jax.lax.psum(jnp.sum(y * w), "i")
 
@@ -238,8 +243,8 @@ def test_few_nonfinite_values_are_outliers_not_fallback(mesh):
     xg[3, 0, 2], xg[40, 1, 5], xg[200, 0, 0] = np.nan, np.inf, -np.inf
 
     def f(x, eb):
-        y, s = jlc.compressed_all_to_all(
-            x, "i", 0, 1, error_bound=eb, table_axis=1, return_stats=True
+        y, s = jlc.compressed_all_to_all_with_stats(
+            x, "i", 0, 1, tiled=True, error_bound=eb, config=_cfg(1)
         )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
@@ -263,8 +268,8 @@ def test_overflow_falls_back_exactly_and_is_counted(mesh, what):
         eb = 1e-5  # needs 16-bit codes; capacity is sized for 0.01 (6 bits)
 
     def f(x, e):
-        y, s = jlc.compressed_all_to_all(
-            x, "i", 0, 1, error_bound=e, table_axis=1, min_error_bound=0.01, return_stats=True
+        y, s = jlc.compressed_all_to_all_with_stats(
+            x, "i", 0, 1, tiled=True, error_bound=e, config=_cfg(1, min_error_bound=0.01)
         )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
@@ -285,7 +290,7 @@ def test_changing_error_bound_does_not_recompile(mesh):
     x = jnp.asarray(_data((NDEV * 16, 3, 8), seed=10))
 
     def f(x, eb):
-        return jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1)
+        return jlc.compressed_all_to_all(x, "i", 0, 1, tiled=True, error_bound=eb, config=_cfg(1))
 
     g = _smap(mesh, f, 2, P("i"))
     ys = [g(x, jnp.asarray(e, jnp.float32)) for e in ([0.01, 0.02, 0.05], [0.05, 0.05, 0.1])]
@@ -304,16 +309,8 @@ def test_ragged_path_decodes_like_dense(mesh):
 
     def f(path):
         def g(x, eb):
-            y, s = jlc.compressed_all_to_all(
-                x,
-                "i",
-                0,
-                1,
-                error_bound=eb,
-                table_axis=1,
-                codec="entropy",
-                path=path,
-                return_stats=True,
+            y, s = jlc.compressed_all_to_all_with_stats(
+                x, "i", 0, 1, tiled=True, error_bound=eb, config=_cfg(1, codec="entropy", path=path)
             )
             return y, _expand(s)
 
@@ -339,16 +336,14 @@ def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
 
     def f(path):
         def g(x, eb):
-            y, s = jlc.compressed_all_to_all(
+            y, s = jlc.compressed_all_to_all_with_stats(
                 x,
                 "i",
                 0,
                 1,
+                tiled=True,
                 error_bound=eb,
-                table_axis=1,
-                path=path,
-                backward="compressed",
-                return_stats=True,
+                config=_cfg(1, path=path, backward="compressed"),
             )
             return y, _expand(s)
 
@@ -376,8 +371,8 @@ def test_packed_path_falls_back_exactly(mesh):
     xg[rows * NDEV * 2 + rows : rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
 
     def f(x, e):
-        y, s = jlc.compressed_all_to_all(
-            x, "i", 0, 1, error_bound=e, table_axis=1, path="packed", return_stats=True
+        y, s = jlc.compressed_all_to_all_with_stats(
+            x, "i", 0, 1, tiled=True, error_bound=e, config=_cfg(1, path="packed")
         )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
@@ -401,7 +396,7 @@ def test_bfloat16(mesh):
 
     def f(x, eb):
         return (
-            jlc.compressed_all_to_all(x, "i", 0, 1, error_bound=eb, table_axis=1),
+            jlc.compressed_all_to_all(x, "i", 0, 1, tiled=True, error_bound=eb, config=_cfg(1)),
             jax.lax.all_to_all(x, "i", 0, 1, tiled=True),
         )
 
@@ -415,20 +410,37 @@ def test_bfloat16(mesh):
 def test_errors(mesh):
     x = jnp.zeros((NDEV * 16, 3, 8), jnp.float32)
 
-    def call(**kw):
+    def call(table=None, **kw):
         def f(x):
-            return jlc.compressed_all_to_all(x, "i", kw.pop("split", 0), 1, **kw)
+            split = kw.pop("split", 0)
+            return jlc.compressed_all_to_all(
+                x, "i", split, 1, tiled=kw.pop("tiled", True), config=_cfg(table), **kw
+            )
 
         return jax.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
 
     with pytest.raises(ValueError, match="divisible"):
         call(split=1, error_bound=0.01)
+    with pytest.raises(ValueError, match="must equal the axis size"):
+        call(error_bound=0.01, tiled=False)  # lax.all_to_all's default: untiled
     with pytest.raises(ValueError, match="broadcast"):
-        call(error_bound=jnp.ones((5,)), table_axis=1)
+        call(1, error_bound=jnp.ones((5,)))
     with pytest.raises(ValueError, match="path"):
-        call(error_bound=0.01, path="sideways")
+        jlc.ExchangeConfig(path="sideways")
     with pytest.raises(ValueError, match="table_axis"):
-        call(error_bound=0.01, table_axis=2)
+        call(2, error_bound=0.01)
+    with pytest.raises(ValueError, match="error_bound is required by FrameCodec"):
+        call(1)
+    with pytest.raises(ValueError, match="negative|finite"):
+        call(error_bound=-0.01)
+    with pytest.raises(NotImplementedError, match="axis_index_groups"):
+        call(error_bound=0.01, axis_index_groups=[[0, 1, 2, 3], [4, 5, 6, 7]])
+    with pytest.raises(TypeError, match="CommCodec"):
+        jlc.ExchangeConfig(forward="int8")
+    with pytest.raises(ValueError, match="FrameCodec.codec"):
+        jlc.FrameCodec(codec="zip")
+    with pytest.raises(ValueError, match="ExchangeConfig.table_axis"):
+        jlc.ExchangeConfig(table_axis=1.0)
 
 
 @pytest.mark.parametrize("check_vma", [True, False])
@@ -445,7 +457,9 @@ def test_two_axis_mesh_and_check_vma(check_vma):
     def run(comp):
         def h(x, w):
             y = (
-                jlc.compressed_all_to_all(x, "m", 0, 1, error_bound=0.01, table_axis=1)
+                jlc.compressed_all_to_all(
+                    x, "m", 0, 1, tiled=True, error_bound=0.01, config=_cfg(1)
+                )
                 if comp
                 else jax.lax.all_to_all(x, "m", 0, 1, tiled=True)
             )

@@ -1,4 +1,5 @@
-"""Tests of the TorchRec/FBGEMM quantized-comm baselines (jax_lossy_comm/qcomm.py).
+"""Tests of the TorchRec/FBGEMM quantized-comm baselines (jax_lossy_comm/qcomm.py), run as
+codec objects through ``compressed_all_to_all``.
 
 Correctness only: INT8 row-wise codes, scale and bias against a numpy reference of FBGEMM's
 ``FloatToFused8BitRowwiseQuantized`` (and against FBGEMM itself when ``fbgemm_gpu`` is
@@ -134,11 +135,22 @@ CASES = [  # (local shape, split, concat, tiled, table_axis); each peer block % 
 ]
 
 
+CODECS = {"int8-rowwise": qcomm.Int8Rowwise(), "bf16": qcomm.BF16()}
+
+
+def _exchange(which, *, stats=False, backward=False, table_axis=None, tiled=True, **kw):
+    """The baseline ``which`` through compressed_all_to_all (x, axis, split, concat)."""
+    codec = CODECS[which] if isinstance(which, str) else which
+    cfg = jlc.ExchangeConfig(codec, codec if backward else None, table_axis=table_axis)
+    fn = jlc.compressed_all_to_all_with_stats if stats else jlc.compressed_all_to_all
+    return lambda *a: fn(*a, tiled=tiled, config=cfg, **kw)
+
+
 def _reference_exchange(x_global, split, concat, tiled, roundtrip):
     """jax.lax.all_to_all semantics applied to each device's per-peer blocks after the
     codec's round trip `roundtrip(float32[n]) -> float32[n]` (numpy)."""
     local = np.split(x_global, NDEV)
-    lay = jlc.exchange._make_layout(local[0].shape, NDEV, split, concat, None, tiled)
+    lay = jlc.make_layout(local[0].shape, NDEV, split, concat, None, tiled)
     sent = np.stack(
         [
             np.stack(
@@ -159,13 +171,9 @@ def _reference_exchange(x_global, split, concat, tiled, roundtrip):
 @pytest.mark.parametrize("shape,split,concat,tiled,table", CASES)
 @pytest.mark.parametrize("which", ["int8-rowwise", "bf16"])
 def test_exchange_matches_all_to_all_of_roundtrip(mesh, shape, split, concat, tiled, table, which):
-    fn = qcomm.int8_rowwise_all_to_all if which == "int8-rowwise" else qcomm.bf16_all_to_all
+    fn = _exchange(which, tiled=tiled, table_axis=table, error_bound=0.01)
     x = _data((NDEV * shape[0],) + shape[1:], seed=7)
-    y = _smap(
-        mesh,
-        lambda v: fn(v, "i", split, concat, tiled=tiled, table_axis=table, error_bound=0.01),
-        P("i"),
-    )(x)
+    y = _smap(mesh, lambda v: fn(v, "i", split, concat), P("i"))(x)
     exact = _smap(mesh, lambda v: jax.lax.all_to_all(v, "i", split, concat, tiled=tiled), P("i"))(x)
     assert y.shape == exact.shape and y.dtype == x.dtype
     if which == "bf16":
@@ -181,12 +189,12 @@ def test_exchange_matches_all_to_all_of_roundtrip(mesh, shape, split, concat, ti
 @needs_devices
 @pytest.mark.parametrize("which,ratio", [("int8-rowwise", 3.2), ("bf16", 2.0)])
 def test_stats_bytes(mesh, which, ratio):
-    fn = qcomm.int8_rowwise_all_to_all if which == "int8-rowwise" else qcomm.bf16_all_to_all
+    fn = _exchange(which, stats=True, table_axis=1, error_bound=jnp.full((4,), 0.01))
     local = (16, 4, 32)
     x = _data((NDEV * local[0],) + local[1:])
 
     def f(v):
-        _, s = fn(v, "i", 0, 1, table_axis=1, error_bound=jnp.full((4,), 0.01), return_stats=True)
+        _, s = fn(v, "i", 0, 1)
         return jax.tree.map(lambda a: a[None], s)
 
     s = _smap(mesh, f, P("i"))(x)
@@ -205,7 +213,7 @@ def test_stats_bytes(mesh, which, ratio):
 def test_gradient_straight_through(mesh, which):
     """Exact backward: the gradient (through a psum, the vma trap) equals the exact
     all_to_all's. Quantized backward: it is the codec's transposed exchange of the cotangent."""
-    fn = qcomm.int8_rowwise_all_to_all if which == "int8-rowwise" else qcomm.bf16_all_to_all
+    fn, fn_q = _exchange(which, table_axis=1), _exchange(which, table_axis=1, backward=True)
     x = _data((NDEV * 16, 2, 32), seed=11)  # local [16, 2, 32] -> y local [2, 16, 32]
     w = _data((NDEV * 2, 16, 32), seed=12)
 
@@ -218,12 +226,10 @@ def test_gradient_straight_through(mesh, which):
     exact_g = jax.jit(
         jax.grad(lambda a: loss(a, lambda v: jax.lax.all_to_all(v, "i", 0, 1, tiled=True)))
     )(x)
-    g = jax.jit(jax.grad(lambda a: loss(a, lambda v: fn(v, "i", 0, 1, table_axis=1))))(x)
+    g = jax.jit(jax.grad(lambda a: loss(a, lambda v: fn(v, "i", 0, 1))))(x)
     np.testing.assert_allclose(np.asarray(g), np.asarray(exact_g), rtol=1e-6, atol=1e-6)
-    gq = jax.jit(
-        jax.grad(lambda a: loss(a, lambda v: fn(v, "i", 0, 1, table_axis=1, backward="compressed")))
-    )(x)
-    back = _smap(mesh, lambda v: fn(v, "i", 1, 0), P("i"))(w)
+    gq = jax.jit(jax.grad(lambda a: loss(a, lambda v: fn_q(v, "i", 0, 1))))(x)
+    back = _smap(mesh, lambda v: _exchange(which)(v, "i", 1, 0), P("i"))(w)
     np.testing.assert_array_equal(np.asarray(gq), np.asarray(back))
     assert np.abs(np.asarray(gq) - np.asarray(exact_g)).max() > 0
 
@@ -232,10 +238,32 @@ def test_gradient_straight_through(mesh, which):
 def test_bad_arguments(mesh):
     x = np.zeros((NDEV * 8, 3, 5), np.float32)  # 15 values per peer block
     with pytest.raises(ValueError, match="row_dim"):
-        _smap(mesh, lambda v: qcomm.int8_rowwise_all_to_all(v, "i", 0, 1), P("i"))(x)
-    with pytest.raises(ValueError, match="backward"):
-        _smap(mesh, lambda v: qcomm.bf16_all_to_all(v, "i", 0, 1, backward="x"), P("i"))(x)
+        _smap(mesh, lambda v: _exchange("int8-rowwise")(v, "i", 0, 1), P("i"))(x)
+    with pytest.raises(ValueError, match="row_dim"):
+        qcomm.Int8Rowwise(row_dim=0)
+    with pytest.raises(TypeError, match="backward"):
+        jlc.ExchangeConfig(qcomm.BF16(), backward="x")
     with pytest.raises(TypeError):
-        _smap(mesh, lambda v: qcomm.bf16_all_to_all(v, "i", 0, 1), P("i"))(
+        _smap(mesh, lambda v: _exchange("bf16")(v, "i", 0, 1), P("i"))(
             np.zeros((NDEV * 8, 3, 5), np.int32)
         )
+
+
+@needs_devices
+def test_mixed_codecs_forward_frames_backward_bf16(mesh):
+    """Forward through the error-bounded frames, backward through BF16 (TorchRec's pair of
+    forward and backward precision): the gradient is the BF16 exchange of the cotangent."""
+    x = _data((NDEV * 16, 2, 32), seed=21)
+    w = _data((NDEV * 2, 16, 32), seed=22)
+    cfg = jlc.ExchangeConfig(jlc.FrameCodec(), qcomm.BF16(), table_axis=1)
+
+    def loss(xa):
+        def body(v, wv):
+            y = jlc.compressed_all_to_all(v, "i", 0, 1, tiled=True, error_bound=0.01, config=cfg)
+            return jax.lax.psum(jnp.sum(y * wv), "i")
+
+        return jax.shard_map(body, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P())(xa, w)
+
+    g = jax.jit(jax.grad(loss))(x)
+    back = _smap(mesh, lambda v: _exchange("bf16")(v, "i", 1, 0), P("i"))(w)
+    np.testing.assert_array_equal(np.asarray(g), np.asarray(back))

@@ -13,15 +13,17 @@ import jax
 import jax.numpy as jnp
 
 from jax_lossy_comm import (
+    BF16,
+    ExchangeConfig,
     ExchangeStats,
-    bf16_all_to_all,
-    compressed_all_to_all,
-    int8_rowwise_all_to_all,
+    FrameCodec,
+    Int8Rowwise,
+    compressed_all_to_all_with_stats,
 )
 
 #: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
 #: no error bound; ``jax_lossy_comm.qcomm``) instead of the library's codec.
-QCOMM_CODECS = {"int8-rowwise": int8_rowwise_all_to_all, "bf16": bf16_all_to_all}
+QCOMM_CODECS = {"int8-rowwise": Int8Rowwise(), "bf16": BF16()}
 
 
 def embedding_exchange(
@@ -54,8 +56,8 @@ def embedding_exchange(
       backward: "exact" (the cotangents travel raw through the transposed exchange) or
         "compressed" (that exchange is compressed too, with ``error_bound``).
       path: wire path of ``compressed_all_to_all`` ("dense", "packed", "ragged"; "auto":
-        ragged on GPU, packed elsewhere); ignored by the exact exchange and the
-        ``QCOMM_CODECS`` baselines.
+        the library's choice, ``jax_lossy_comm.resolve_path``); ignored by the exact exchange
+        and the ``QCOMM_CODECS`` baselines.
 
     Returns:
       ``(y, stats)``: y float32[B / P, P * L, dim] (column ``d * L + j`` = slot j of device
@@ -82,37 +84,15 @@ def embedding_exchange(
         return y, stats
     if compression != "on":
         raise ValueError(f"compression must be 'on' or 'off', got {compression!r}")
+    if backward not in ("exact", "compressed"):
+        raise ValueError(f"backward must be 'exact' or 'compressed', got {backward!r}")
     if codec in QCOMM_CODECS:
-        return QCOMM_CODECS[codec](
-            pooled,
-            axis_name,
-            0,
-            1,
-            error_bound=error_bound,
-            table_axis=1,
-            tiled=True,
-            mode="rel",
-            codec=codec,
-            min_error_bound=min_error_bound,
-            backward=backward,
-            return_stats=True,
-        )
-    if path == "auto":  # GPU: ragged; elsewhere packed (used bytes in size buckets) rather
-        # than the library's dense default: measured on the netns benchmark (issue 6), it moves
-        # 4x fewer exchange bytes than the dense frames for the same values.
-        path = "ragged" if jax.devices()[0].platform in ("gpu", "cuda", "rocm") else "packed"
-    return compressed_all_to_all(
-        pooled,
-        axis_name,
-        0,
-        1,
-        error_bound=error_bound,
-        table_axis=1,
-        tiled=True,
-        mode="rel",
-        codec=codec,
-        min_error_bound=min_error_bound,
-        backward=backward,
-        path=path,
-        return_stats=True,
+        wire = QCOMM_CODECS[codec]
+    else:
+        wire = FrameCodec(mode="rel", codec=codec, min_error_bound=min_error_bound)
+    config = ExchangeConfig(
+        wire, wire if backward == "compressed" else None, table_axis=1, path=path
+    )
+    return compressed_all_to_all_with_stats(
+        pooled, axis_name, 0, 1, tiled=True, error_bound=error_bound, config=config
     )
