@@ -8,7 +8,6 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
     ).strip()
 
-import argparse
 import dataclasses
 import json
 import math
@@ -242,55 +241,44 @@ def test_from_file_yaml_and_json(tmp_path):
         eb.ErrorBoundConfig.from_file(tmp_path / "eb.toml")
 
 
-def parse(argv, **kwargs):
-    parser = eb.ErrorBoundConfig.add_flags(argparse.ArgumentParser())
-    return eb.ErrorBoundConfig.from_flags(parser.parse_args(argv), **kwargs)
-
-
-def test_from_flags():
-    config = parse(
-        [
-            "--eb-base",
-            "0.02",
-            "--eb-tier",
-            "tighten=0.01:2,3",
-            "--eb-tier",
-            "loosen=0.04:7",
-            "--eb-schedule",
-            "step",
-            "--eb-constant",
-            "3",
-            "--eb-early-stage",
-            "1000",
-            "--eb-policy",
-            "auto",
-            "--eb-update-every",
-            "16",
-        ],
-        num_tables=8,
+def test_replace_overrides_fields_on_a_preset_and_validates(tmp_path):
+    """What a trainer's flags do (models/dlrm/flags.py): a preset or a file, then single
+    fields on top, each validated like a new config."""
+    config = eb.paper_kaggle_config().replace(early_stage=75, schedule="step")
+    assert config == eb.paper_kaggle_config(early_stage=75, schedule="step")
+    assert config.tiers == eb.paper_kaggle_config().tiers
+    (tmp_path / "eb.json").write_text(json.dumps(eb.paper_kaggle_config().to_dict()))
+    from_file = eb.ErrorBoundConfig.from_file(tmp_path / "eb.json").replace(schedule="linear")
+    assert from_file == eb.paper_kaggle_config(schedule="linear")
+    tiers = eb.ErrorBoundConfig(num_tables=8).replace(
+        base=0.02, tiers={"tighten": (0.01, [2, 3]), "loosen": (0.04, [7])}
     )
-    assert config == eb.ErrorBoundConfig(
-        num_tables=8,
-        base=0.02,
-        tiers={"tighten": (0.01, [2, 3]), "loosen": (0.04, [7])},
-        schedule="step",
-        eb_constant=3.0,
-        early_stage=1000,
-        policy="auto",
-        update_every=16,
-    )
-    assert parse(["--eb-preset", "paper_kaggle"]) == eb.paper_kaggle_config()
-    with pytest.raises(ValueError, match="ErrorBoundConfig.tiers"):
-        parse(["--eb-tier", "tighten:0.01"], num_tables=4)
+    assert tiers.tiers == (eb.Tier("tighten", 0.01, (2, 3)), eb.Tier("loosen", 0.04, (7,)))
     with pytest.raises(ValueError, match="ErrorBoundConfig.early_stage"):
-        parse(["--eb-early-stage", "0"], num_tables=4)
+        config.replace(early_stage=0)
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['eb_const'\]"):
+        config.replace(eb_const=3.0)
+    with pytest.raises(ValueError, match="ErrorBoundConfig.tiers"):
+        eb.ErrorBoundConfig(num_tables=4).replace(tiers={"t": (0.01, [9])})
+    assert not hasattr(eb.ErrorBoundConfig, "add_flags")  # flag parsing left the library
 
 
-def test_flags_override_file(tmp_path):
-    pytest.importorskip("yaml")
-    (tmp_path / "eb.yaml").write_text(YAML_TEXT)
-    config = parse(["--eb-config", str(tmp_path / "eb.yaml"), "--eb-schedule", "linear"])
-    assert config == eb.paper_kaggle_config(schedule="linear")
+def test_bundle_closes_over_its_config():
+    """adaptive_error_bound(config): init / bounds / update equal the functions called with
+    the config, jitted, for both policies."""
+    for config in (eb.paper_kaggle_config(early_stage=20), AUTO):
+        bundle = eb.adaptive_error_bound(config)
+        assert bundle.config is config
+        state, ref = bundle.init(), eb.init(config)
+        step = jax.jit(bundle.update)
+        ref_step = jax.jit(lambda s, st, c=config: eb.update(s, st, c))  # same XLA fusion
+        for t in range(25):
+            stats = stats_of([1.0, 1.5, 0.75, 1.0 + t / 50]) if config is AUTO else None
+            state, ref = step(state, stats), ref_step(ref, stats)
+            np.testing.assert_array_equal(bundle.bounds(state), eb.error_bounds(ref, config))
+        assert int(state.step) == 25
+    with pytest.raises(TypeError, match="ErrorBoundConfig"):
+        eb.adaptive_error_bound({"num_tables": 4})
 
 
 # ---- automatic policy ---------------------------------------------------------------
