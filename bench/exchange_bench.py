@@ -150,18 +150,12 @@ def main(argv=None) -> int:
     t_raw = bu.time_fn(lambda: raw_fn(x), repeats=args.repeats)
 
     def comp_fn(eb_min, capacity=None):
+        codec = jlc.FrameCodec(min_error_bound=eb_min, capacity=capacity)
+        config = jlc.ExchangeConfig(codec, table_axis=1, path="dense")
+
         def f(x, eb):
-            y, s = jlc.compressed_all_to_all(
-                x,
-                "i",
-                0,
-                1,
-                error_bound=eb,
-                table_axis=1,
-                min_error_bound=eb_min,
-                capacity=capacity,
-                path="dense",
-                return_stats=True,
+            y, s = jlc.compressed_all_to_all_with_stats(
+                x, "i", 0, 1, tiled=True, error_bound=eb, config=config
             )
             return y, jax.tree.map(lambda a: a[None], s)
 
