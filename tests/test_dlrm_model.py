@@ -18,7 +18,9 @@ import optax
 import pytest
 from flax import nnx
 
+from models.dlrm import mesh as mesh_lib
 from models.dlrm import models, sharding, synthetic, train
+from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
 
 
@@ -84,7 +86,7 @@ def _built(lr, split_rows=-1):
     cfg = dataclasses.replace(
         get_config("tiny"), compression="off", learning_rate=lr, split_rows=split_rows
     )
-    mesh = train.make_mesh()
+    mesh = mesh_lib.make_mesh()
     ctx, init_state, shard = train.setup(cfg, mesh)
     return cfg, mesh, ctx, jax.jit(init_state, out_shardings=shard)(), shard
 
@@ -113,8 +115,8 @@ def test_sharded_forward_equals_single_device_reference(multi_hot, split_rows):
     if split_rows > 0 and jax.device_count() > 1:
         assert ctx.placement.num_pieces > 26  # row-wise split tables are exercised
     assert mesh.size == jax.device_count()
-    eval_step = jax.jit(train.make_eval_step(ctx), in_shardings=(shard, None))
-    got = eval_step(state, train._to_global(batch, mesh, cfg.batch_size))
+    eval_step = jax.jit(step_lib.make_eval_step(ctx), in_shardings=(shard, None))
+    got = eval_step(state, mesh_lib.to_global(batch, mesh, cfg.batch_size))
     want = _reference_logits(ctx, jax.device_get(state.params), batch)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
@@ -147,9 +149,9 @@ def test_sharded_gradient_equals_reference(split_rows):
 
     g_head, g_tabs = ref_grad(params0["head"], [jnp.asarray(t) for t in tabs0])
     step = jax.jit(
-        train.make_train_step(ctx), in_shardings=(shard, None), out_shardings=(shard, None)
+        step_lib.make_train_step(ctx), in_shardings=(shard, None), out_shardings=(shard, None)
     )
-    new_state, m = step(state, train._to_global(batch, mesh, cfg.batch_size))
+    new_state, m = step(state, mesh_lib.to_global(batch, mesh, cfg.batch_size))
     params1 = jax.device_get(new_state.params)
     # SGD with lr 1: params1 = params0 - grad.
     got_head = jax.tree.map(lambda a, b: a - b, params0["head"], params1["head"])
@@ -173,9 +175,9 @@ def test_sharded_gradient_equals_reference(split_rows):
 def test_one_training_step_decreases_the_loss():
     cfg, mesh, ctx, state, shard, batch = _setup(lr=0.5)
     step = jax.jit(
-        train.make_train_step(ctx), in_shardings=(shard, None), out_shardings=(shard, None)
+        step_lib.make_train_step(ctx), in_shardings=(shard, None), out_shardings=(shard, None)
     )
-    gbatch = train._to_global(batch, mesh, cfg.batch_size)
+    gbatch = mesh_lib.to_global(batch, mesh, cfg.batch_size)
     state, m0 = step(state, gbatch)
     _, m1 = step(state, gbatch)
     assert float(m1["loss"]) < float(m0["loss"])
@@ -186,9 +188,9 @@ def test_compressed_exchange_stays_close_and_reports_stats():
     cfg, mesh, ctx, state, shard, batch = _setup(lr=1.0)
     cfg_on = dataclasses.replace(cfg, compression="on")
     ctx_on, _, shard_on = train.setup(cfg_on, mesh)
-    gbatch = train._to_global(batch, mesh, cfg.batch_size)
-    step_on = jax.jit(train.make_train_step(ctx_on), in_shardings=(shard_on, None))
-    step_off = jax.jit(train.make_train_step(ctx), in_shardings=(shard, None))
+    gbatch = mesh_lib.to_global(batch, mesh, cfg.batch_size)
+    step_on = jax.jit(step_lib.make_train_step(ctx_on), in_shardings=(shard_on, None))
+    step_off = jax.jit(step_lib.make_train_step(ctx), in_shardings=(shard, None))
     _, m_on = step_on(jax.tree.map(jnp.copy, state), gbatch)
     _, m_off = step_off(jax.tree.map(jnp.copy, state), gbatch)
     assert abs(float(m_on["loss"]) - float(m_off["loss"])) < 1e-2
@@ -201,12 +203,12 @@ def test_compressed_exchange_stays_close_and_reports_stats():
 
 def test_compressed_backward_exchange_is_used_and_stays_close():
     cfg, mesh, ctx, state, shard, batch = _setup(lr=1.0)
-    gbatch = train._to_global(batch, mesh, cfg.batch_size)
+    gbatch = mesh_lib.to_global(batch, mesh, cfg.batch_size)
     new_params = {}
     for backward in ("exact", "compressed"):
         c = dataclasses.replace(cfg, compression="on", exchange_backward=backward)
         ctx_b, _, shard_b = train.setup(c, mesh)
-        step = jax.jit(train.make_train_step(ctx_b), in_shardings=(shard_b, None))
+        step = jax.jit(step_lib.make_train_step(ctx_b), in_shardings=(shard_b, None))
         new_state, _ = step(jax.tree.map(jnp.copy, state), gbatch)
         new_params[backward] = np.asarray(new_state.params["embedding"]["table"])
     delta = np.abs(new_params["compressed"] - new_params["exact"])
@@ -219,13 +221,13 @@ def test_sparse_embedding_update_equals_dense_optax_update():
     """SGD on the looked-up rows only (the default) gives the dense optax update's table and
     head; multi-hot bags with repeated rows and row-wise split tables included."""
     cfg, mesh, ctx, state, shard, batch = _setup(multi_hot=3, lr=0.5, split_rows=200)
-    gbatch = train._to_global(batch, mesh, cfg.batch_size)
+    gbatch = mesh_lib.to_global(batch, mesh, cfg.batch_size)
     out = {}
     for sparse in (True, False):
         c = dataclasses.replace(cfg, sparse_embedding_update=sparse)
         ctx_s, _, shard_s = train.setup(c, mesh)
         assert ctx_s.sparse_update == sparse
-        step = jax.jit(train.make_train_step(ctx_s), in_shardings=(shard_s, None))
+        step = jax.jit(step_lib.make_train_step(ctx_s), in_shardings=(shard_s, None))
         out[sparse] = jax.device_get(step(jax.tree.map(jnp.copy, state), gbatch)[0].params)
     jax.tree.map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), out[True], out[False]

@@ -1,12 +1,17 @@
 """Default DLRM training configuration (the paper's Criteo Kaggle model).
 
 A frozen-free dataclass instead of ``ml_collections.ConfigDict`` (not a dependency here);
-presets override fields with ``dataclasses.replace``, command-line flags override presets.
+presets override fields with ``dataclasses.replace``, command-line flags override presets
+(``flags.py``). A ``Config`` is everything a run needs: ``train.train_and_evaluate(config,
+workdir)`` runs what the command line runs for the same values.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
+
+from models.dlrm import error_bounds
 
 # Criteo Kaggle DAC cardinalities of C1..C26 (facebookresearch/dlrm, day_fea_count).
 KAGGLE_CARDINALITIES = (
@@ -141,10 +146,12 @@ class Config:
     # Wire path of compressed_all_to_all: "auto" (ragged on GPU, packed elsewhere), "dense"
     # (fixed-capacity frames), "packed" (used bytes in size buckets) or "ragged" (GPU).
     exchange_path: str = "auto"
-    # YAML/JSON error-bound config for jax_lossy_comm.error_bound ("" = paper defaults).
-    error_bound_config: str = ""
-    # Relative error bound of every table while jax_lossy_comm.error_bound is unavailable.
-    placeholder_eb_rel: float = 0.03
+    # The dual-level adaptive error bound (jax_lossy_comm.error_bound.ErrorBoundConfig): tiers
+    # of tables, schedule, policy. Its num_tables must equal the model's. Presets: the paper's
+    # Kaggle tiers (kaggle, tiny) or Terabyte tiers (terabyte); error_bounds.preset/override.
+    error_bound: error_bounds.ErrorBoundConfig = dataclasses.field(
+        default_factory=lambda: error_bounds.preset("paper_kaggle", len(KAGGLE_CARDINALITIES))
+    )
 
     # ---- loop, output ----
     # Evaluate every this many steps (and at the end); 0 = only at the end.
@@ -157,6 +164,12 @@ class Config:
     max_checkpoints: int = 2
     # Evaluation batch size (global).
     eval_batch_size: int = 4096
+    # Continue from the latest checkpoint in the workdir (if there is one).
+    resume: bool = False
+
+    # ---- devices ----
+    # Devices of each process the mesh uses (the first ones); 0 = all.
+    devices_per_process: int = 0
 
     @property
     def num_tables(self) -> int:
@@ -187,6 +200,18 @@ class Config:
             raise ValueError(
                 f"data_format must be kaggle, terabyte or csv, got {self.data_format!r}"
             )
+        if self.error_bound.num_tables != self.num_tables:
+            raise ValueError(
+                f"error_bound has {self.error_bound.num_tables} tables, the model has "
+                f"{self.num_tables}: set Config.error_bound (e.g. error_bounds.preset("
+                f"'uniform', {self.num_tables}))"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable mapping of every field (the ``config`` record of metrics.jsonl)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["error_bound"] = error_bounds.to_dict(self.error_bound)
+        return d
 
 
 def get_config() -> Config:

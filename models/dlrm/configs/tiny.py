@@ -1,4 +1,5 @@
-"""A tiny model for tests: 26 small tables, dim 8, narrow MLPs, few steps."""
+"""A tiny model for tests: 26 small tables, dim 8, narrow MLPs, few steps (the paper's Kaggle
+error-bound tiers, like the kaggle preset)."""
 
 from models.dlrm.configs.default import Config
 

@@ -1,0 +1,262 @@
+"""Command-line flags of the DLRM trainer and their translation into a ``Config``.
+
+``build_parser()`` lists the flags; ``config_from_flags(args)`` starts from the preset
+(``--preset``, ``configs/``) and lets every given flag override its one field; the
+error-bound flags override their one field of the preset's ``Config.error_bound`` in the
+same way (``--eb-base 0.02`` keeps the tiers and the schedule). Flags with default None take
+the preset's value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+from models.dlrm import error_bounds
+from models.dlrm.configs import PRESETS, Config, get_config
+
+PROG = "python -m models.dlrm.main"
+
+# (ErrorBoundConfig field, type, choices, help) of the --eb-* field flags.
+_EB_FIELDS = (
+    ("base", float, None, "relative error bound of the tables in no tier"),
+    ("schedule", str, error_bounds.SCHEDULE_KINDS, "iteration-wise schedule"),
+    ("eb_constant", float, None, "schedule multiplier at step 0"),
+    ("early_stage", int, None, "steps until the multiplier reaches 1"),
+    ("policy", str, error_bounds.POLICIES, "table-wise policy"),
+    ("tightest", float, None, "auto policy: smallest per-table bound"),
+    ("loosest", float, None, "auto policy: largest per-table bound"),
+    ("update_every", int, None, "auto policy: re-evaluate every K steps"),
+    ("smoothing", float, None, "auto policy: step toward the target, in (0, 1]"),
+    ("stats_decay", float, None, "auto policy: EMA decay of the statistics"),
+    ("distinct_power", float, None, "auto policy: exponent of the distinct-vector share"),
+)
+
+
+def _eb_flag(field: str) -> str:
+    return "--eb-constant" if field == "eb_constant" else "--eb-" + field.replace("_", "-")
+
+
+def _add_error_bound_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "adaptive error bound",
+        "the preset's error-bound config (kaggle, tiny: the paper's Kaggle tiers; terabyte: "
+        "its Terabyte tiers), then --eb-preset, then the fields of --eb-config, then each "
+        "--eb-FIELD flag replaces its one field",
+    )
+    g.add_argument(
+        "--eb-preset",
+        choices=error_bounds.PRESETS,
+        default=None,
+        help="start from this error-bound setting instead of the preset's",
+    )
+    g.add_argument(
+        "--eb-config",
+        "--error-bound-config",
+        dest="eb_config",
+        default=None,
+        metavar="FILE",
+        help="JSON/YAML file of error-bound fields (all or some) overriding the preset's",
+    )
+    for field, kind, choices, help_ in _EB_FIELDS:
+        g.add_argument(
+            _eb_flag(field),
+            dest="eb_" + field,
+            type=kind,
+            choices=choices,
+            default=None,
+            help=help_,
+        )
+    g.add_argument(
+        "--eb-tier",
+        action="append",
+        default=None,
+        metavar="NAME=VALUE:ID,ID,...",
+        help="a tier of tables sharing one bound, e.g. tighten=0.01:2,3,9 (repeatable; the "
+        "given tiers replace the preset's)",
+    )
+
+
+def _parse_tier(text: str) -> tuple[str, tuple[float, list[int]]]:
+    """``"tighten=0.01:2,3,9"`` -> ``("tighten", (0.01, [2, 3, 9]))``.
+
+    Raises:
+      ValueError: not ``NAME=VALUE:ID,ID,...``.
+    """
+    try:
+        name, rest = text.split("=", 1)
+        value, ids = rest.split(":", 1)
+        return name.strip(), (float(value), [int(i) for i in ids.split(",") if i.strip()])
+    except ValueError:
+        raise ValueError(f"--eb-tier must look like NAME=VALUE:ID,ID,..., got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The trainer's flags (``python -m models.dlrm.main --help``)."""
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Embedding-parallel DLRM with the compressed embedding all-to-all "
+        "(jax_lossy_comm). Without --data it trains on SYNTHETIC Criteo-like data. "
+        "Flags shown with default None take the preset's value (configs/). "
+        "`python -m models.dlrm.train` is the same command.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("run")
+    g.add_argument(
+        "--preset",
+        default="kaggle",
+        choices=PRESETS,
+        help="model/config preset (configs/)",
+    )
+    g.add_argument(
+        "--out", default="runs/dlrm", help="output folder: metrics.jsonl, curves.png, checkpoints/"
+    )
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        default=None,
+        help="continue from the latest checkpoint in --out",
+    )
+    g.add_argument(
+        "--compare",
+        action="store_true",
+        help="run the exact and the compressed "
+        "exchange from the same seed (--out/exact, --out/compressed) and plot both",
+    )
+    g.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        help="devices per process (default: all); sets this many virtual CPU devices when "
+        "no accelerator is used",
+    )
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    d = p.add_argument_group("data")
+    d.add_argument("--data", default=None, help="file, folder or glob (absent = synthetic)")
+    d.add_argument(
+        "--eval-data",
+        default=None,
+        help="evaluation file, folder or glob (absent = held-out lines of --data)",
+    )
+    d.add_argument(
+        "--format",
+        dest="data_format",
+        default=None,
+        choices=["kaggle", "terabyte", "csv"],
+        help="format of --data",
+    )
+    d.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        default=None,
+        help="skip and count malformed lines instead of stopping",
+    )
+    d.add_argument(
+        "--max-ind-range", type=int, default=None, help="cap on table rows (ids modulo it)"
+    )
+    d.add_argument(
+        "--split-rows",
+        type=int,
+        default=None,
+        help="split tables with more rows "
+        "than this row-wise over devices (-1: a device's fair share; 0: never)",
+    )
+    d.add_argument("--eval-rows", type=int, default=None, help="rows of the evaluation set")
+    d.add_argument(
+        "--holdout-every",
+        type=int,
+        default=None,
+        help="with file data and no --eval-data: every N-th line is held out",
+    )
+    d.add_argument("--synthetic-zipf-a", type=float, default=None)
+    d.add_argument("--synthetic-multi-hot", type=int, default=None)
+    t = p.add_argument_group("training")
+    t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--batch-size", type=int, default=None, help="global batch size")
+    t.add_argument("--eval-batch-size", type=int, default=None)
+    t.add_argument("--optimizer", choices=["sgd", "adagrad"], default=None)
+    t.add_argument(
+        "--sparse-embedding-update",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="sgd: update only the looked-up table rows (default on)",
+    )
+    t.add_argument("--learning-rate", "--lr", type=float, default=None)
+    t.add_argument("--warmup-steps", type=int, default=None)
+    t.add_argument("--decay-start-step", type=int, default=None)
+    t.add_argument("--decay-steps", type=int, default=None)
+    t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--eval-every", type=int, default=None)
+    t.add_argument("--log-every", type=int, default=None)
+    t.add_argument("--checkpoint-every", type=int, default=None)
+    c = p.add_argument_group("exchange")
+    c.add_argument(
+        "--compression",
+        choices=["on", "off"],
+        default=None,
+        help="off = exact all_to_all (baseline)",
+    )
+    c.add_argument("--codec", default=None, help="codec for compressed_all_to_all")
+    c.add_argument(
+        "--exchange-backward",
+        choices=["exact", "compressed"],
+        default=None,
+        help="backward exchange of the embedding cotangents (default exact)",
+    )
+    c.add_argument(
+        "--exchange-path",
+        choices=["auto", "dense", "packed", "ragged"],
+        default=None,
+        help="wire path of the compressed exchange (auto: ragged on GPU, packed on CPU)",
+    )
+    _add_error_bound_flags(p)
+    m = p.add_argument_group("multi-host")
+    m.add_argument(
+        "--coordinator",
+        default=os.environ.get("JAX_COORDINATOR_ADDRESS"),
+        help="HOST:PORT of process 0",
+    )
+    env_int = lambda k: int(os.environ[k]) if k in os.environ else None  # noqa: E731
+    m.add_argument("--num-processes", type=int, default=env_int("JAX_NUM_PROCESSES"))
+    m.add_argument("--process-id", type=int, default=env_int("JAX_PROCESS_ID"))
+    return p
+
+
+def error_bound_from_flags(
+    args: argparse.Namespace, base: error_bounds.ErrorBoundConfig
+) -> error_bounds.ErrorBoundConfig:
+    """``base`` (the preset's error-bound config) with the ``--eb-*`` flags applied.
+
+    Order: ``--eb-preset`` replaces ``base``; then the fields of ``--eb-config``; then each
+    ``--eb-FIELD`` flag its one field (``--eb-tier`` the tiers).
+
+    Raises:
+      ValueError: a bad file, field or value (named).
+      OSError: ``--eb-config`` cannot be read.
+    """
+    eb = error_bounds.preset(args.eb_preset, base.num_tables) if args.eb_preset else base
+    if args.eb_config:
+        eb = error_bounds.override(eb, error_bounds.read_overrides(args.eb_config))
+    fields = {f: getattr(args, "eb_" + f) for f, *_ in _EB_FIELDS}
+    fields = {f: v for f, v in fields.items() if v is not None}
+    if args.eb_tier is not None:
+        fields["tiers"] = dict(_parse_tier(s) for s in args.eb_tier)
+    return error_bounds.override(eb, fields)
+
+
+def config_from_flags(args: argparse.Namespace) -> Config:
+    """The run's Config: the preset with every given flag overriding its one field.
+
+    Raises:
+      ValueError: an invalid value or combination (named).
+    """
+    cfg = get_config(args.preset)
+    fields = {f.name for f in dataclasses.fields(cfg)}
+    over = {k: v for k, v in vars(args).items() if k in fields and v is not None}
+    if args.devices:
+        over["devices_per_process"] = args.devices
+    over["error_bound"] = error_bound_from_flags(args, cfg.error_bound)
+    cfg = dataclasses.replace(cfg, **over)
+    cfg.validate()
+    return cfg

@@ -1,0 +1,62 @@
+"""The 1-D device mesh of the trainer and moving arrays between the hosts and the mesh.
+
+One mesh axis, ``AXIS = "devices"``, over every device of every process (process-major).
+Batches are sharded on it (each device holds ``B / P`` rows); the embedding buffer
+``float32[P, R, dim]`` and its optimizer state are sharded on their first axis; everything
+else (the data-parallel head) is replicated.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+AXIS = "devices"
+
+
+def make_mesh(devices=None) -> jax.sharding.Mesh:
+    """1-D mesh ``("devices",)`` over ``devices`` (default: all), Auto axis type."""
+    devices = list(jax.devices() if devices is None else devices)
+    return jax.make_mesh(
+        (len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
+    )
+
+
+def select_devices(per_process: int = 0) -> list:
+    """The first ``per_process`` devices of every process (all when 0), process-major."""
+    by_proc: dict[int, list] = {}
+    for d in jax.devices():
+        by_proc.setdefault(d.process_index, []).append(d)
+    return [d for p in sorted(by_proc) for d in by_proc[p][: per_process or None]]
+
+
+def state_shardings(abstract_state, mesh, table_shape):
+    """NamedShardings for a TrainState: arrays shaped like the table are sharded on axis 0."""
+
+    def one(x):
+        spec = P(AXIS) if tuple(x.shape) == tuple(table_shape) else P()
+        return NamedSharding(mesh, spec)
+
+    return jax.tree.map(one, abstract_state)
+
+
+def to_global(batch_local: dict, mesh, global_rows: int) -> dict:
+    """Process-local numpy rows -> global jax arrays sharded on the batch axis."""
+    sh = NamedSharding(mesh, P(AXIS))
+    return {
+        k: jax.make_array_from_process_local_data(sh, v, (global_rows,) + v.shape[1:])
+        for k, v in batch_local.items()
+    }
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+    """A replicated array as numpy, also when it spans several processes."""
+    return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
+
+
+def local_rows(x: jax.Array) -> np.ndarray:
+    """This process's rows of a batch-sharded global array, in global order."""
+    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+    return np.concatenate([np.asarray(s.data) for s in shards])

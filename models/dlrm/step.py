@@ -1,0 +1,300 @@
+"""The sharded DLRM train and eval steps (one ``jax.jit`` around one ``jax.shard_map``).
+
+Parallelism, over the mesh axis ``"devices"`` (P devices, all processes; ``mesh.py``):
+
+1. Inputs are batch-sharded: each device gets ``b = B / P`` samples (dense, ids, labels).
+2. Ids all-to-all (int32, small): each device sends every table owner the ids of that
+   owner's tables for its ``b`` samples and receives ``int32[B, L, H]``, the ids of its L
+   local tables for the global batch (``sharding.plan_tables`` places tables).
+3. Local sum-pooled lookups -> pooled embeddings ``float32[B, L, dim]``.
+4. The embedding exchange (``exchange.embedding_exchange``: ``compressed_all_to_all`` or
+   the exact ``all_to_all``) -> ``float32[b, P * L, dim]``; the backward pass sends the
+   cotangents back through the transposed exchange.
+5. Data-parallel head (bottom MLP, dot interaction, top MLP) on the local ``b`` samples;
+   head gradients are summed over devices with ``psum`` (the loss is already divided by
+   the global batch, so the sum is the gradient of the global mean loss); table
+   gradients stay on their owner.
+6. The optax update runs in the same jit on the sharded parameters (GSPMD keeps the
+   table and its optimizer state sharded, the head replicated).
+
+Reference: Naumov et al., arXiv 1906.00091 (DLRM); Feng et al., SC24, arXiv 2407.04272.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from models.dlrm import exchange, sharding
+from models.dlrm.configs import Config
+from models.dlrm.error_bounds import ErrorBoundHook
+from models.dlrm.mesh import AXIS
+
+
+class TrainState(NamedTuple):
+    """Everything a checkpoint holds besides the data position.
+
+    Attributes:
+      step: int32[], completed training steps.
+      params: {"head": DLRMHead params (replicated), "embedding": {"table":
+        float32[P, R, dim] sharded on axis 0}}.
+      opt_state: optax state of ``params`` (same sharding rule).
+      eb_state: the adaptive error-bound state (``error_bounds.ErrorBoundHook``).
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    eb_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """Static pieces the step functions close over."""
+
+    config: Config
+    placement: sharding.TablePlacement
+    mesh: jax.sharding.Mesh
+    graphdefs: Any
+    tx: optax.GradientTransformation
+    eb_hook: ErrorBoundHook
+    lr_schedule: Any = None
+
+    @property
+    def sparse_update(self) -> bool:
+        """Embedding rows are updated in place by sparse SGD (``Config.sparse_embedding_update``)."""
+        return self.config.optimizer == "sgd" and self.config.sparse_embedding_update
+
+    @property
+    def num_devices(self) -> int:
+        return self.placement.num_devices
+
+
+def _slots_from_tables(ctx: StepContext, x_t, fill):
+    """[T, ...] per-table values -> [P * L, ...] in slot order (dummy slots = fill)."""
+    st = ctx.placement.slot_table_flat
+    out = jnp.asarray(x_t)[np.maximum(st, 0)]
+    mask = jnp.asarray(st >= 0).reshape((-1,) + (1,) * (out.ndim - 1))
+    return jnp.where(mask, out, fill)
+
+
+def _tables_from_slots(ctx: StepContext, x_slots):
+    """[P * L, ...] slot order -> [T, ...] table order (a split table: its first piece)."""
+    return x_slots[ctx.placement.gather_index]
+
+
+def _distinct_fraction(ids):
+    """int32[B, L, H] -> float32[L]: distinct bags / B per slot (bags hashed for H > 1)."""
+    key = ids[..., 0].astype(jnp.uint32)
+    for h in range(1, ids.shape[-1]):
+        key = key * jnp.uint32(2654435761) + ids[..., h].astype(jnp.uint32)
+    s = jnp.sort(key, axis=0)
+    distinct = 1 + jnp.sum(s[1:] != s[:-1], axis=0)
+    return distinct.astype(jnp.float32) / ids.shape[0]
+
+
+def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
+    """Builds the per-device function run under shard_map (see module docstring)."""
+    head_gd, emb_gd = ctx.graphdefs
+    cfg, pl = ctx.config, ctx.placement
+    p = pl.num_devices
+    st = pl.slot_table_flat
+    src = np.maximum(st, 0)
+    dummy = jnp.asarray(st < 0)
+    slot_lo = jnp.asarray(pl.slot_lo_flat)
+    table_pieces = pl.table_pieces  # [T, K]
+    min_eb = ctx.eb_hook.min_error_bound()  # static: sizes the dense exchange's frames
+
+    def gather_tables(y):
+        """[b, P*L, dim] exchanged slots -> [b, T, dim]: the sum of each table's pieces."""
+        out = y[:, table_pieces[:, 0]]
+        for k in range(1, table_pieces.shape[1]):
+            col = table_pieces[:, k]
+            out = out + jnp.where(
+                jnp.asarray(col >= 0)[None, :, None], y[:, np.maximum(col, 0)], 0.0
+            )
+        return out
+
+    sparse = compute_grads and ctx.sparse_update
+    need_stats = ctx.eb_hook.needs_stats
+    slot_offsets = jnp.asarray(pl.offsets, jnp.int32)  # [P, L]
+    slot_rows = jnp.asarray(pl.slot_rows, jnp.int32)  # [P, L]
+
+    def sparse_sgd(table, ids_local, di, g_pooled, lr):
+        """table float32[1, R, dim] minus lr x the row gradients of the looked-up rows (the
+        dense gradient is zero elsewhere; repeated rows accumulate, as in a scatter-add)."""
+        valid = (ids_local >= 0) & (ids_local < slot_rows[di][None, :, None])  # [B, L, H]
+        rows = jnp.where(valid, ids_local + slot_offsets[di][None, :, None], table.shape[1])
+        upd = jnp.broadcast_to((-lr * g_pooled)[:, :, None, :], rows.shape + (pl.dim,))
+        return table.at[0, rows.reshape(-1)].add(upd.reshape(-1, pl.dim), mode="drop")
+
+    def body(head_p, table, eb_slots, dense, ids, label, lr=None):
+        # dense float32[b, 13], ids int32[b, T, H], label float32[b], table float32[1, R, dim],
+        # eb_slots float32[L], lr float32[] (sparse update only).
+        b = dense.shape[0]
+        global_b = b * p
+        di = jax.lax.axis_index(AXIS)
+        ids_src = ids[:, src]  # [b, P*L, H]
+        # Relative to the slot's piece (row-wise split); the lookup masks ids past its end.
+        ids_slots = jnp.where(
+            dummy[None, :, None] | (ids_src < slot_lo[None, :, None]),
+            -1,
+            ids_src - slot_lo[None, :, None],
+        )
+        ids_local = jax.lax.all_to_all(ids_slots, AXIS, 1, 0, tiled=True)  # [B, L, H]
+
+        def local_loss(head_p, table, probe):
+            emb = nnx.merge(emb_gd, {"table": table})
+            pooled = emb.lookup(ids_local, di) + probe  # [B, L, dim]
+            y, stats = exchange.embedding_exchange(
+                pooled,
+                eb_slots,
+                compression=cfg.compression,
+                codec=cfg.codec,
+                axis_name=AXIS,
+                min_error_bound=min_eb,
+                backward=cfg.exchange_backward,
+                path=cfg.exchange_path,
+            )
+            emb_all = gather_tables(y)  # [b, T, dim]
+            logits = nnx.merge(head_gd, head_p)(dense, emb_all)  # [b]
+            loss = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, label)) / global_b
+            return loss, (logits, stats, pooled)
+
+        # Varying like the pooled embeddings it is added to: an invariant probe's cotangent
+        # would be summed over the devices (shard_map's transpose of an invariant input).
+        probe = jax.lax.pcast(
+            jnp.zeros((global_b, pl.local_tables, pl.dim), jnp.float32), AXIS, to="varying"
+        )
+        if not compute_grads:
+            loss, (logits, stats, pooled) = local_loss(head_p, table, probe)
+            return jax.lax.psum(loss, AXIS), logits
+        head_v = jax.lax.pcast(head_p, AXIS, to="varying")
+        if sparse:  # d loss / d pooled (the probe) gives the row gradients; no dense grad
+            (loss, (logits, stats, pooled)), (g_head, g_probe) = jax.value_and_grad(
+                local_loss, argnums=(0, 2), has_aux=True
+            )(head_v, table, probe)
+            g_table = sparse_sgd(table, ids_local, di, g_probe, lr)  # the updated table
+        else:
+            (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
+                local_loss, argnums=(0, 1, 2), has_aux=True
+            )(head_v, table, probe)
+        g_head = jax.lax.psum(g_head, AXIS)
+        loss = jax.lax.psum(loss, AXIS)
+        slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
+        if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them
+            slot_stats.update(
+                value_range=(pooled.max(axis=(0, 2)) - pooled.min(axis=(0, 2)))[None],
+                cotangent_abs_mean=jnp.mean(jnp.abs(g_probe), axis=(0, 2))[None],
+                distinct_fraction=_distinct_fraction(ids_local)[None],
+            )
+        byte_stats = {
+            k: jax.lax.psum(getattr(stats, k), AXIS)
+            for k in ("raw_bytes", "frame_bytes", "moved_bytes")
+        }
+        byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), AXIS)
+        return loss, logits, g_head, g_table, slot_stats, byte_stats
+
+    return body
+
+
+# in_specs of the step body: head params, table, eb_slots, dense, ids, label (see body).
+_IN_SPECS = (P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS), P(AXIS))
+
+
+def _step_inputs(ctx: StepContext, state: TrainState, batch: dict):
+    """This step's bounds float32[T] and the step body's arguments (``_IN_SPECS`` order)."""
+    eb_t = ctx.eb_hook.bounds(state.eb_state)  # [T]
+    eb_slots = _slots_from_tables(ctx, eb_t, jnp.max(eb_t))
+    head, table = state.params["head"], state.params["embedding"]["table"]
+    return eb_t, (head, table, eb_slots, batch["dense"], batch["ids"], batch["label"])
+
+
+def make_train_step(ctx: StepContext):
+    """Returns ``train_step(state, batch) -> (state, metrics)``, to be jitted by the caller.
+
+    ``batch``: global arrays sharded on the batch axis: ``dense`` float32[B, 13], ``ids``
+    int32[B, T, H], ``label`` float32[B]. ``metrics``: ``loss`` (global mean BCE),
+    ``logits`` float32[B], per-table ``compression_ratio``/``error_bound`` float32[T],
+    ``raw_bytes``/``frame_bytes``/``moved_bytes`` (all devices, this step).
+    """
+    body = _sharded_forward_backward(ctx, compute_grads=True)
+    sparse = ctx.sparse_update
+    smap = jax.shard_map(
+        body,
+        mesh=ctx.mesh,
+        in_specs=_IN_SPECS + ((P(),) if sparse else ()),
+        out_specs=(P(), P(AXIS), P(), P(AXIS), P(AXIS), P()),
+        check_vma=True,
+    )
+
+    def train_step(state: TrainState, batch):
+        eb_t, args = _step_inputs(ctx, state, batch)
+        lr = (jnp.asarray(ctx.lr_schedule(state.step), jnp.float32),) if sparse else ()
+        loss, logits, g_head, g_table, slot_stats, byte_stats = smap(*args, *lr)
+        if sparse:  # g_table is the table after its sparse SGD step; optax updates the head
+            # (SGD's state is the step count only, the same with or without the table)
+            updates, opt_state = ctx.tx.update(
+                {"head": g_head}, state.opt_state, {"head": state.params["head"]}
+            )
+            params = {
+                "head": optax.apply_updates(state.params["head"], updates["head"]),
+                "embedding": {"table": g_table},
+            }
+        else:
+            grads = {"head": g_head, "embedding": {"table": g_table}}
+            updates, opt_state = ctx.tx.update(grads, state.opt_state, state.params)
+            params = optax.apply_updates(state.params, updates)
+        table_stats = (
+            {
+                k: _tables_from_slots(ctx, slot_stats[k].reshape(-1))
+                for k in ("value_range", "cotangent_abs_mean", "distinct_fraction")
+            }
+            if ctx.eb_hook.needs_stats
+            else None
+        )
+        eb_state = ctx.eb_hook.update(state.eb_state, table_stats)
+        # Per-table ratio over all peers: harmonic mean of the per-(peer, table) ratios
+        # (every chunk has the same raw size).
+        ratio = slot_stats["compression_ratio"]  # [P, P, L]
+        inv = jnp.mean(1.0 / jnp.maximum(ratio, 1e-12), axis=1).reshape(-1)  # [P*L]
+        tp = ctx.placement.table_pieces  # [T, K]
+        inv_t = jnp.sum(jnp.where(jnp.asarray(tp >= 0), inv[np.maximum(tp, 0)], 0.0), axis=1)
+        ratio_t = jnp.sum(tp >= 0, axis=1) / inv_t  # split tables: over all their pieces
+        metrics = dict(
+            byte_stats,
+            loss=loss,
+            error_bound=eb_t,
+            compression_ratio=ratio_t,
+            **{f"stat_{k}": v for k, v in (table_stats or {}).items()},
+        )
+        # Replicated, so every process can read them (multi-host: see mesh.to_host).
+        replicated = NamedSharding(ctx.mesh, P())
+        metrics = {k: jax.lax.with_sharding_constraint(v, replicated) for k, v in metrics.items()}
+        metrics["logits"] = logits
+        return TrainState(state.step + 1, params, opt_state, eb_state), metrics
+
+    return train_step
+
+
+def make_eval_step(ctx: StepContext):
+    """Returns ``eval_step(state, batch) -> logits float32[B]`` (batch-sharded; to be jitted;
+    ``batch`` as in ``make_train_step``)."""
+    body = _sharded_forward_backward(ctx, compute_grads=False)
+    smap = jax.shard_map(
+        body, mesh=ctx.mesh, in_specs=_IN_SPECS, out_specs=(P(), P(AXIS)), check_vma=True
+    )
+
+    def eval_step(state: TrainState, batch):
+        _, logits = smap(*_step_inputs(ctx, state, batch)[1])
+        return logits
+
+    return eval_step
