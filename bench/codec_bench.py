@@ -483,10 +483,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     suite = SUITES[args.suite]
     bu.set_single_thread()  # before jax / torch are imported by the registry
+    names = args.codecs or suite.codecs
     codecs = registry.registry(
-        args.codecs or suite.codecs,
-        library_capacity=args.library_capacity or suite.library_capacity,
+        names, library_capacity=args.library_capacity or suite.library_capacity
     )
+    if names is not None:  # in the order asked
+        codecs.sort(key=lambda c: list(names).index(c.name))
     if args.codecs is None and suite.codecs is None:
         codecs = [c for c in codecs if c.family != "copy"]
     if args.no_library:

@@ -110,7 +110,7 @@ def _verdict_note(a: dict[str, Any]) -> str:
                 )
             )
         floor = a.get("jit_floor_us")
-        if floor is not None and au.get("compress_us"):
+        if floor is not None and floor <= au.get("compress_us", 0.0):
             parts.append(
                 f"why: {floor:.0f} us of jlc-auto's {au['compress_us']:.0f} us per "
                 "call is the fixed cost of any jitted call on this input (jax-bf16, a "
