@@ -130,6 +130,24 @@ def compress(
       TypeError: unsupported dtype. ValueError: rank < 2, unknown mode/codec, a concrete
       negative or non-finite error bound, a capacity too small for any header, a chunk over
       2 GiB (``frame.MAX_FRAME_BYTES``), or a missing ``min_error_bound`` for ``codec="fixed"``.
+
+    Examples:
+      Three chunks ``[256, 16]``, REL bound 0.01 (``max - min = 2``: ``eb_abs = 0.02``):
+
+      >>> import jax.numpy as jnp
+      >>> import jax_lossy_comm as jlc
+      >>> x = jnp.sin(jnp.arange(3 * 256 * 16, dtype=jnp.float32)).reshape(3, 256, 16)
+      >>> frames, nbytes = jlc.compress(x, 0.01, min_error_bound=0.01)
+      >>> frames.shape, frames.dtype, nbytes.tolist()  # 16 KiB chunks in ~2.8 KiB frames
+      ((3, 3092), dtype('uint8'), [2873, 2874, 2874])
+      >>> x_hat = jlc.decompress(frames, nbytes, shape=(256, 16))
+      >>> bool(jnp.abs(x_hat - x).max() <= 0.01 * 2)
+      True
+
+    References:
+      Feng et al., SC24, arXiv 2407.04272, sec. 4 (quantization without prediction, REL
+      bound); S. Di, F. Cappello, "Fast Error-bounded Lossy HPC Data Compression with SZ",
+      IPDPS 2016 (REL mode).
     """
     x = jnp.asarray(x)
     dt = check_dtype(x.dtype, "x")
@@ -228,6 +246,19 @@ def decompress(
 
     Raises:
       TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import jax_lossy_comm as jlc
+      >>> x = jnp.linspace(-1.0, 1.0, 2 * 8 * 4, dtype=jnp.float32).reshape(2, 8, 4)
+      >>> frames, nbytes = jlc.compress(x, 0.05)
+      >>> x_hat, status = jlc.decompress(frames, nbytes, shape=(8, 4), return_status=True)
+      >>> x_hat.shape, status.tolist(), bool(jnp.abs(x_hat - x).max() <= 0.05 * 1.0)
+      ((2, 8, 4), [0, 0], True)
+      >>> bad = frames.at[1, 0].set(0)  # a corrupt magic byte in the second frame
+      >>> x_bad, status = jlc.decompress(bad, nbytes, shape=(8, 4), return_status=True)
+      >>> status.tolist(), bool(jnp.isnan(x_bad[1]).all()), bool((x_bad[0] == x_hat[0]).all())
+      ([0, 3], True, True)
     """
     frames, nbytes = _check_frames(frames, nbytes)
     rows, dim = _chunk_shape(frames, shape)
@@ -258,6 +289,16 @@ def frame_status(
 
     Args and errors as :func:`decompress`; the status codes are in
     :data:`jax_lossy_comm.frame.STATUS` (1 overflow, 2 truncated, 7 checksum, 8 corrupt, ...).
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import jax_lossy_comm as jlc
+      >>> frames, nbytes = jlc.compress(jnp.ones((2, 8, 4)), 0.01)
+      >>> jlc.frame_status(frames, nbytes, shape=(8, 4)).tolist()
+      [0, 0]
+      >>> status = jlc.frame_status(frames, nbytes - 1, shape=(8, 4))  # one byte short
+      >>> status.tolist(), jlc.describe_status(status)[0]
+      ([7, 7], 'checksum mismatch')
     """
     frames, nbytes = _check_frames(frames, nbytes)
     rows, dim = _chunk_shape(frames, shape)

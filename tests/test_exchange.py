@@ -474,3 +474,25 @@ def test_two_axis_mesh_and_check_vma(check_vma):
     (ye, ge), (y, g) = run(False), run(True)
     assert np.abs(y - ye).max() <= 0.01 * (xg.max() - xg.min()) * (1 + 1e-6)
     np.testing.assert_allclose(g, ge, rtol=1e-6, atol=1e-6)
+
+
+def test_config_is_frozen_hashable_and_auto_path_is_decided_once():
+    """ExchangeConfig is a frozen, hashable static argument; "auto" means packed on the CPU
+    (never more bytes than dense) and ragged on a GPU, decided only by resolve_path."""
+    import dataclasses
+
+    cfg = _cfg(1, min_error_bound=0.01)
+    assert cfg == _cfg(1, min_error_bound=0.01) and hash(cfg) == hash(_cfg(1, min_error_bound=0.01))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.path = "dense"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.forward.mode = "abs"
+    on_gpu = jax.devices()[0].platform in ("gpu", "cuda", "rocm")
+    assert jlc.resolve_path("auto") == ("ragged" if on_gpu else "packed")
+    assert [jlc.resolve_path(p) for p in ("dense", "packed", "ragged")] == [
+        "dense",
+        "packed",
+        "ragged",
+    ]
+    with pytest.raises(ValueError, match="path"):
+        jlc.resolve_path("sideways")
