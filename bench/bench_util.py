@@ -480,7 +480,7 @@ def interval_steps(steps: Sequence[int]) -> list[int]:
     return [max(1, s - (steps[i - 1] if i else 0)) for i, s in enumerate(steps)]
 
 
-TRAINER = "models.dlrm.train"
+TRAINER = "models.dlrm.main"
 """The DLRM trainer's module (``python -m TRAINER``), run by the training benchmarks."""
 
 
@@ -512,7 +512,7 @@ def trainer_cmd(out_dir: str | os.PathLike[str], args: Any, *flags: str) -> list
 
 
 def trainer_env() -> dict[str, str]:
-    """Environment for a trainer subprocess (``python -m models.dlrm.main``/``train``): this
+    """Environment for a trainer subprocess (``python -m TRAINER``): this
     one's, with the repository on PYTHONPATH and XLA_FLAGS removed (``--devices`` decides)."""
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)

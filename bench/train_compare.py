@@ -1,6 +1,6 @@
 """DLRM training with the exact, compressed and quantized-comm exchanges, side by side (issue 6).
 
-Runs the trainer CLI (``python -m models.dlrm.train``) once per exchange, all from the same
+Runs the trainer CLI (``python -m models.dlrm.main``) once per exchange, all from the same
 seed and the same data (synthetic Criteo-like by default, or ``--data``), on 8 virtual CPU
 devices in one process each:
 
