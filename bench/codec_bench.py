@@ -457,7 +457,9 @@ def format_table(rows: Sequence[dict[str, Any]], title: str = "") -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """CLI entry: the suite's defaults, overridden by the options; returns the result."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.codec_bench", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--suite", choices=sorted(SUITES), default="peers")
     ap.add_argument("--eb-rel", type=float, nargs="+", default=list(DEFAULT_EB_RELS))
     ap.add_argument(

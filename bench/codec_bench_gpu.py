@@ -272,7 +272,9 @@ def bench_case(name, x_np, meta, dev, eb_rel, forms):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.codec_bench_gpu", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--out", default=str(bu.RESULTS_DIR), help="folder for the JSON result")
     ap.add_argument("--eb", type=float, default=0.01, help="relative error bound (REL mode)")
     ap.add_argument("--quick", action="store_true", help="DLRM shape and one tiled dump only")

@@ -43,7 +43,9 @@ DEFAULT_EBS = (0.01, 0.03, 0.05)
 
 
 def _parse(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.exchange_bench", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--devices", type=int, default=8)
     ap.add_argument("--tables", type=int, default=26)
     ap.add_argument("--dim", type=int, default=64)

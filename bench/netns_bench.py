@@ -558,7 +558,9 @@ def format_summary(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.netns_bench", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument(
         "--rates",
         nargs="+",

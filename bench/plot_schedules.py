@@ -94,7 +94,9 @@ def plot(out: str, eb_constant: float, early_stage: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.plot_schedules", description=__doc__.splitlines()[0]
+    )
     parser.add_argument(
         "--out",
         default=os.path.join(os.path.dirname(__file__), "..", "docs", "error_bound_schedules.png"),

@@ -609,7 +609,9 @@ def _step(name: str, python: str, module: str, out: str, extra: Sequence[str]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.report", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument(
         "--peers-python",
         default=os.environ.get("JLC_PEERS_PYTHON", sys.executable),

@@ -187,7 +187,9 @@ def markdown_table(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.train_compare", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
     ap.add_argument("--preset", default="kaggle")
     ap.add_argument("--devices", type=int, default=8)
