@@ -24,7 +24,7 @@ Variable-size frames take one of these paths (``ExchangeConfig.path``):
   :func:`jax_lossy_comm.frame_capacity`) plus room for ``DEFAULT_OUTLIERS`` exact outliers;
   ``codec="auto"`` still writes the smallest form that fits. REL 0.01 gives 6-bit codes: 5.33x
   fewer bytes than raw float32 for [2048, 64] chunks. ABS mode has no static code width: its
-  dense capacity is the raw size unless ``capacity=`` is given.
+  dense capacity is the raw size unless ``FrameCodec(capacity=...)`` is given.
 * ``"packed"`` (``"auto"`` elsewhere: XLA:CPU has no ``ragged_all_to_all``): dense
   collectives that move (about) the used bytes. Frames are compressed at the dense path's
   capacity; each device packs its frames for a destination back to back behind their int32
