@@ -77,10 +77,21 @@ def _cat_id(value: str, rows: int) -> int:
     return v % rows
 
 
-def _dense_value(value: str) -> float:
-    if not value:
-        return 0.0
-    return float(np.log1p(max(float(value), 0.0)))
+def _dense_raw(value: str) -> float:
+    return float(value) if value else 0.0
+
+
+def transform_dense(raw: np.ndarray) -> np.ndarray:
+    """The dense transform ``log(1 + max(x, 0))`` (reference DLRM ``data_utils.py``).
+
+    Args:
+      raw: float64[...] integer features as read (missing = 0.0; NaN stays NaN).
+
+    Returns:
+      float32[...] of the same shape. The one definition shared by the text reader and the
+      shard preprocessing (``models.dlrm.preprocess``), so both give bit-identical values.
+    """
+    return np.log1p(np.where(0.0 > raw, 0.0, raw)).astype(np.float32)
 
 
 class LineParser:
@@ -128,7 +139,7 @@ class LineParser:
         if label not in (0.0, 1.0):
             raise ValueError(f"label must be 0 or 1, got {fields[0]!r}")
         try:
-            dense = np.array([_dense_value(v) for v in fields[1 : 1 + NUM_DENSE]], np.float32)
+            dense = transform_dense(np.array([_dense_raw(v) for v in fields[1 : 1 + NUM_DENSE]]))
         except ValueError as e:
             raise ValueError(f"bad integer feature: {e}") from None
         cats = fields[1 + NUM_DENSE :]
