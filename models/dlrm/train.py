@@ -259,6 +259,44 @@ def params_checksum(state: TrainState, mesh: jax.sharding.Mesh) -> float:
     return float(mesh_lib.to_host(total))
 
 
+def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
+    """The lines a run prints at its start: devices, data, exchange, error bound, placement."""
+    exchange = (
+        "compressed_all_to_all codec=" + config.codec
+        if config.compression == "on"
+        else "exact all_to_all"
+    )
+    return [
+        f"devices: {ctx.mesh.size} x {jax.devices()[0].platform} over {jax.process_count()} "
+        f"process(es); data: {data_desc}",
+        f"exchange: {exchange}; error bound: {ctx.eb_hook.describe()}",
+        ctx.placement.describe(),
+    ]
+
+
+def open_metrics(
+    path: str, config: Config, ctx: StepContext, start: int, *, label: str, data: str
+) -> metrics_lib.MetricsWriter:
+    """The run's metrics.jsonl writer (process 0 writes); a run from step 0 starts with its
+    ``config`` record, a resumed one keeps the records up to ``start``."""
+    writer = metrics_lib.MetricsWriter(
+        path, start if config.resume else None, jax.process_index() == 0
+    )
+    if start == 0:
+        writer.write(
+            metrics_lib.ConfigRecord(
+                step=start,
+                config=config.to_dict(),
+                devices=ctx.mesh.size,
+                processes=jax.process_count(),
+                label=label,
+                data=data,
+                error_bound=ctx.eb_hook.describe(),
+            )
+        )
+    return writer
+
+
 def _due(step: int, every: int, last: int) -> bool:
     """True at every ``every``-th step (never when 0) and at the last step."""
     return bool(every and step % every == 0) or step == last
@@ -335,33 +373,12 @@ def train_and_evaluate(
         if is_main:
             tqdm.write(tag + text)
 
-    say(
-        f"devices: {mesh.size} x {jax.devices()[0].platform} over {nproc} process(es); "
-        f"data: {data_desc}"
-    )
-    exchange_desc = (
-        "compressed_all_to_all codec=" + config.codec
-        if config.compression == "on"
-        else "exact all_to_all"
-    )
-    say(f"exchange: {exchange_desc}; error bound: {ctx.eb_hook.describe()}")
-    say(ctx.placement.describe())
+    for line in describe_run(config, ctx, data_desc):
+        say(line)
     if start:
         say(f"resumed from step {start} (data position {position})")
     metrics_path = os.path.join(workdir, "metrics.jsonl")
-    writer = metrics_lib.MetricsWriter(metrics_path, start if config.resume else None, is_main)
-    if start == 0:
-        writer.write(
-            metrics_lib.ConfigRecord(
-                step=start,
-                config=config.to_dict(),
-                devices=mesh.size,
-                processes=nproc,
-                label=label,
-                data=data_desc,
-                error_bound=ctx.eb_hook.describe(),
-            )
-        )
+    writer = open_metrics(metrics_path, config, ctx, start, label=label, data=data_desc)
 
     def run_eval(step: int) -> dict:
         ev = evaluate(ctx, eval_step, state, eval_set, config.eval_batch_size)
