@@ -135,3 +135,10 @@ def test_help_names_the_entry_point_and_train_is_the_same_command():
     assert all(o.returncode == 0 for o in outs), [o.stderr[-2000:] for o in outs]
     assert outs[0].stdout == outs[1].stdout
     assert "--eb-base" in outs[0].stdout and "--kill-at-step" not in outs[0].stdout
+    # Flags that take the preset's value show it, not "None" (issue 13 item 13).
+    text = " ".join(outs[0].stdout.split())
+    assert "None" not in text
+    assert "--steps STEPS (preset: kaggle 500, terabyte 500, tiny 20)" in text
+    assert (
+        "--eb-schedule {linear,log,step,constant} iteration-wise schedule (preset: 'log')" in text
+    )

@@ -66,6 +66,7 @@ def _add_error_bound_flags(p: argparse.ArgumentParser) -> None:
             type=kind,
             choices=choices,
             default=None,
+            metavar=None if choices else _eb_flag(field)[2:].upper().replace("-", "_"),
             help=help_,
         )
     g.add_argument(
@@ -98,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Embedding-parallel DLRM with the compressed embedding all-to-all "
         "(jax_lossy_comm). Without --data it trains on SYNTHETIC Criteo-like data. "
-        "Flags shown with default None take the preset's value (configs/). "
+        "A flag not given takes the preset's value (configs/; shown per preset). "
         "`python -m models.dlrm.train` is the same command.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     g = p.add_argument_group("run")
     g.add_argument(
@@ -220,7 +221,38 @@ def build_parser() -> argparse.ArgumentParser:
     env_int = lambda k: int(os.environ[k]) if k in os.environ else None  # noqa: E731
     m.add_argument("--num-processes", type=int, default=env_int("JAX_NUM_PROCESSES"))
     m.add_argument("--process-id", type=int, default=env_int("JAX_PROCESS_ID"))
+    _show_preset_values(p)
     return p
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows ``(default: X)`` only for flags with a value of their own (not None)."""
+
+    def _get_help_string(self, action):
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _show_preset_values(p: argparse.ArgumentParser) -> None:
+    """Appends to the help of every flag that defaults to its preset's value what that value
+    is (``preset: 500`` or ``preset: kaggle 32, terabyte 64, tiny 8``)."""
+    configs = {name: get_config(name) for name in PRESETS}
+    for action in p._actions:
+        if action.default is not None or not action.option_strings:
+            continue
+        dest = action.dest
+        if dest.startswith("eb_") and dest[3:] in {f for f, *_ in _EB_FIELDS}:
+            values = {n: getattr(c.error_bound, dest[3:]) for n, c in configs.items()}
+        elif dest in {f.name for f in dataclasses.fields(Config)}:
+            values = {n: getattr(c, dest) for n, c in configs.items()}
+        else:
+            continue
+        if len(set(map(repr, values.values()))) == 1:
+            shown = repr(next(iter(values.values())))
+        else:
+            shown = ", ".join(f"{n} {v!r}" for n, v in values.items())
+        action.help = f"{action.help or ''} (preset: {shown})".strip().replace("%", "%%")
 
 
 def error_bound_from_flags(

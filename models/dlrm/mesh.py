@@ -17,7 +17,8 @@ AXIS = "devices"
 
 
 def make_mesh(devices=None) -> jax.sharding.Mesh:
-    """1-D mesh ``("devices",)`` over ``devices`` (default: all), Auto axis type."""
+    """1-D mesh ``("devices",)`` over ``devices`` (default: all), Auto axis type (inputs of
+    the jitted step need not be placed beforehand; see DESIGN.md's pitfalls)."""
     devices = list(jax.devices() if devices is None else devices)
     return jax.make_mesh(
         (len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
@@ -25,15 +26,28 @@ def make_mesh(devices=None) -> jax.sharding.Mesh:
 
 
 def select_devices(per_process: int = 0) -> list:
-    """The first ``per_process`` devices of every process (all when 0), process-major."""
+    """The first ``per_process`` devices of every process (all when 0), process-major.
+
+    ``Config.devices_per_process``: a run on fewer devices than the host has.
+    """
     by_proc: dict[int, list] = {}
     for d in jax.devices():
         by_proc.setdefault(d.process_index, []).append(d)
     return [d for p in sorted(by_proc) for d in by_proc[p][: per_process or None]]
 
 
-def state_shardings(abstract_state, mesh, table_shape):
-    """NamedShardings for a TrainState: arrays shaped like the table are sharded on axis 0."""
+def state_shardings(abstract_state, mesh: jax.sharding.Mesh, table_shape: tuple[int, ...]):
+    """NamedShardings for a train state: arrays shaped like the table are sharded on axis 0.
+
+    Args:
+      abstract_state: a pytree of arrays or ``jax.ShapeDtypeStruct`` (``jax.eval_shape``).
+      mesh: the mesh of ``make_mesh``.
+      table_shape: ``(P, R, dim)`` of the embedding buffer; its optimizer state has the same
+        shape and is sharded the same way. Everything else is replicated.
+
+    Returns:
+      The pytree of ``NamedSharding`` (``jit``'s ``in_shardings`` / ``out_shardings``).
+    """
 
     def one(x):
         spec = P(AXIS) if tuple(x.shape) == tuple(table_shape) else P()
@@ -42,8 +56,18 @@ def state_shardings(abstract_state, mesh, table_shape):
     return jax.tree.map(one, abstract_state)
 
 
-def to_global(batch_local: dict, mesh, global_rows: int) -> dict:
-    """Process-local numpy rows -> global jax arrays sharded on the batch axis."""
+def to_global(batch_local: dict, mesh: jax.sharding.Mesh, global_rows: int) -> dict:
+    """Process-local numpy rows -> global jax arrays sharded on the batch axis.
+
+    Args:
+      batch_local: name -> ``[global_rows / processes, ...]`` numpy array, this process's
+        consecutive block of the global batch.
+      mesh: the mesh of ``make_mesh``.
+      global_rows: B, rows of the global batch.
+
+    Returns:
+      name -> ``jax.Array[B, ...]`` sharded ``P("devices")``.
+    """
     sh = NamedSharding(mesh, P(AXIS))
     return {
         k: jax.make_array_from_process_local_data(sh, v, (global_rows,) + v.shape[1:])
@@ -52,7 +76,8 @@ def to_global(batch_local: dict, mesh, global_rows: int) -> dict:
 
 
 def to_host(x: jax.Array) -> np.ndarray:
-    """A replicated array as numpy, also when it spans several processes."""
+    """A replicated array as numpy, also when it spans several processes (reads this
+    process's first copy)."""
     return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
 
 
