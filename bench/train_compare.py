@@ -72,6 +72,8 @@ def run_flags(name: str, steps: int, early_stage_frac: float) -> list[str]:
             "on",
             "--codec",
             "auto",
+            "--eb-preset",
+            "uniform",
             "--eb-policy",
             "auto",
             "--eb-early-stage",
