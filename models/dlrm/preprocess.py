@@ -1,0 +1,668 @@
+"""Criteo text -> binary shards, once, streaming with bounded memory (issue 14).
+
+Reads Criteo Kaggle ``train.txt``, Criteo 1TB ``day_N`` (plain or ``.gz``) or the trainer's CSV
+layout (see ``input_pipeline``) and writes, per source file, one shard of three raw
+little-endian column files plus one ``manifest.json`` for the folder:
+
+* ``part-NNNNN.label``: float32[rows] (0.0 or 1.0)
+* ``part-NNNNN.dense``: float32[rows, 13], after ``input_pipeline.transform_dense``
+* ``part-NNNNN.ids``: int32[rows, 26], hashed into each table's rows (the ``--max-ind-range``
+  rule of ``input_pipeline.LineParser``)
+
+Row ``i`` of a shard is the ``i``-th usable line of its source, so a shard reader sees exactly
+the rows the text reader yields, in the same order, with bit-identical values.
+
+Parsing: pyarrow's CSV reader (Apache Arrow, C++; multi-threaded, streaming, a per-row callback
+for rows with the wrong field count, binary columns that skip UTF-8 validation, C++ gzip
+streams) tokenizes chunks of about ``chunk_bytes`` cut at line ends; the chunks are converted
+on a thread pool (pyarrow and numpy release the GIL) and written in order. Hex ids are decoded
+vectorized: every 8-character value is one unaligned 64-bit word, split into four 16-bit
+character pairs looked up in a 65536-entry table (value, or "not hex"). A chunk whose rows are
+not all plain (a row with the wrong field count, a whitespace-only line, a label other than 0
+or 1, a dense value pyarrow does not parse, an id that is not empty or 8 hex digits) is
+converted instead line by line by ``input_pipeline.LineParser`` itself, so bad lines get the
+text reader's treatment exactly: ``MalformedLineError`` naming ``file:line``, or, with
+``skip_bad_lines``, skipped and counted.
+
+Resume: the manifest is rewritten (atomically) after every finished source file; running the
+same command again skips finished files whose source and outputs still match and redoes the
+rest. Changed settings, a changed source or a manifest of another format version are errors.
+
+Usage::
+
+    python -m models.dlrm.preprocess /data/criteo/train.txt --out /data/kaggle_shards \\
+        --config kaggle --max-ind-range 10000000
+    python -m models.dlrm.preprocess '/data/tb/day_*.gz' --out /data/tb_shards \\
+        --data-format terabyte --config terabyte
+    python -m models.dlrm.preprocess --verify /data/kaggle_shards
+
+References:
+  facebookresearch/dlrm ``data_utils.py`` (transform, ``--max-ind-range``); the binary
+  layouts of TorchRec (``criteo`` numpy files) and NVIDIA's DLRM (split binary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from collections import deque
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from models.dlrm import input_pipeline as ip
+
+FORMAT = "jax_lossy_comm.criteo_shards"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+COLUMNS = {
+    # name: (numpy dtype, values per row)
+    "label": ("<f4", 1),
+    "dense": ("<f4", ip.NUM_DENSE),
+    "ids": ("<i4", ip.NUM_SPARSE),
+}
+TRANSFORM = {
+    "dense": "float32(log1p(max(x, 0))) of the float64 value; missing = 0",
+    "ids": "int(value, 16) (csv: CRC-32 of a non-hex value) modulo the table's rows; missing = 0",
+    "rows": "usable lines in source order; whitespace-only lines skipped",
+}
+_HASH_PIECE = 16 << 20
+_BLOCK_BYTES = 4 << 20  # pyarrow parse block: large blocks parse slower (cache)
+
+
+class ShardFormatError(ValueError):
+    """Shards or a manifest that cannot be used: another version, or outputs that do not match."""
+
+
+class SourceChangedError(RuntimeError):
+    """A source file changed while it was read, or since a resumed conversion recorded it."""
+
+
+# ------------------------------------------------------------------------------------------
+# Vectorized conversion of one chunk
+# ------------------------------------------------------------------------------------------
+
+
+def _hex_pair_table() -> np.ndarray:
+    table = np.full(1 << 16, 0xFFFF, np.uint16)
+    digits = {c: int(c, 16) for c in "0123456789abcdefABCDEF"}
+    for a, va in digits.items():
+        for b, vb in digits.items():
+            table[ord(a) | ord(b) << 8] = va * 16 + vb
+    return table
+
+
+_HEX_PAIRS = _hex_pair_table()
+_ZERO_WORD = np.frombuffer(b"00000000", "<u8")[0]
+
+
+def _decode_hex8(arr: pa.Array, rows: int) -> np.ndarray | None:
+    """uint32[n] ``int(v, 16) % rows`` of a binary column (empty = 0), None if not all plain."""
+    _, offsets_buf, data_buf = arr.buffers()
+    n = len(arr)
+    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, arr.offset * 4)
+    lengths = np.diff(offsets)
+    if np.bitwise_and(lengths, ~8).any():  # a length other than 0 or 8
+        return None
+    first, count = int(offsets[0]), int(offsets[-1] - offsets[0]) // 8
+    words = np.frombuffer(data_buf, "<u8", count, first) if count else np.empty(0, "<u8")
+    pairs = _HEX_PAIRS[words.view(np.uint16)]
+    if count and pairs.max() > 0xFF:
+        return None
+    values = pairs.astype(np.uint8).view(">u4").astype(np.uint32)  # first character first
+    values %= np.uint32(rows)
+    if count == n:
+        return values
+    out = np.zeros(n, np.uint32)
+    out[lengths == 8] = values
+    return out
+
+
+_DENSE_TABLE_SIZE = 1 << 16
+_DENSE_TABLE = ip.transform_dense(np.arange(_DENSE_TABLE_SIZE, dtype=np.float64))
+
+
+def _transform_dense(raw: np.ndarray) -> np.ndarray:
+    """``input_pipeline.transform_dense`` of float64 ``raw``, bit for bit, faster.
+
+    Integers in ``[0, 65536)`` (most Criteo counts) are looked up in a table made by
+    ``transform_dense`` itself, negatives map to 0.0 as the transform does, and the rest
+    (fractions, large values, NaN, -0.0) go through ``transform_dense``.
+    """
+    table_ok = (raw >= 0.0) & (raw < _DENSE_TABLE_SIZE) & ~np.signbit(raw)
+    index = np.where(table_ok, raw, 0.0).astype(np.int32)
+    table_ok &= index == raw
+    out = _DENSE_TABLE[index]
+    out[raw < 0.0] = 0.0
+    rest = ~(table_ok | (raw < 0.0))
+    if rest.any():
+        out[rest] = ip.transform_dense(raw[rest])
+    return out
+
+
+@dataclasses.dataclass
+class _Chunk:
+    label: np.ndarray  # float32[n]
+    dense: np.ndarray  # float32[n, 13]
+    ids: np.ndarray  # int32[n, 26]
+    lines: int  # lines of text in the chunk
+    bad_lines: int  # malformed lines skipped
+
+
+class _ChunkConverter:
+    """Converts chunks of one source file (complete lines) into columns; thread-safe."""
+
+    def __init__(self, path, data_format, table_rows, header, skip_bad_lines):
+        self.path, self.data_format, self.skip_bad_lines = path, data_format, skip_bad_lines
+        self.table_rows = tuple(int(r) for r in table_rows)
+        self.parser = ip.LineParser(data_format, self.table_rows, header)
+        if data_format == "csv":
+            num, picks = self.parser.num_columns, self.parser.columns
+            self.parse = pacsv.ParseOptions(delimiter=",")
+        else:
+            num, picks = ip.NUM_FIELDS, list(range(ip.NUM_FIELDS))
+            self.parse = pacsv.ParseOptions(
+                delimiter="\t", quote_char=False, double_quote=False, escape_char=False
+            )
+        self.names = [f"f{i}" for i in range(num)]
+        self.picks = [self.names[i] for i in picks]
+        # Numbers as int64 first (faster; Criteo's counts), then float64 (CSV writes 260.0).
+        numbers = [pa.float64()] if data_format == "csv" else [pa.int64(), pa.float64()]
+        self.converts = [self._convert_options(t) for t in numbers]
+
+    def _convert_options(self, number_type):
+        types = {name: number_type for name in self.picks[: 1 + ip.NUM_DENSE]}
+        types.update({name: pa.binary() for name in self.picks[1 + ip.NUM_DENSE :]})
+        return pacsv.ConvertOptions(
+            column_types=types,
+            include_columns=self.picks,
+            null_values=[""],
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        )
+
+    def __call__(self, chunk: memoryview, first_line: int, lines: int) -> _Chunk:
+        """Columns of a chunk of ``lines`` lines, the first being line ``first_line`` (1-based)."""
+        fast = self._fast(chunk)
+        if fast is not None:
+            return _Chunk(*fast, lines=lines, bad_lines=0)
+        return self._line_by_line(chunk, first_line, lines)
+
+    def _fast(self, chunk):
+        odd = []
+
+        def on_invalid_row(row):
+            odd.append(row.number)
+            return "skip"
+
+        options = pacsv.ParseOptions(
+            delimiter=self.parse.delimiter,
+            quote_char=self.parse.quote_char,
+            double_quote=self.parse.double_quote,
+            escape_char=self.parse.escape_char,
+            invalid_row_handler=on_invalid_row,
+        )
+        for convert in self.converts:
+            try:
+                table = pacsv.read_csv(
+                    pa.py_buffer(chunk),
+                    read_options=pacsv.ReadOptions(
+                        column_names=self.names, block_size=_BLOCK_BYTES, use_threads=False
+                    ),
+                    parse_options=options,
+                    convert_options=convert,
+                )
+                break
+            except pa.ArrowInvalid:  # a value not of this type: try the next
+                continue
+        else:  # no type fits some value: the line-by-line rules decide
+            return None
+        if odd:
+            return None
+        n = table.num_rows
+        if n == 0:
+            return _empty_columns()
+        columns = [table.column(name) for name in self.picks]
+        if columns[0].null_count:
+            return None
+        label = columns[0].to_numpy()
+        if not ((label == 0.0) | (label == 1.0)).all():
+            return None
+        dense = np.empty((ip.NUM_DENSE, n), np.float64)
+        for j, col in enumerate(columns[1 : 1 + ip.NUM_DENSE]):
+            dense[j] = col.fill_null(0.0).to_numpy()
+        ids = np.empty((ip.NUM_SPARSE, n), np.uint32)
+        for j, col in enumerate(columns[1 + ip.NUM_DENSE :]):
+            lo = 0
+            for part in col.chunks:  # one per parsed block: no concatenation of strings
+                decoded = _decode_hex8(part, self.table_rows[j])
+                if decoded is None:
+                    return None
+                ids[j, lo : lo + len(part)] = decoded
+                lo += len(part)
+        return (
+            label.astype(np.float32),
+            np.ascontiguousarray(_transform_dense(dense).T),
+            np.ascontiguousarray(ids.T).view(np.int32),
+        )
+
+    def _line_by_line(self, chunk, first_line, lines) -> _Chunk:
+        labels, dense, ids, bad = [], [], [], 0
+        for k, raw in enumerate(bytes(chunk).split(b"\n")):
+            if not raw.strip():
+                continue
+            try:
+                label, d, i = self.parser(raw.decode("utf-8", errors="replace"))
+            except ValueError as e:
+                if not self.skip_bad_lines:
+                    raise ip.MalformedLineError(
+                        f"{self.path}:{first_line + k}: malformed {self.data_format} line: {e}"
+                        " (use --skip-bad-lines to skip such lines)"
+                    ) from None
+                bad += 1
+                continue
+            labels.append(label)
+            dense.append(d)
+            ids.append(i)
+        if not labels:
+            return _Chunk(*_empty_columns(), lines=lines, bad_lines=bad)
+        return _Chunk(np.asarray(labels, np.float32), np.stack(dense), np.stack(ids), lines, bad)
+
+
+def _empty_columns():
+    return (
+        np.empty(0, np.float32),
+        np.empty((0, ip.NUM_DENSE), np.float32),
+        np.empty((0, ip.NUM_SPARSE), np.int32),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Reading a source file in chunks
+# ------------------------------------------------------------------------------------------
+
+
+def _is_gzip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def _source_stat(path: str) -> dict:
+    st = os.stat(path)
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _chunks(path: str, chunk_bytes: int, skip_header: bool):
+    """Yields ``(memoryview of whole lines, first line number, lines)`` of a plain or gzip file.
+
+    With ``skip_header`` the first line (a CSV header) is left out (numbering still counts it).
+
+    Raises:
+      ShardFormatError: a truncated or corrupt gzip stream (naming the file).
+    """
+    stream = pa.input_stream(path, compression="gzip" if _is_gzip(path) else None)
+    carry, line = b"", 1
+    try:
+        while True:
+            block = stream.read(chunk_bytes)
+            data = carry + block if carry else block
+            if skip_header and data:
+                cut = data.find(b"\n") + 1
+                if cut == 0 and block:
+                    carry = data
+                    continue
+                data, line, skip_header = data[cut:] if cut else b"", 2, False
+            if not block:
+                if data:
+                    yield memoryview(data), line, data.count(b"\n") + (data[-1:] != b"\n")
+                return
+            cut = data.rfind(b"\n") + 1
+            carry = data[cut:]
+            if cut == 0:
+                continue
+            lines = data.count(b"\n", 0, cut)
+            yield memoryview(data)[:cut], line, lines
+            line += lines
+    except OSError as e:
+        raise ShardFormatError(
+            f"{path}: cannot read to the end ({e}); the file is cut short "
+            "or corrupt, so no shard is written for it"
+        ) from None
+    finally:
+        stream.close()
+
+
+# ------------------------------------------------------------------------------------------
+# Output files
+# ------------------------------------------------------------------------------------------
+
+
+class _ColumnWriter:
+    """Appends arrays to ``path + '.tmp'``, hashing as it goes; ``finish`` renames it."""
+
+    def __init__(self, path: str):
+        self.path, self.bytes, self.sha = path, 0, hashlib.sha256()
+        self.file = open(path + ".tmp", "wb")
+
+    def write(self, array: np.ndarray) -> None:
+        view = memoryview(np.ascontiguousarray(array)).cast("B")
+        self.sha.update(view)
+        self.file.write(view)
+        self.bytes += len(view)
+
+    def finish(self) -> dict:
+        self.file.close()
+        os.replace(self.path + ".tmp", self.path)
+        return {
+            "file": os.path.basename(self.path),
+            "bytes": self.bytes,
+            "sha256": self.sha.hexdigest(),
+        }
+
+    def abort(self) -> None:
+        self.file.close()
+        if os.path.exists(self.path + ".tmp"):
+            os.remove(self.path + ".tmp")
+
+
+def file_sha256(path: str) -> str:
+    """Hex SHA-256 of a file's bytes, read in 16 MiB pieces."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        while piece := f.read(_HASH_PIECE):
+            sha.update(piece)
+    return sha.hexdigest()
+
+
+def _write_manifest(out_dir: str, manifest: dict) -> None:
+    tmp = os.path.join(out_dir, MANIFEST + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1)
+    os.replace(tmp, os.path.join(out_dir, MANIFEST))
+
+
+def read_manifest(out_dir: str) -> dict:
+    """The manifest of a shard folder, checked for format and version.
+
+    Raises:
+      FileNotFoundError: no manifest.json in ``out_dir``.
+      ShardFormatError: not a shard manifest, or another format version.
+    """
+    path = os.path.join(out_dir, MANIFEST)
+    with open(path) as f:
+        manifest = json.load(f)
+    if manifest.get("format") != FORMAT:
+        raise ShardFormatError(f"{path}: not a {FORMAT} manifest")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise ShardFormatError(
+            f"{path}: shard format version {manifest.get('version')}, this reader reads "
+            f"version {FORMAT_VERSION}; convert the text again with this version"
+        )
+    return manifest
+
+
+def verify_shards(out_dir: str, manifest: dict, *, checksums: bool = True) -> None:
+    """Checks every shard file against the manifest: size always, SHA-256 if ``checksums``.
+
+    Raises:
+      ShardFormatError: a missing file, a size or checksum that differs, or an unfinished
+        conversion.
+    """
+    if not manifest.get("complete"):
+        raise ShardFormatError(f"{out_dir}: the conversion has not finished (run it again)")
+    for shard in manifest["shards"]:
+        for name, (dtype, width) in COLUMNS.items():
+            entry = shard["files"][name]
+            path = os.path.join(out_dir, entry["file"])
+            want = shard["rows"] * width * np.dtype(dtype).itemsize
+            if entry["bytes"] != want:
+                raise ShardFormatError(
+                    f"{path}: manifest says {entry['bytes']} bytes, "
+                    f"{shard['rows']} rows need {want}"
+                )
+            if not os.path.isfile(path):
+                raise ShardFormatError(f"{path}: missing (listed in the manifest)")
+            size = os.path.getsize(path)
+            if size != want:
+                raise ShardFormatError(f"{path}: {size} bytes, the manifest says {want}")
+            if checksums and file_sha256(path) != entry["sha256"]:
+                raise ShardFormatError(f"{path}: SHA-256 differs from the manifest (corrupt)")
+
+
+# ------------------------------------------------------------------------------------------
+# Conversion
+# ------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Report:
+    """What a conversion did: rows and lines written, bad lines skipped, seconds, bytes out."""
+
+    rows: int
+    lines: int
+    bad_lines: int
+    seconds: float
+    output_bytes: int
+    files_converted: int
+    files_skipped: int
+
+
+def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progress):
+    csv_header = converter.data_format == "csv"
+    writers = {name: _ColumnWriter(os.path.join(out_dir, f"{shard}.{name}")) for name in COLUMNS}
+    before = _source_stat(path)
+    rows = lines = bad = 0
+    try:
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            pending = deque()
+
+            def drain(limit):
+                nonlocal rows, lines, bad
+                while len(pending) > limit:
+                    part = pending.popleft().result()
+                    for name in COLUMNS:
+                        writers[name].write(getattr(part, name))
+                    rows, lines, bad = (
+                        rows + len(part.label),
+                        lines + part.lines,
+                        bad + part.bad_lines,
+                    )
+                    if progress is not None:
+                        progress.update(part.lines)
+
+            for chunk, first_line, count in _chunks(path, chunk_bytes, csv_header):
+                pending.append(pool.submit(converter, chunk, first_line, count))
+                drain(threads)
+            drain(0)
+        if _source_stat(path) != before:
+            raise SourceChangedError(
+                f"{path} changed while it was read (size or mtime); "
+                "convert it again when it is complete"
+            )
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    files = {name: w.finish() for name, w in writers.items()}
+    return {
+        "name": shard,
+        "source": {"path": os.path.abspath(path), **before},
+        "rows": rows,
+        "lines": lines,
+        "bad_lines": bad,
+        "files": files,
+    }
+
+
+def convert(
+    sources,
+    out_dir: str,
+    *,
+    data_format: str,
+    table_rows,
+    skip_bad_lines: bool = False,
+    chunk_bytes: int = 32 << 20,
+    threads: int | None = None,
+    progress: bool = True,
+) -> Report:
+    """Converts Criteo text files to shards in ``out_dir`` (resuming a conversion there).
+
+    Args:
+      sources: file, folder or glob (``input_pipeline.expand_paths``), or a list of files;
+        plain or gzip (detected by its magic bytes), read in order.
+      out_dir: output folder (created); holds ``manifest.json`` and the shard files.
+      data_format: "kaggle", "terabyte" or "csv" (as the trainer's ``--data-format``).
+      table_rows: 26 ints, rows per table (ids are taken modulo them).
+      skip_bad_lines: skip and count malformed lines instead of raising.
+      chunk_bytes: text bytes per chunk (memory is about ``(threads + 2) * 6 * chunk_bytes``).
+      threads: chunks converted at once (default: CPU count).
+      progress: show a tqdm bar of lines (rate in lines/s).
+
+    Returns:
+      A ``Report``.
+
+    Raises:
+      MalformedLineError: a bad line (``path:line``) unless ``skip_bad_lines``.
+      ShardFormatError: a truncated gzip, a manifest in ``out_dir`` of another version, or
+        with other settings or sources, or finished shards that no longer match it.
+      SourceChangedError: a source file changed while read or since it was converted.
+      FileNotFoundError: no source file.
+    """
+    paths = list(sources) if not isinstance(sources, str) else ip.expand_paths(sources)
+    if not paths:
+        raise FileNotFoundError("no source files")
+    table_rows = [int(r) for r in table_rows]
+    threads = threads or os.cpu_count() or 1
+    os.makedirs(out_dir, exist_ok=True)
+    settings = {
+        "data_format": data_format,
+        "table_rows": table_rows,
+        "skip_bad_lines": bool(skip_bad_lines),
+    }
+    names = [os.path.abspath(p) for p in paths]
+    done = []
+    if os.path.exists(os.path.join(out_dir, MANIFEST)):
+        old = read_manifest(out_dir)
+        if old["settings"] != settings or old["sources"] != names:
+            raise ShardFormatError(
+                f"{out_dir} holds shards of other settings or sources ({old['settings']}, "
+                f"{len(old['sources'])} sources); use another folder or delete it"
+            )
+        for shard in old["shards"]:
+            if _source_stat(shard["source"]["path"]) != {
+                k: shard["source"][k] for k in ("bytes", "mtime_ns")
+            }:
+                raise SourceChangedError(
+                    f"{shard['source']['path']} changed since it was "
+                    f"converted into {shard['name']}; use a new folder"
+                )
+        verify_shards(out_dir, dict(old, complete=True), checksums=False)
+        done = old["shards"]
+    manifest = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "settings": settings,
+        "transform": TRANSFORM,
+        "columns": {k: {"dtype": d, "per_row": w} for k, (d, w) in COLUMNS.items()},
+        "sources": names,
+        "shards": list(done),
+        "complete": False,
+    }
+    _write_manifest(out_dir, manifest)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(unit=" lines", unit_scale=True, dynamic_ncols=True, file=sys.stderr)
+    start = time.perf_counter()
+    try:
+        for k in range(len(done), len(paths)):
+            path = paths[k]
+            header = ip._read_header(path) if data_format == "csv" else None
+            converter = _ChunkConverter(path, data_format, table_rows, header, skip_bad_lines)
+            if bar is not None:
+                bar.set_description(os.path.basename(path))
+            manifest["shards"].append(
+                _convert_file(path, f"part-{k:05d}", out_dir, converter, chunk_bytes, threads, bar)
+            )
+            _write_manifest(out_dir, manifest)
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    manifest["rows"] = sum(s["rows"] for s in manifest["shards"])
+    manifest["bad_lines"] = sum(s["bad_lines"] for s in manifest["shards"])
+    manifest["complete"] = True
+    _write_manifest(out_dir, manifest)
+    new = manifest["shards"][len(done) :]
+    return Report(
+        rows=sum(s["rows"] for s in new),
+        lines=sum(s["lines"] for s in new),
+        bad_lines=sum(s["bad_lines"] for s in new),
+        seconds=seconds,
+        output_bytes=sum(f["bytes"] for s in new for f in s["files"].values()),
+        files_converted=len(new),
+        files_skipped=len(done),
+    )
+
+
+def main(argv=None) -> int:
+    """The command line (see the module docstring)."""
+    from models.dlrm.configs import get_config
+
+    p = argparse.ArgumentParser(
+        prog="python -m models.dlrm.preprocess",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("sources", nargs="*", help="files, folders or globs, in order")
+    p.add_argument("--out", help="output folder of shards")
+    p.add_argument("--data-format", default="kaggle", choices=("kaggle", "terabyte", "csv"))
+    p.add_argument("--config", default="kaggle", help="preset whose tables to use")
+    p.add_argument(
+        "--max-ind-range", type=int, default=None, help="cap on table rows (default: the preset's)"
+    )
+    p.add_argument("--skip-bad-lines", action="store_true")
+    p.add_argument("--chunk-mb", type=int, default=32)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--verify", metavar="DIR", help="check a shard folder's sizes and SHA-256")
+    a = p.parse_args(argv)
+    if a.verify:
+        verify_shards(a.verify, read_manifest(a.verify))
+        print(f"{a.verify}: every shard matches its manifest")
+        return 0
+    if not a.sources or not a.out:
+        p.error("give source files and --out (or --verify DIR)")
+    cfg = get_config(a.config)
+    if a.max_ind_range is not None:
+        cfg = dataclasses.replace(cfg, max_ind_range=a.max_ind_range)
+    paths = [f for s in a.sources for f in ip.expand_paths(s)]
+    r = convert(
+        paths,
+        a.out,
+        data_format=a.data_format,
+        table_rows=cfg.table_rows(),
+        skip_bad_lines=a.skip_bad_lines,
+        chunk_bytes=a.chunk_mb << 20,
+        threads=a.threads or None,
+        progress=not a.no_progress,
+    )
+    print(
+        f"{r.rows} rows from {r.lines} lines of {r.files_converted} files "
+        f"({r.files_skipped} already done), {r.bad_lines} bad lines skipped, "
+        f"{r.output_bytes / 1e9:.2f} GB in {r.seconds:.1f} s "
+        f"({r.lines / max(r.seconds, 1e-9):,.0f} lines/s) -> {a.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
