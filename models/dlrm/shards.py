@@ -1,0 +1,321 @@
+"""A fast, resumable loader of the binary shards ``models.dlrm.preprocess`` writes (issue 14).
+
+``ShardDataset`` memory-maps a shard folder (one ``np.memmap`` per column file, checked
+against the manifest: format version, sizes, optionally SHA-256). ``ShardStream`` cuts it into
+training batches the way the text reader (``input_pipeline.CriteoFileStream``) does, so the two
+give the same batches from the same text when shuffling is off:
+
+* Rows: dataset row ``r`` is a training row unless ``holdout_every > 0`` and
+  ``r % holdout_every == 0`` (those are the evaluation rows, ``eval_set``).
+* Order: epochs of the training rows. Within an epoch, contiguous blocks of ``block_rows``
+  dataset rows come in the order of ``np.random.default_rng([seed, epoch]).permutation`` when
+  ``shuffle`` is on, in file order otherwise. A batch may span the end of an epoch.
+* Processes: global batch ``g`` is stream positions ``[g * B, (g + 1) * B)`` (``B = local_batch
+  * num_processes``); process ``p`` takes ``[g * B + p * local_batch, ...)`` and reads only those
+  rows. The text reader gives the same shares.
+* Resume: the stream is a pure function of ``(dataset, seed, shuffle, block_rows,
+  holdout_every, train_index)``; ``position()`` is a JSON-able dict holding ``train_index``
+  (global training rows consumed by the batches returned so far) and the settings, to be saved
+  in the checkpoint. Prefetched batches not yet returned do not count.
+* Prefetch: a background thread prepares the next ``prefetch`` batches (numpy copies release
+  the GIL), so reading overlaps the device step; ``wait_seconds`` sums the time ``next_batch``
+  waited for it.
+
+References:
+  Criteo binary layouts of TorchRec (numpy files per day, memory-mapped) and NVIDIA's DLRM
+  (split binary); the text reader's rules in ``input_pipeline``.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+
+import numpy as np
+
+from models.dlrm import preprocess
+
+NAMES = tuple(preprocess.COLUMNS)
+
+
+class ShardDataset:
+    """The rows of a shard folder, memory-mapped (nothing is read until it is used).
+
+    Args:
+      directory: a folder written by ``preprocess.convert``.
+      checksums: also check every file's SHA-256 against the manifest (reads everything once;
+        sizes are always checked).
+
+    Attributes:
+      num_rows: rows of all shards, in source order.
+      table_rows: rows per table the ids were hashed into (26 ints).
+      manifest: the manifest dict.
+
+    Raises:
+      FileNotFoundError: no manifest in ``directory``.
+      preprocess.ShardFormatError: another format version, an unfinished conversion, a
+        missing file, or a size or checksum other than the manifest's.
+    """
+
+    def __init__(self, directory: str, *, checksums: bool = False):
+        self.directory = directory
+        self.manifest = preprocess.read_manifest(directory)
+        preprocess.verify_shards(directory, self.manifest, checksums=checksums)
+        self.table_rows = tuple(self.manifest["settings"]["table_rows"])
+        self.data_format = self.manifest["settings"]["data_format"]
+        shards = [s for s in self.manifest["shards"] if s["rows"] > 0]
+        self._starts = np.cumsum([0] + [s["rows"] for s in shards]).astype(np.int64)
+        self.num_rows = int(self._starts[-1])
+        self._maps = {
+            name: [
+                np.memmap(
+                    os.path.join(directory, s["files"][name]["file"]),
+                    dtype=dtype,
+                    mode="r",
+                    shape=(s["rows"], width),
+                )
+                for s in shards
+            ]
+            for name, (dtype, width) in preprocess.COLUMNS.items()
+        }
+
+    def empty(self, rows: int) -> dict[str, np.ndarray]:
+        """Uninitialized column arrays for ``rows`` rows (label [rows, 1])."""
+        return {
+            name: np.empty((rows, width), dtype)
+            for name, (dtype, width) in preprocess.COLUMNS.items()
+        }
+
+    def read(self, start: int, stop: int, out: dict, at: int) -> None:
+        """Copies dataset rows ``[start, stop)`` into ``out[name][at : at + stop - start]``."""
+        shard = int(np.searchsorted(self._starts, start, side="right")) - 1
+        while start < stop:
+            end = min(stop, int(self._starts[shard + 1]))
+            lo, hi = start - int(self._starts[shard]), end - int(self._starts[shard])
+            for name in NAMES:
+                out[name][at : at + hi - lo] = self._maps[name][shard][lo:hi]
+            at, start, shard = at + hi - lo, end, shard + 1
+
+    def take(self, rows: np.ndarray, out: dict, at: int) -> None:
+        """Copies dataset rows ``rows`` (int64, increasing) into ``out`` from ``at`` on."""
+        bounds = np.searchsorted(rows, self._starts[1:-1])
+        for shard, part in enumerate(np.split(rows, bounds)):
+            if len(part):
+                local = part - self._starts[shard]
+                for name in NAMES:
+                    np.take(
+                        self._maps[name][shard], local, axis=0, out=out[name][at : at + len(part)]
+                    )
+                at += len(part)
+
+
+def _as_batch(columns: dict) -> dict[str, np.ndarray]:
+    """Column arrays -> the trainer's batch dict (``input_pipeline.CriteoFileStream``)."""
+    return {
+        "dense": columns["dense"],
+        "ids": columns["ids"][:, :, None],
+        "label": columns["label"][:, 0],
+    }
+
+
+def eval_set(dataset: ShardDataset, max_rows: int, holdout_every: int = 0) -> dict:
+    """The evaluation rows: the first ``max_rows`` held-out rows (``r % holdout_every == 0``),
+    or with ``holdout_every <= 0`` the first ``max_rows`` rows (a separate evaluation folder).
+
+    Returns:
+      ``dense`` float32[n, 13], ``ids`` int32[n, 26, 1], ``label`` float32[n].
+
+    Raises:
+      ValueError: no rows.
+    """
+    if holdout_every > 0:
+        rows = np.arange(0, dataset.num_rows, holdout_every, dtype=np.int64)[:max_rows]
+    else:
+        rows = np.arange(min(max_rows, dataset.num_rows), dtype=np.int64)
+    if not len(rows):
+        raise ValueError(f"no evaluation rows in {dataset.directory}")
+    out = dataset.empty(len(rows))
+    dataset.take(rows, out, 0)
+    return _as_batch(out)
+
+
+class _Order:
+    """Where each training row of the stream lies: blocks, epochs, held-out rows."""
+
+    def __init__(self, num_rows, block_rows, holdout_every, shuffle, seed):
+        if holdout_every == 1:
+            raise ValueError("holdout_every=1 holds out every row")
+        self.h, self.shuffle, self.seed = holdout_every, shuffle, seed
+        bounds = np.minimum(np.arange(0, num_rows + block_rows, block_rows), num_rows)
+        bounds = np.unique(bounds)
+        # Training rows before each block bound, in file order (the "natural" train index).
+        self.train_before = self._train_below(bounds)
+        self.block_train = np.diff(self.train_before)
+        self.rows_per_epoch = int(self.train_before[-1])
+        if self.rows_per_epoch == 0:
+            raise ValueError("the dataset has no training rows")
+        self._epoch, self._perm, self._cum = None, None, None
+
+    def _train_below(self, x):
+        """Training rows among dataset rows ``[0, x)``."""
+        x = np.asarray(x, np.int64)
+        return x - (x + self.h - 1) // self.h if self.h > 0 else x
+
+    def dataset_rows(self, t0, t1):
+        """Dataset rows of natural train indices ``[t0, t1)`` (int64, increasing)."""
+        t = np.arange(t0, t1, dtype=np.int64)
+        return t + t // (self.h - 1) + 1
+
+    def _epoch_order(self, epoch):
+        if epoch != self._epoch:
+            n = len(self.block_train)
+            perm = (
+                np.random.default_rng([self.seed, epoch]).permutation(n)
+                if self.shuffle
+                else np.arange(n)
+            )
+            self._epoch, self._perm = epoch, perm
+            self._cum = np.concatenate([[0], np.cumsum(self.block_train[perm])])
+        return self._perm, self._cum
+
+    def segments(self, start, stop):
+        """Natural train-index ranges ``(t0, t1)`` of stream positions ``[start, stop)``."""
+        while start < stop:
+            epoch, offset = divmod(start, self.rows_per_epoch)
+            perm, cum = self._epoch_order(epoch)
+            k = int(np.searchsorted(cum, offset, side="right")) - 1
+            take = min(stop - start, int(cum[k + 1]) - offset)
+            t0 = int(self.train_before[perm[k]]) + offset - int(cum[k])
+            yield t0, t0 + take
+            start += take
+
+
+class ShardStream:
+    """Training batches of one process from a ``ShardDataset`` (see the module docstring).
+
+    Args:
+      dataset: the shards.
+      local_batch: rows per batch of this process (global batch / processes).
+      seed: seed of the block order (with ``shuffle``).
+      shuffle: shuffle the blocks of every epoch (False: file order, as the text reader).
+      block_rows: rows of a shuffled block (contiguous in the files).
+      holdout_every: every ``holdout_every``-th row (0-based ``r % holdout_every == 0``) is
+        for evaluation only; 0 = none.
+      process_index, num_processes: this process's share.
+      prefetch: batches prepared ahead by a background thread (0: read in ``next_batch``).
+      position: a ``position()`` of an earlier stream with the same settings, to resume.
+
+    Raises:
+      ValueError: a ``position`` made with other settings or another dataset; no training rows.
+    """
+
+    def __init__(
+        self,
+        dataset: ShardDataset,
+        local_batch: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = True,
+        block_rows: int = 4096,
+        holdout_every: int = 0,
+        process_index: int = 0,
+        num_processes: int = 1,
+        prefetch: int = 2,
+        position: dict | None = None,
+    ):
+        self.dataset, self.local_batch = dataset, int(local_batch)
+        self.process_index, self.num_processes = process_index, num_processes
+        self._settings = {
+            "source": "shards",
+            "rows": dataset.num_rows,
+            "seed": int(seed),
+            "shuffle": bool(shuffle),
+            "block_rows": int(block_rows),
+            "holdout_every": int(holdout_every),
+        }
+        self._order = _Order(dataset.num_rows, block_rows, holdout_every, shuffle, seed)
+        self.train_index = 0
+        if position:
+            mismatch = {
+                k: (position.get(k), v) for k, v in self._settings.items() if position.get(k) != v
+            }
+            if mismatch:
+                raise ValueError(
+                    f"cannot resume: the position was made with other settings "
+                    f"(saved, now): {mismatch}"
+                )
+            self.train_index = int(position["train_index"])
+        self.wait_seconds = 0.0
+        self._prefetch = prefetch
+        self._queue, self._thread, self._stop = None, None, threading.Event()
+
+    def position(self) -> dict:
+        """JSON-able position after the last batch returned (goes into the checkpoint)."""
+        epoch = self.train_index // self._order.rows_per_epoch
+        return dict(self._settings, train_index=self.train_index, epoch=epoch)
+
+    def _batch_at(self, train_index: int) -> dict[str, np.ndarray]:
+        start = train_index + self.process_index * self.local_batch
+        out = self.dataset.empty(self.local_batch)
+        at = 0
+        for t0, t1 in self._order.segments(start, start + self.local_batch):
+            if self._order.h > 0:
+                self.dataset.take(self._order.dataset_rows(t0, t1), out, at)
+            else:
+                self.dataset.read(t0, t1, out, at)
+            at += t1 - t0
+        return _as_batch(out)
+
+    def _produce(self, train_index: int) -> None:
+        step = self.local_batch * self.num_processes
+        try:
+            while not self._stop.is_set():
+                item = (self._batch_at(train_index), train_index + step)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                train_index += step
+        except BaseException as e:  # handed to next_batch
+            self._queue.put((e, None))
+
+    def next_batch(self) -> dict[str, np.ndarray]:
+        """This process's next batch: ``dense`` float32[b, 13], ``ids`` int32[b, 26, 1],
+        ``label`` float32[b] (b = ``local_batch``)."""
+        if self._prefetch <= 0:
+            batch = self._batch_at(self.train_index)
+            self.train_index += self.local_batch * self.num_processes
+            return batch
+        if self._thread is None:
+            self._queue = queue.Queue(self._prefetch)
+            self._thread = threading.Thread(
+                target=self._produce,
+                args=(self.train_index,),
+                daemon=True,
+                name="shard-prefetch",
+            )
+            self._thread.start()
+        t = time.perf_counter()
+        batch, after = self._queue.get()
+        self.wait_seconds += time.perf_counter() - t
+        if after is None:
+            raise batch
+        self.train_index = after
+        return batch
+
+    def close(self) -> None:
+        """Stops the prefetch thread (the stream cannot be used afterwards)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
