@@ -352,7 +352,7 @@ class _ColumnWriter:
         self.file = open(path + ".tmp", "wb")
 
     def write(self, array: np.ndarray) -> None:
-        view = memoryview(np.ascontiguousarray(array)).cast("B")
+        view = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
         self.sha.update(view)
         self.file.write(view)
         self.bytes += len(view)

@@ -1,0 +1,297 @@
+"""Preprocessing Criteo text into shards (models/dlrm/preprocess.py, issue 14): the shards hold
+bit for bit what the text reader yields (real rows, generated rows, odd lines, chunk edges),
+bad lines and bad input give clear errors, and conversions resume file by file."""
+
+import gzip
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from bench.input_bench import criteo_text
+from models.dlrm import input_pipeline as ip
+from models.dlrm import preprocess as pp
+from models.dlrm import shards
+from models.dlrm.configs import get_config
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+KAGGLE = os.path.join(DATA, "criteo_kaggle")
+TERABYTE = os.path.join(DATA, "criteo_terabyte")
+ROWS = get_config("kaggle").table_rows()
+needs_data = pytest.mark.skipif(
+    not os.path.isdir(KAGGLE), reason="../shared/data (real Criteo rows) is not present"
+)
+
+
+def text_rows(paths, data_format, skip_bad_lines=False):
+    """Every row the text reader yields from ``paths`` (one pass), as shard columns."""
+    labels, dense, ids, bad = [], [], [], 0
+    for path in paths:
+        header = ip._read_header(path) if data_format == "csv" else None
+        parser = ip.LineParser(data_format, ROWS, header)
+        for _, _, text in ip._Lines([path], data_format):
+            try:
+                label, d, i = parser(text)
+            except ValueError:
+                assert skip_bad_lines
+                bad += 1
+                continue
+            labels.append(label)
+            dense.append(d)
+            ids.append(i)
+    return np.asarray(labels, np.float32), np.stack(dense), np.stack(ids), bad
+
+
+def shard_rows(directory):
+    ds = shards.ShardDataset(directory, checksums=True)
+    out = ds.empty(ds.num_rows)
+    ds.read(0, ds.num_rows, out, 0)
+    return out["label"][:, 0], out["dense"], out["ids"]
+
+
+def assert_same_rows(directory, paths, data_format, skip_bad_lines=False):
+    label, dense, ids, bad = text_rows(paths, data_format, skip_bad_lines)
+    got = shard_rows(directory)
+    assert got[0].tobytes() == label.tobytes()
+    assert got[1].tobytes() == dense.tobytes()  # bit-identical floats
+    assert got[2].tobytes() == ids.tobytes()
+    manifest = pp.read_manifest(directory)
+    assert manifest["rows"] == len(label) and manifest["bad_lines"] == bad
+    return manifest
+
+
+def convert(sources, out, data_format="kaggle", **kw):
+    kw.setdefault("progress", False)
+    return pp.convert(sources, str(out), data_format=data_format, table_rows=ROWS, **kw)
+
+
+@needs_data
+def test_real_kaggle_terabyte_and_csv_rows(tmp_path):
+    files = [os.path.join(KAGGLE, f"dac_head8000_split_{s}.tsv") for s in ("train", "dev", "test")]
+    r = convert(files, tmp_path / "kaggle")
+    assert (r.rows, r.lines, r.bad_lines, r.files_converted) == (8000, 8000, 0, 3)
+    m = assert_same_rows(tmp_path / "kaggle", files, "kaggle")
+    assert [s["rows"] for s in m["shards"]] == [7200, 409, 391]
+    assert [s["source"]["bytes"] for s in m["shards"]] == [1744474, 98922, 95122]
+    tb = [os.path.join(TERABYTE, "day0_head1000.tsv")]
+    assert convert(tb, tmp_path / "tb", "terabyte").rows == 1000
+    assert_same_rows(tmp_path / "tb", tb, "terabyte")
+    csv = [os.path.join(KAGGLE, "deepctr_criteo_sample_200.csv")]
+    assert convert(csv, tmp_path / "csv", "csv").rows == 200
+    assert_same_rows(tmp_path / "csv", csv, "csv")
+
+
+@needs_data
+def test_real_terabyte_gzip_equals_plain(tmp_path):
+    src = os.path.join(TERABYTE, "day0_head1000.tsv")
+    gz = tmp_path / "day_0.gz"
+    gz.write_bytes(gzip.compress(open(src, "rb").read()))
+    convert([src], tmp_path / "plain", "terabyte")
+    convert([str(gz)], tmp_path / "gz", "terabyte")
+    a, b = (pp.read_manifest(tmp_path / d)["shards"][0]["files"] for d in ("plain", "gz"))
+    assert {k: v["sha256"] for k, v in a.items()} == {k: v["sha256"] for k, v in b.items()}
+
+
+def test_generated_rows_across_chunk_edges(tmp_path):
+    src = tmp_path / "train.txt"
+    src.write_bytes(criteo_text(3000, seed=5))
+    convert([str(src)], tmp_path / "big", chunk_bytes=32 << 20)
+    convert([str(src)], tmp_path / "small", chunk_bytes=3000, threads=2)  # ~250 chunks
+    assert_same_rows(tmp_path / "small", [str(src)], "kaggle")
+    a, b = (pp.read_manifest(tmp_path / d)["shards"][0]["files"] for d in ("big", "small"))
+    assert a == b
+
+
+def _odd_file(path, base_seed=7):
+    good = criteo_text(6, seed=base_seed).decode().splitlines(keepends=True)
+    fields = good[0].rstrip("\n").split("\t")
+    variants = [
+        good[1].replace("\n", "\r\n"),  # CRLF: usable
+        "   \n",  # whitespace only: skipped, not counted
+        "\n",
+        "\t".join(["1.0"] + fields[1:]) + "\n",  # label 1.0: usable
+        "\t".join(fields[:1] + ["1e2", " 7", "-0"] + fields[4:]) + "\n",  # odd floats: usable
+        "\t".join(fields[:14] + ["ABCDEF01"] + fields[15:]) + "\n",  # upper-case hex: usable
+        "\t".join(fields[:14] + ["1234567890"] + fields[15:]) + "\n",  # 10 hex digits: usable
+        "\t".join(fields[:14] + ["abc"] + fields[15:]) + "\n",  # 3 hex digits: usable
+        "\t".join(fields[:14] + ["xyz"] + fields[15:]) + "\n",  # not hex: bad
+        "\t".join(fields[:-1]) + "\n",  # 39 fields: bad
+        "\t".join(["2"] + fields[1:]) + "\n",  # label 2: bad
+        "\t".join(fields[:2] + ["seven"] + fields[3:]) + "\n",  # bad integer
+        good[2],
+        good[3].rstrip("\n"),  # last line without a newline
+    ]
+    path.write_text("".join(good[4:6] + variants))
+    return 4  # bad lines
+
+
+def test_odd_lines_match_the_text_reader(tmp_path):
+    src = tmp_path / "odd.txt"
+    bad = _odd_file(src)
+    for chunk in (1 << 20, 200):
+        out = tmp_path / f"out{chunk}"
+        r = convert([str(src)], out, skip_bad_lines=True, chunk_bytes=chunk)
+        assert (r.bad_lines, r.rows, r.lines) == (bad, 10, 16)
+        assert_same_rows(out, [str(src)], "kaggle", skip_bad_lines=True)
+
+
+def test_bad_line_error_names_file_and_line(tmp_path):
+    src = tmp_path / "day_3"
+    good = criteo_text(50, seed=3).decode().splitlines(keepends=True)
+    good[36] = good[36].replace("\t", " ", 1)
+    src.write_text("".join(good))
+    text = ip.CriteoFileStream([str(src)], "kaggle", ROWS, 64)
+    with pytest.raises(ip.MalformedLineError) as want:
+        text.next_batch()
+    for chunk in (1 << 20, 500):
+        with pytest.raises(ip.MalformedLineError) as got:
+            convert([str(src)], tmp_path / f"o{chunk}", chunk_bytes=chunk)
+        assert str(got.value) == str(want.value)
+        assert f"{src}:37:" in str(got.value)
+        assert not (tmp_path / f"o{chunk}" / "part-00000.ids").exists()
+
+
+def test_csv_header_columns_in_any_order(tmp_path):
+    names = ["C3", "label"] + [f"I{i}" for i in range(1, 14)] + ["x"]
+    names += [f"C{i}" for i in range(1, 27) if i != 3]
+    rows = []
+    rng = np.random.default_rng(0)
+    for k in range(40):
+        cells = {"label": str(k % 2), "x": "zz"}
+        cells.update({f"I{i}": f"{rng.integers(0, 500)}.0" if k % 3 else "" for i in range(1, 14)})
+        cells.update({f"C{i}": f"{rng.integers(0, 2**32):08x}" for i in range(1, 27)})
+        cells["C7"] = "not-hex" if k % 5 == 0 else cells["C7"]
+        rows.append(",".join(cells[n] for n in names))
+    src = tmp_path / "sample.csv"
+    src.write_text(",".join(names) + "\n" + "\n".join(rows) + "\n")
+    assert convert([str(src)], tmp_path / "o", "csv").rows == 40
+    assert_same_rows(tmp_path / "o", [str(src)], "csv")
+
+
+def test_truncated_gzip_is_an_error(tmp_path):
+    data = gzip.compress(criteo_text(20000, seed=1))
+    src = tmp_path / "day_0.gz"
+    src.write_bytes(data[: len(data) // 2])
+    with pytest.raises(pp.ShardFormatError, match="day_0.gz: cannot read to the end"):
+        convert([str(src)], tmp_path / "o", "terabyte")
+    assert not pp.read_manifest(tmp_path / "o")["complete"]
+    assert not (tmp_path / "o" / "part-00000.label").exists()
+    with pytest.raises(pp.ShardFormatError, match="not finished"):
+        shards.ShardDataset(str(tmp_path / "o"))
+
+
+def test_file_changing_while_read_is_an_error(tmp_path, monkeypatch):
+    src = tmp_path / "train.txt"
+    src.write_bytes(criteo_text(2000, seed=1))
+    chunks = pp._chunks
+
+    def growing(path, chunk_bytes, skip_header):
+        for k, item in enumerate(chunks(path, chunk_bytes, skip_header)):
+            if k == 1:
+                with open(path, "ab") as f:
+                    f.write(criteo_text(10, seed=2))
+            yield item
+
+    monkeypatch.setattr(pp, "_chunks", growing)
+    with pytest.raises(pp.SourceChangedError, match="changed while it was read"):
+        convert([str(src)], tmp_path / "o", chunk_bytes=50_000)
+    assert not (tmp_path / "o" / "part-00000.label").exists()
+
+
+def _three_files(tmp_path):
+    paths = []
+    for k in range(3):
+        p = tmp_path / f"day_{k}"
+        p.write_bytes(criteo_text(500 + 100 * k, seed=10 + k))
+        paths.append(str(p))
+    return paths
+
+
+def test_resume_file_by_file(tmp_path, monkeypatch):
+    paths = _three_files(tmp_path)
+    convert(paths, tmp_path / "fresh")
+    real = pp._convert_file
+
+    def dies_on_second(path, shard, *a):
+        if shard == "part-00001":
+            raise KeyboardInterrupt
+        return real(path, shard, *a)
+
+    monkeypatch.setattr(pp, "_convert_file", dies_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        convert(paths, tmp_path / "resumed")
+    m = pp.read_manifest(tmp_path / "resumed")
+    assert not m["complete"] and len(m["shards"]) == 1
+    monkeypatch.setattr(pp, "_convert_file", real)
+    r = convert(paths, tmp_path / "resumed")
+    assert (r.files_skipped, r.files_converted, r.rows) == (1, 2, 600 + 700)
+    a, b = (pp.read_manifest(tmp_path / d) for d in ("fresh", "resumed"))
+    assert [s["files"] for s in a["shards"]] == [s["files"] for s in b["shards"]]
+    assert b["complete"] and b["rows"] == 1800
+    # Nothing left to do: a third run converts nothing.
+    assert convert(paths, tmp_path / "resumed").files_converted == 0
+
+
+def test_resume_refuses_changed_sources_and_settings(tmp_path):
+    paths = _three_files(tmp_path)
+    convert(paths, tmp_path / "o")
+    with pytest.raises(pp.ShardFormatError, match="other settings or sources"):
+        convert(paths[:2], tmp_path / "o")
+    with pytest.raises(pp.ShardFormatError, match="other settings or sources"):
+        convert(paths, tmp_path / "o", skip_bad_lines=True)
+    with open(paths[1], "ab") as f:
+        f.write(criteo_text(1, seed=99))
+    with pytest.raises(pp.SourceChangedError, match="changed since it was converted"):
+        convert(paths, tmp_path / "o")
+
+
+def test_manifest_of_another_version_is_an_error(tmp_path):
+    paths = _three_files(tmp_path)[:1]
+    convert(paths, tmp_path / "o")
+    path = tmp_path / "o" / "manifest.json"
+    m = json.loads(path.read_text())
+    m["version"] = pp.FORMAT_VERSION + 1
+    path.write_text(json.dumps(m))
+    for use in (
+        lambda: shards.ShardDataset(str(tmp_path / "o")),
+        lambda: convert(paths, tmp_path / "o"),
+        lambda: pp.main(["--verify", str(tmp_path / "o")]),
+    ):
+        with pytest.raises(pp.ShardFormatError, match=f"version {pp.FORMAT_VERSION + 1}"):
+            use()
+
+
+def test_shards_that_do_not_match_the_manifest_are_errors(tmp_path):
+    paths = _three_files(tmp_path)[:2]
+    convert(paths, tmp_path / "o")
+    shutil.copytree(tmp_path / "o", tmp_path / "short")
+    ids = tmp_path / "short" / "part-00001.ids"
+    ids.write_bytes(ids.read_bytes()[:-104])  # one row short
+    with pytest.raises(pp.ShardFormatError, match="part-00001.ids: .* bytes, the manifest says"):
+        shards.ShardDataset(str(tmp_path / "short"))
+    shutil.copytree(tmp_path / "o", tmp_path / "flipped")
+    dense = tmp_path / "flipped" / "part-00000.dense"
+    raw = bytearray(dense.read_bytes())
+    raw[1000] ^= 1
+    dense.write_bytes(bytes(raw))
+    shards.ShardDataset(str(tmp_path / "flipped"))  # sizes match: only a checksum tells
+    with pytest.raises(pp.ShardFormatError, match="part-00000.dense: SHA-256 differs"):
+        shards.ShardDataset(str(tmp_path / "flipped"), checksums=True)
+    with pytest.raises(pp.ShardFormatError, match="SHA-256 differs"):
+        pp.main(["--verify", str(tmp_path / "flipped")])
+    (tmp_path / "o" / "part-00000.label").unlink()
+    with pytest.raises(pp.ShardFormatError, match="part-00000.label: missing"):
+        shards.ShardDataset(str(tmp_path / "o"))
+
+
+def test_command_line(tmp_path, capsys):
+    paths = _three_files(tmp_path)
+    out = tmp_path / "o"
+    assert pp.main([*paths, "--out", str(out), "--no-progress", "--max-ind-range", "1000"]) == 0
+    assert "1800 rows from 1800 lines of 3 files" in capsys.readouterr().out
+    m = pp.read_manifest(out)
+    assert m["settings"]["table_rows"] == [min(c, 1000) for c in get_config("kaggle").cardinalities]
+    assert pp.main(["--verify", str(out)]) == 0
+    assert shard_rows(out)[2].max() < 1000
