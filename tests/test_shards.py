@@ -1,0 +1,171 @@
+"""The shard loader (models/dlrm/shards.py, issue 14): without shuffling it yields the text
+reader's batches bit for bit (holdout, process shares, epoch wrap, evaluation rows); block
+shuffling is a per-epoch permutation fixed by the seed; positions resume exactly, also with
+prefetch; each process reads only its share."""
+
+import os
+
+import numpy as np
+import pytest
+
+from bench.input_bench import criteo_text
+from models.dlrm import input_pipeline as ip
+from models.dlrm import preprocess as pp
+from models.dlrm import shards
+from models.dlrm.configs import get_config
+
+ROWS = get_config("kaggle").table_rows()
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "criteo_kaggle")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """Three text files of 700, 1100 and 0+500 rows (one bad line), and their shards."""
+    d = tmp_path_factory.mktemp("shards")
+    paths = []
+    for k, n in enumerate((700, 1100, 500)):
+        p = d / f"day_{k}"
+        text = criteo_text(n, seed=20 + k)
+        if k == 2:
+            text = b"bad line\n" + text
+        p.write_bytes(text)
+        paths.append(str(p))
+    pp.convert(
+        paths, str(d / "out"), data_format="kaggle", table_rows=ROWS, skip_bad_lines=True,
+        progress=False,
+    )  # fmt: skip
+    return paths, shards.ShardDataset(str(d / "out"))
+
+
+def same(a, b):
+    return all(a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+@pytest.mark.parametrize(
+    "holdout,procs,batch", [(0, 1, 256), (0, 2, 100), (20, 1, 300), (7, 3, 64)]
+)
+def test_unshuffled_batches_equal_the_text_reader(files, holdout, procs, batch):
+    paths, ds = files
+    assert ds.num_rows == 2300
+    # Enough batches to wrap into the second epoch (where the text reader's holdout
+    # counter differs only if 2300 % holdout != 0: stop before that).
+    train = ds.num_rows - (len(range(0, ds.num_rows, holdout)) if holdout else 0)
+    steps = (train if holdout else 2 * train) // (batch * procs)
+    for p in range(procs):
+        text = ip.CriteoFileStream(
+            paths, "kaggle", ROWS, batch, skip_bad_lines=True, holdout_every=holdout,
+            process_index=p, num_processes=procs,
+        )  # fmt: skip
+        stream = shards.ShardStream(
+            ds, batch, shuffle=False, holdout_every=holdout, process_index=p,
+            num_processes=procs, block_rows=333, prefetch=1,
+        )  # fmt: skip
+        for _ in range(steps):
+            assert same(text.next_batch(), stream.next_batch())
+        stream.close()
+    if holdout:
+        want, _ = ip.read_eval_set(
+            paths, "kaggle", ROWS, 90, skip_bad_lines=True, holdout_every=holdout
+        )
+        assert same(want, shards.eval_set(ds, 90, holdout))
+
+
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="../shared/data (real rows) is not present")
+def test_real_rows_unshuffled_equal_the_text_reader(tmp_path):
+    paths = [os.path.join(DATA, f"dac_head8000_split_{s}.tsv") for s in ("train", "dev")]
+    pp.convert(paths, str(tmp_path), data_format="kaggle", table_rows=ROWS, progress=False)
+    ds = shards.ShardDataset(str(tmp_path), checksums=True)
+    text = ip.CriteoFileStream(paths, "kaggle", ROWS, 512, holdout_every=20)
+    stream = shards.ShardStream(ds, 512, shuffle=False, holdout_every=20, prefetch=0)
+    for _ in range(14):  # 7168 of the 7609 - 381 training rows
+        assert same(text.next_batch(), stream.next_batch())
+
+
+def _row_keys(batch):
+    return [r.tobytes() for r in np.concatenate([batch["dense"], batch["ids"][:, :, 0].view(
+        np.float32)], axis=1)]  # fmt: skip
+
+
+def test_shuffled_epochs_are_permutations_of_blocks(files):
+    _, ds = files
+    everything = ds.empty(ds.num_rows)
+    ds.read(0, ds.num_rows, everything, 0)
+    all_rows = sorted(_row_keys(shards._as_batch(everything)))
+    stream = shards.ShardStream(ds, 230, seed=3, block_rows=100, prefetch=0)
+    epochs = [[], []]
+    for e in range(2):
+        for _ in range(10):
+            epochs[e] += _row_keys(stream.next_batch())
+        assert sorted(epochs[e]) == all_rows  # every row once per epoch
+    assert epochs[0] != epochs[1] and epochs[0] != sorted(epochs[0])
+    # Contiguous blocks of 100 dataset rows stay together.
+    position = {k: i for i, k in enumerate(_row_keys(shards._as_batch(everything)))}
+    order = np.array([position[k] for k in epochs[0]])
+    starts = np.flatnonzero(np.diff(order) != 1) + 1
+    assert set(order[np.r_[0, starts]] % 100) == {0}
+    again = shards.ShardStream(ds, 230, seed=3, block_rows=100, prefetch=2)
+    other = shards.ShardStream(ds, 230, seed=4, block_rows=100, prefetch=0)
+    first = again.next_batch()
+    assert _row_keys(first) == epochs[0][:230]
+    assert _row_keys(other.next_batch()) != epochs[0][:230]
+    again.close()
+
+
+def test_process_shares_make_the_global_batch(files):
+    _, ds = files
+    whole = shards.ShardStream(ds, 3 * 128, seed=9, block_rows=50, holdout_every=10, prefetch=0)
+    parts = [
+        shards.ShardStream(
+            ds,
+            128,
+            seed=9,
+            block_rows=50,
+            holdout_every=10,
+            process_index=p,
+            num_processes=3,
+            prefetch=0,
+        )  # fmt: skip
+        for p in range(3)
+    ]
+    for _ in range(8):
+        want = whole.next_batch()
+        got = [s.next_batch() for s in parts]
+        assert same(want, {k: np.concatenate([g[k] for g in got]) for k in want})
+
+
+def test_each_process_reads_only_its_share(files, monkeypatch):
+    _, ds = files
+    read = []
+    monkeypatch.setattr(ds, "read", lambda a, b, out, at: read.append((a, b)))
+    stream = shards.ShardStream(ds, 100, shuffle=False, process_index=1, num_processes=4,
+                                prefetch=0)  # fmt: skip
+    stream.next_batch()
+    stream.next_batch()
+    assert read == [(100, 200), (500, 600)]
+
+
+@pytest.mark.parametrize("prefetch", [0, 3])
+def test_resume_from_a_position(files, prefetch):
+    _, ds = files
+    kw = dict(seed=5, block_rows=64, holdout_every=9, prefetch=prefetch)
+    stream = shards.ShardStream(ds, 200, **kw)
+    for _ in range(13):  # past the first epoch
+        stream.next_batch()
+    position = stream.position()
+    assert position["train_index"] == 13 * 200 and position["epoch"] == 1
+    want = [stream.next_batch() for _ in range(4)]
+    stream.close()
+    resumed = shards.ShardStream(ds, 200, position=dict(position), **kw)
+    for w in want:
+        assert same(w, resumed.next_batch())
+    resumed.close()
+    with pytest.raises(ValueError, match="other settings.*seed"):
+        shards.ShardStream(ds, 200, position=position, **dict(kw, seed=6))
+
+
+def test_errors(files):
+    _, ds = files
+    with pytest.raises(ValueError, match="every row"):
+        shards.ShardStream(ds, 8, holdout_every=1)
+    with pytest.raises(FileNotFoundError):
+        shards.ShardDataset("/nonexistent/shards")
