@@ -188,12 +188,18 @@ class _ChunkConverter:
             quoted_strings_can_be_null=False,
         )
 
-    def __call__(self, chunk: memoryview, first_line: int, lines: int) -> _Chunk:
-        """Columns of a chunk of ``lines`` lines, the first being line ``first_line`` (1-based)."""
+    def __call__(self, chunk: memoryview) -> _Chunk:
+        """Columns of a chunk of whole lines (the last may lack its newline).
+
+        Raises:
+          _BadLine: a malformed line and not ``skip_bad_lines`` (its index in the chunk).
+        """
+        newlines = np.count_nonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))
+        lines = int(newlines) + int(chunk[-1] != ord("\n"))
         fast = self._fast(chunk)
         if fast is not None:
             return _Chunk(*fast, lines=lines, bad_lines=0)
-        return self._line_by_line(chunk, first_line, lines)
+        return self._line_by_line(chunk, lines)
 
     def _fast(self, chunk):
         odd = []
@@ -253,7 +259,7 @@ class _ChunkConverter:
             np.ascontiguousarray(ids.T).view(np.int32),
         )
 
-    def _line_by_line(self, chunk, first_line, lines) -> _Chunk:
+    def _line_by_line(self, chunk, lines) -> _Chunk:
         labels, dense, ids, bad = [], [], [], 0
         for k, raw in enumerate(bytes(chunk).split(b"\n")):
             if not raw.strip():
@@ -262,10 +268,7 @@ class _ChunkConverter:
                 label, d, i = self.parser(raw.decode("utf-8", errors="replace"))
             except ValueError as e:
                 if not self.skip_bad_lines:
-                    raise ip.MalformedLineError(
-                        f"{self.path}:{first_line + k}: malformed {self.data_format} line: {e}"
-                        " (use --skip-bad-lines to skip such lines)"
-                    ) from None
+                    raise _BadLine(k, f"malformed {self.data_format} line: {e}") from None
                 bad += 1
                 continue
             labels.append(label)
@@ -274,6 +277,14 @@ class _ChunkConverter:
         if not labels:
             return _Chunk(*_empty_columns(), lines=lines, bad_lines=bad)
         return _Chunk(np.asarray(labels, np.float32), np.stack(dense), np.stack(ids), lines, bad)
+
+
+class _BadLine(ValueError):
+    """A malformed line at index ``k`` of its chunk (the reader knows the chunk's first line)."""
+
+    def __init__(self, k: int, message: str):
+        super().__init__(message)
+        self.k = k
 
 
 def _empty_columns():
@@ -300,36 +311,37 @@ def _source_stat(path: str) -> dict:
 
 
 def _chunks(path: str, chunk_bytes: int, skip_header: bool):
-    """Yields ``(memoryview of whole lines, first line number, lines)`` of a plain or gzip file.
+    """Yields ``(memoryview of whole lines, bytes before it)`` of a plain or gzip file.
 
-    With ``skip_header`` the first line (a CSV header) is left out (numbering still counts it).
+    Each chunk is a fresh buffer of about ``chunk_bytes`` (the text after its last newline
+    starts the next one). With ``skip_header`` the first line (a CSV header) is left out.
 
     Raises:
       ShardFormatError: a truncated or corrupt gzip stream (naming the file).
     """
     stream = pa.input_stream(path, compression="gzip" if _is_gzip(path) else None)
-    carry, line = b"", 1
+    carry, offset = b"", 0
     try:
         while True:
-            block = stream.read(chunk_bytes)
-            data = carry + block if carry else block
-            if skip_header and data:
-                cut = data.find(b"\n") + 1
-                if cut == 0 and block:
-                    carry = data
+            buf = bytearray(len(carry) + chunk_bytes)
+            buf[: len(carry)] = carry
+            end = len(carry) + stream.readinto(memoryview(buf)[len(carry) :])
+            start = 0
+            if skip_header:
+                start = buf.find(b"\n", 0, end) + 1
+                if start == 0 and end > len(carry):  # header longer than a chunk
+                    carry = bytes(buf[:end])
                     continue
-                data, line, skip_header = data[cut:] if cut else b"", 2, False
-            if not block:
-                if data:
-                    yield memoryview(data), line, data.count(b"\n") + (data[-1:] != b"\n")
+                skip_header = False
+            if end == len(carry):  # end of file: the rest, without a final newline
+                if end > start:
+                    yield memoryview(buf)[start:end], offset + start
                 return
-            cut = data.rfind(b"\n") + 1
-            carry = data[cut:]
-            if cut == 0:
-                continue
-            lines = data.count(b"\n", 0, cut)
-            yield memoryview(data)[:cut], line, lines
-            line += lines
+            cut = buf.rfind(b"\n", start, end) + 1
+            carry = bytes(buf[max(cut, start) : end])
+            if cut > start:
+                yield memoryview(buf)[start:cut], offset + start
+            offset += max(cut, start)
     except OSError as e:
         raise ShardFormatError(
             f"{path}: cannot read to the end ({e}); the file is cut short "
@@ -459,6 +471,7 @@ def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progres
     writers = {name: _ColumnWriter(os.path.join(out_dir, f"{shard}.{name}")) for name in COLUMNS}
     before = _source_stat(path)
     rows = lines = bad = 0
+    first_line = 2 if csv_header else 1
     try:
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
             pending = deque()
@@ -466,7 +479,13 @@ def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progres
             def drain(limit):
                 nonlocal rows, lines, bad
                 while len(pending) > limit:
-                    part = pending.popleft().result()
+                    try:
+                        part = pending.popleft().result()
+                    except _BadLine as e:
+                        raise ip.MalformedLineError(
+                            f"{path}:{first_line + lines + e.k}: {e}"
+                            " (use --skip-bad-lines to skip such lines)"
+                        ) from None
                     for name in COLUMNS:
                         writers[name].write(getattr(part, name))
                     rows, lines, bad = (
@@ -477,8 +496,8 @@ def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progres
                     if progress is not None:
                         progress.update(part.lines)
 
-            for chunk, first_line, count in _chunks(path, chunk_bytes, csv_header):
-                pending.append(pool.submit(converter, chunk, first_line, count))
+            for chunk, _ in _chunks(path, chunk_bytes, csv_header):
+                pending.append(pool.submit(converter, chunk))
                 drain(threads)
             drain(0)
         if _source_stat(path) != before:
