@@ -18,10 +18,18 @@ AXIS = "devices"
 
 def make_mesh(devices=None) -> jax.sharding.Mesh:
     """1-D mesh ``("devices",)`` over ``devices`` (default: all), Auto axis type (inputs of
-    the jitted step need not be placed beforehand; see DESIGN.md's pitfalls)."""
+    the jitted step need not be placed beforehand; see DESIGN.md's pitfalls).
+
+    The mesh is built from the device order directly, process-major (the devices of one
+    process together, in the order given within it; ``to_global`` puts a process's
+    consecutive block of the batch on its own devices). ``jax.make_mesh`` is not used: it
+    raises "does not support multi-slice topologies" on GPU hosts, where XLA gives every
+    host its own ``slice_index`` (2 hosts x 8 GPUs), and a 1-D mesh needs no topology search.
+    """
     devices = list(jax.devices() if devices is None else devices)
-    return jax.make_mesh(
-        (len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
+    devices.sort(key=lambda d: d.process_index)  # stable: the given order within a process
+    return jax.sharding.Mesh(
+        np.array(devices, dtype=object), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,)
     )
 
 
