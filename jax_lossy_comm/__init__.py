@@ -4,6 +4,14 @@ After S. Feng et al., "Accelerating Communication in Deep Learning Recommendatio
 Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
 """
 
+from jax_lossy_comm.allreduce import (
+    AllReduceConfig,
+    ErrorFeedback,
+    ErrorFeedbackState,
+    compressed_psum,
+    compressed_psum_with_stats,
+    error_feedback,
+)
 from jax_lossy_comm.codec import compress, decompress, frame_status
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
 from jax_lossy_comm.exchange import (
@@ -27,9 +35,12 @@ from jax_lossy_comm.qcomm import BF16, Int8Rowwise
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllReduceConfig",
     "BF16",
     "CODECS",
     "CommCodec",
+    "ErrorFeedback",
+    "ErrorFeedbackState",
     "ExchangeConfig",
     "ExchangeStats",
     "FrameCodec",
@@ -40,8 +51,11 @@ __all__ = [
     "compress",
     "compressed_all_to_all",
     "compressed_all_to_all_with_stats",
+    "compressed_psum",
+    "compressed_psum_with_stats",
     "decompress",
     "describe_status",
+    "error_feedback",
     "frame_capacity",
     "frame_info",
     "frame_status",

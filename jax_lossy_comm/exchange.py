@@ -106,7 +106,8 @@ _TEST_PATHS = ("_ragged_emulated",)  # ragged offsets through dense collectives 
 
 
 class ExchangeStats(NamedTuple):
-    """Per-device statistics of one forward exchange (:func:`compressed_all_to_all_with_stats`).
+    """Per-device statistics of one forward exchange (:func:`compressed_all_to_all_with_stats`)
+    or all-reduce (:func:`jax_lossy_comm.compressed_psum_with_stats`, both phases together).
 
     Attributes:
       raw_bytes: float32 scalar, this device's payload ``x`` as raw bytes (``x.size *
@@ -118,7 +119,8 @@ class ExchangeStats(NamedTuple):
         ``frame_bytes`` plus the byte counts; a fixed-size codec, its wire bytes (no counts);
         after a fallback, ``raw_bytes``.
       compression_ratio: float32[P] or float32[P, T], raw / frame bytes of each chunk
-        (destination peer, table).
+        (destination peer, table); :func:`jax_lossy_comm.compressed_psum_with_stats`:
+        float32[2], its reduce-scatter and all-gather phases.
       overflow_count: int32 scalar, this device's frames that did not fit the capacity.
       fallback: int32 scalar, 1 when the exchange ran as the exact ``all_to_all`` because a
         frame on some device overflowed (the same on every device), else 0.
@@ -329,7 +331,7 @@ def packed_buckets(tables: int, capacity: int) -> tuple:
     return tuple(sorted(out))
 
 
-def _pack(frames, nbytes, size: int):
+def pack_frames(frames, nbytes, size: int):
     """``uint8[P, T, cap]`` frames + ``int32[P, T]`` counts -> ``uint8[P, size]``: per
     destination the counts (4 bytes each) then the used bytes of every frame back to back,
     zero padded. ``size`` must be at least ``4 * T + T * cap`` (the largest bucket).
@@ -349,8 +351,8 @@ def _pack(frames, nbytes, size: int):
     return buf
 
 
-def _unpack(buf, t: int, cap: int):
-    """Inverse of :func:`_pack` on the receiver: ``uint8[P, size]`` -> frames
+def unpack_frames(buf, t: int, cap: int):
+    """Inverse of :func:`pack_frames` on the receiver: ``uint8[P, size]`` -> frames
     ``uint8[P, T, cap]`` (zero past each frame's bytes) and counts ``int32[P, T]``."""
     p, size = buf.shape
     nb = jax.lax.bitcast_convert_type(buf[:, : 4 * t].reshape(p, t, 4), jnp.int32)
@@ -366,17 +368,60 @@ def _unpack(buf, t: int, cap: int):
     return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
 
 
-# ---------------------------------------------------------------------------- one direction
-def _variable_size(plan: _Plan, codec, lay: Layout, cap: int, x, chunks, eb):
-    """Frames of a variable-size codec over ``plan.path``, with the overflow fallback.
+def bucket_index(buckets: tuple, need):
+    """Index (int32 scalar) of the smallest static bucket that holds ``need`` bytes (the
+    largest bucket when none does); ``need`` must be the same on every device (pmax-ed)."""
+    b = jnp.asarray(buckets, jnp.int32)
+    return jnp.minimum(jnp.searchsorted(b, need), len(buckets) - 1).astype(jnp.int32)
 
-    Returns ``(y, frame_bytes, moved_bytes of the compressed path, n_over, any_over,
-    chunk byte counts)``."""
-    ax = plan.axis_name
-    chunk_shape = lay.chunk_shape
-    frames, nbytes = codec.encode(chunks, jnp.broadcast_to(eb, lay.grid), cap)
+
+def run_bucketed(collective, buf, k, buckets: tuple):
+    """``collective`` of the first ``buckets[k]`` bytes of ``buf``'s last axis (one static
+    branch per bucket under ``lax.switch``), zero padded back to ``buckets[-1]``.
+
+    ``buf``: ``uint8[..., buckets[-1]]``; ``k``: :func:`bucket_index`, the same on every device.
+    Only the bucket's bytes travel. Used by the packed path and the all-reduce's all-gather.
+    """
+    top = buckets[-1]
+
+    def branch(size):
+        def go(b):
+            got = collective(b[..., :size])
+            return jnp.pad(got, [(0, 0)] * (got.ndim - 1) + [(0, top - size)])
+
+        return go
+
+    return jax.lax.switch(k, [branch(b) for b in buckets], buf)
+
+
+class SentFrames(NamedTuple):
+    """Variable-size frames handed to :func:`send_frames`.
+
+    Attributes:
+      receive: ``() -> (frames, nbytes)`` received, indexed by source peer (shapes of the
+        sent ones); call it only where ``any_overflow`` is False (it runs the collectives).
+      moved_bytes: float32 scalar, bytes the path moves (dense, packed or ragged; module
+        docstring).
+      overflow_count: int32 scalar, this device's frames that did not fit (``nbytes < 0``).
+      any_overflow: bool scalar, some device's frame did not fit (a ``pmax``: the same on
+        every device).
+    """
+
+    receive: object
+    moved_bytes: jax.Array
+    overflow_count: jax.Array
+    any_overflow: jax.Array
+
+
+def send_frames(axis_name, path: str, frames, nbytes) -> SentFrames:
+    """Agrees on overflow (one scalar ``pmax``) and prepares the exchange of variable-size
+    frames ``uint8[P, (T,) cap]`` with byte counts ``int32[P, (T,)]`` over ``path``
+    (``"dense" | "packed" | "ragged" | "_ragged_emulated"``). Shared by the exchange and the
+    all-reduce's reduce-scatter."""
+    ax = axis_name
+    cap = frames.shape[-1]
     n_over = (nbytes < 0).sum().astype(jnp.int32)
-    if plan.path == "packed":
+    if path == "packed":
         # Two phases in one step: a pmax of (overflows, largest packed destination) picks
         # the smallest static bucket that holds every device's frames, then one dense
         # all_to_all of that bucket carries counts and frames together.
@@ -386,21 +431,14 @@ def _variable_size(plan: _Plan, codec, lay: Layout, cap: int, x, chunks, eb):
         agg = jax.lax.pmax(jnp.stack([n_over, need]), ax)
         any_over = agg[0] > 0
         buckets = packed_buckets(t_, cap)
-        k = jnp.minimum(
-            jnp.searchsorted(jnp.asarray(buckets, jnp.int32), agg[1]), len(buckets) - 1
-        ).astype(jnp.int32)
-        top = buckets[-1]
+        k = bucket_index(buckets, agg[1])
 
-        def branch(size):
-            def go(buf):  # only the first `size` bytes per destination travel
-                got = jax.lax.all_to_all(buf[:, :size], ax, 0, 0, tiled=True)
-                return jnp.pad(got, ((0, 0), (0, top - size)))
-
-            return go
+        def a2a(buf):
+            return jax.lax.all_to_all(buf, ax, 0, 0, tiled=True)
 
         def receive():
-            rbuf = jax.lax.switch(k, [branch(b) for b in buckets], _pack(fr3, nb2, top))
-            rf, rnb = _unpack(rbuf, t_, cap)
+            rbuf = run_bucketed(a2a, pack_frames(fr3, nb2, buckets[-1]), k, buckets)
+            rf, rnb = unpack_frames(rbuf, t_, cap)
             return rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
 
         comp_moved = jnp.asarray(buckets, jnp.float32)[k] * frames.shape[0]
@@ -408,23 +446,35 @@ def _variable_size(plan: _Plan, codec, lay: Layout, cap: int, x, chunks, eb):
         any_over = jax.lax.pmax(n_over, ax) > 0
 
         def receive():
-            return _exchange_frames(ax, plan.path, frames, nbytes)
+            return _exchange_frames(ax, path, frames, nbytes)
 
         fb = jnp.abs(nbytes).astype(jnp.float32).sum()
         counts = 4.0 * nbytes.size
-        comp_moved = jnp.float32(frames.size + counts) if plan.path == "dense" else fb + counts
+        comp_moved = jnp.float32(frames.size + counts) if path == "dense" else fb + counts
+    return SentFrames(receive, comp_moved, n_over, any_over)
+
+
+# ---------------------------------------------------------------------------- one direction
+def _variable_size(plan: _Plan, codec, lay: Layout, cap: int, x, chunks, eb):
+    """Frames of a variable-size codec over ``plan.path``, with the overflow fallback.
+
+    Returns ``(y, moved_bytes of the compressed path, n_over, any_over, chunk byte
+    counts)``."""
+    ax = plan.axis_name
+    frames, nbytes = codec.encode(chunks, jnp.broadcast_to(eb, lay.grid), cap)
+    sent = send_frames(ax, plan.path, frames, nbytes)
 
     def compressed(_):
-        rf, rnb = receive()
-        return lay.from_chunks(codec.decode(rf, rnb, shape=chunk_shape, dtype=x.dtype))
+        rf, rnb = sent.receive()
+        return lay.from_chunks(codec.decode(rf, rnb, shape=lay.chunk_shape, dtype=x.dtype))
 
     def exact(_):
         # From the chunks the codec read, not from x: XLA would otherwise materialize x a
         # second time (the producer's fusion recomputed for the cond operand).
         return lay.from_chunks(jax.lax.all_to_all(chunks, ax, 0, 0, tiled=True))
 
-    y = jax.lax.cond(any_over, exact, compressed, None)
-    return y, comp_moved, n_over, any_over, nbytes
+    y = jax.lax.cond(sent.any_overflow, exact, compressed, None)
+    return y, sent.moved_bytes, sent.overflow_count, sent.any_overflow, nbytes
 
 
 def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):

@@ -12,7 +12,6 @@ one line "OK {json}" and exits 0, or raises (non-zero exit).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -22,23 +21,16 @@ os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={LOCAL_DEVICE
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _multiprocess import distributed_mesh, report_ok  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 
 def main(pid: int, nproc: int, port: int) -> None:
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=nproc,
-        process_id=pid,
-        initialization_timeout=40,
-    )
     import jax_lossy_comm as jlc
 
-    ndev = jax.device_count()
-    assert ndev == nproc * LOCAL_DEVICES, ndev
-    mesh = jax.make_mesh((ndev,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+    mesh = distributed_mesh(pid, nproc, port, LOCAL_DEVICES)
+    ndev = mesh.size
     rows, L, dim = 16, 2, 32
     rng = np.random.default_rng(0)  # same global data in every process
     xg = rng.standard_normal((ndev * ndev * rows, L, dim)).astype(np.float32)
@@ -129,20 +121,15 @@ def main(pid: int, nproc: int, port: int) -> None:
             np.asarray(a.data).view(np.uint32), np.asarray(b.data).view(np.uint32)
         )
     assert all(int(np.asarray(s.data)[0]) == 1 for s in fb2.addressable_shards)
-    print(
-        "OK "
-        + json.dumps(
-            {
-                "process": pid,
-                "devices": ndev,
-                "max_err_over_bound": max_ratio,
-                "moved_bytes": moved_l,
-                "raw_bytes": raw_l,
-            }
-        ),
-        flush=True,
+    report_ok(
+        {
+            "process": pid,
+            "devices": ndev,
+            "max_err_over_bound": max_ratio,
+            "moved_bytes": moved_l,
+            "raw_bytes": raw_l,
+        }
     )
-    jax.distributed.shutdown()
 
 
 if __name__ == "__main__":
