@@ -469,7 +469,7 @@ class Report:
 def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progress):
     csv_header = converter.data_format == "csv"
     writers = {name: _ColumnWriter(os.path.join(out_dir, f"{shard}.{name}")) for name in COLUMNS}
-    before = _source_stat(path)
+    before, start = _source_stat(path), time.perf_counter()
     rows = lines = bad = 0
     first_line = 2 if csv_header else 1
     try:
@@ -511,6 +511,7 @@ def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progres
         raise
     files = {name: w.finish() for name, w in writers.items()}
     return {
+        "seconds": round(time.perf_counter() - start, 3),
         "name": shard,
         "source": {"path": os.path.abspath(path), **before},
         "rows": rows,
