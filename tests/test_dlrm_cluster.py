@@ -5,8 +5,10 @@ compiling and several local processes."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import jax
+import pytest
 
 from models.dlrm import mesh as mesh_lib
 
@@ -37,3 +39,99 @@ def test_mesh_over_two_gpu_hosts_of_eight():
     # process's consecutive block of the batch lands on its own devices
     assert [d.id for d in mesh.devices.flat] == list(range(8)) + [12, 13, 14, 15, 8, 9, 10, 11]
     assert [d.process_index for d in mesh.devices.flat] == [0] * 8 + [1] * 8
+
+
+# --- launcher, device selection and determinism (main.setup_jax) ---------------------------
+
+LAUNCHER_VARS = (
+    "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_NTASKS",
+    "SLURM_PROCID",
+    "SLURM_JOB_ID",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_SIZE",
+    "JAX_LOCAL_DEVICE_IDS",
+)
+
+
+@pytest.fixture
+def fake_gpu_jax(monkeypatch):
+    """setup_jax against a GPU backend of ``calls['local']`` devices: records the arguments of
+    jax.distributed.initialize and jax.config.update; no backend is started."""
+    from models.dlrm import main as main_lib
+
+    calls = {"init": [], "config": [], "local": 8}
+    for k in LAUNCHER_VARS:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: calls["init"].append(kw))
+    monkeypatch.setattr(jax.config, "update", lambda *a: calls["config"].append(a))
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "local_device_count", lambda: calls["local"])
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+
+    def setup(*argv, local=8):
+        from models.dlrm import flags
+
+        calls["local"] = local
+        main_lib.setup_jax(flags.build_parser().parse_args(list(argv)))
+        return calls
+
+    return setup
+
+
+def test_slurm_one_task_per_node_takes_the_node_gpus(fake_gpu_jax, monkeypatch):
+    # One task per node: jax's SLURM detection alone would pass local_device_ids=[0] and the
+    # run would train on 1 GPU per host without saying so.
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "1")
+    calls = fake_gpu_jax("--coordinator", "10.0.0.1:1234", "--num-processes", "2",
+                         "--process-id", "1", "--devices", "8")  # fmt: skip
+    assert calls["init"][0]["local_device_ids"] == list(range(8))
+
+
+def test_ompi_one_task_per_gpu_takes_its_local_rank(fake_gpu_jax, monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "8")
+    calls = fake_gpu_jax("--coordinator", "10.0.0.1:1234", "--num-processes", "16",
+                         "--process-id", "3", "--devices", "1", local=1)  # fmt: skip
+    assert calls["init"][0]["local_device_ids"] == [3]
+
+
+def test_local_device_ids_flag_wins_and_is_checked(fake_gpu_jax, monkeypatch):
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2")
+    common = ("--coordinator", "h:1", "--num-processes", "4", "--process-id", "1")
+    calls = fake_gpu_jax(*common, "--local-device-ids", "4,5,6,7", local=4)
+    assert calls["init"][0]["local_device_ids"] == [4, 5, 6, 7]
+    # the backend shows another device count than the ids ask for: a clear error
+    with pytest.raises(ValueError, match=r"4 local device ids .* but jax sees 8"):
+        fake_gpu_jax(*common, "--local-device-ids", "4,5,6,7", local=8)
+
+
+def test_one_task_per_node_without_a_device_count_is_refused(fake_gpu_jax, monkeypatch):
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "1")
+    with pytest.raises(ValueError, match="one task per node.*--devices"):
+        fake_gpu_jax("--coordinator", "h:1", "--num-processes", "2", "--process-id", "0")
+
+
+def test_fewer_local_devices_than_asked_is_an_error(fake_gpu_jax):
+    with pytest.raises(ValueError, match="--devices 8: jax sees 2 local devices"):
+        fake_gpu_jax("--devices", "8", local=2)
+
+
+def test_deterministic_flag_sets_the_xla_flag_before_jax_starts(fake_gpu_jax, monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    fake_gpu_jax("--deterministic")
+    assert os.environ["XLA_FLAGS"].split() == [
+        "--xla_force_host_platform_device_count=8",
+        "--xla_gpu_deterministic_ops=true",
+    ]
+    fake_gpu_jax("--deterministic")  # not twice
+    assert os.environ["XLA_FLAGS"].count("deterministic") == 1
+    monkeypatch.delenv("XLA_FLAGS")
+    fake_gpu_jax()
+    assert "XLA_FLAGS" not in os.environ

@@ -221,6 +221,22 @@ def build_parser() -> argparse.ArgumentParser:
     env_int = lambda k: int(os.environ[k]) if k in os.environ else None  # noqa: E731
     m.add_argument("--num-processes", type=int, default=env_int("JAX_NUM_PROCESSES"))
     m.add_argument("--process-id", type=int, default=env_int("JAX_PROCESS_ID"))
+    m.add_argument(
+        "--local-device-ids",
+        default=None,
+        metavar="ID,ID,...",
+        help="accelerators this process uses with --coordinator (jax.distributed's "
+        "local_device_ids); default: under SLURM/OpenMPI the block of --devices ids at "
+        "SLURM_LOCALID / "
+        "OMPI_COMM_WORLD_LOCAL_RANK (one task per node: --devices N takes GPUs 0..N-1), "
+        "else all",
+    )
+    g.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic GPU kernels (XLA_FLAGS --xla_gpu_deterministic_ops=true, set "
+        "before JAX starts): bit-exact reruns and resumes on GPU, slower scatter-adds",
+    )
     _show_preset_values(p)
     return p
 

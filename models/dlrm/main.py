@@ -23,26 +23,87 @@ import sys
 
 from models.dlrm import flags
 
+#: (local rank, tasks on this node) variables of the cluster launchers jax.distributed detects
+LAUNCHERS = (
+    ("SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),
+    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+)
+DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
 
-def setup_jax(args: argparse.Namespace) -> None:
-    """Virtual devices and jax.distributed, before any backend starts.
+
+def local_device_ids(args: argparse.Namespace, environ=os.environ) -> list[int] | None:
+    """The ``local_device_ids`` of ``jax.distributed.initialize`` for this process.
+
+    ``--local-device-ids`` when given. Under a cluster launcher (SLURM_LOCALID or
+    OMPI_COMM_WORLD_LOCAL_RANK set), the block of ``--devices`` ids at the local rank
+    (``rank * N .. rank * N + N - 1``; one GPU per task when ``--devices`` is not given and the
+    node runs several tasks). Else None (every device of the host). Without this, jax's own
+    launcher detection gives every task only GPU ``local rank``: one task per node trains on
+    GPU 0 alone.
 
     Raises:
-      ValueError: ``--devices`` asks for more accelerators than this process has.
+      ValueError: one task per node under a launcher without ``--devices`` (how many GPUs of
+        the node it should take is not known before JAX starts), or a bad id list.
+    """
+    if args.local_device_ids:
+        try:
+            return [int(x) for x in args.local_device_ids.split(",")]
+        except ValueError:
+            raise ValueError(
+                f"--local-device-ids {args.local_device_ids!r}: ids like 0,1,2"
+            ) from None
+    for rank_var, size_var in LAUNCHERS:
+        if rank_var in environ:
+            rank, tasks = int(environ[rank_var]), environ.get(size_var)
+            if args.devices:
+                return list(range(rank * args.devices, (rank + 1) * args.devices))
+            if tasks is not None and int(tasks) == 1:
+                raise ValueError(
+                    f"{rank_var} is set with one task per node ({size_var}=1): pass --devices N "
+                    "(the node's GPUs) or --local-device-ids, else jax takes GPU 0 only"
+                )
+            return [rank]
+    return None
+
+
+def setup_jax(args: argparse.Namespace) -> None:
+    """Deterministic kernels, virtual devices and jax.distributed, before any backend starts;
+    then prints and checks this process's devices.
+
+    Raises:
+      ValueError: the process sees another accelerator count than ``--devices`` /
+        ``--local-device-ids`` ask for (see ``local_device_ids`` for the launcher rules).
     """
     import jax
 
+    if args.deterministic:
+        flags_now = os.environ.get("XLA_FLAGS", "").split()
+        if DETERMINISTIC_FLAG not in flags_now:
+            os.environ["XLA_FLAGS"] = " ".join([*flags_now, DETERMINISTIC_FLAG])
     if args.devices:
         jax.config.update("jax_num_cpu_devices", args.devices)
+    ids = local_device_ids(args)
     if args.coordinator:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(
             coordinator_address=args.coordinator,
             num_processes=args.num_processes,
             process_id=args.process_id,
+            local_device_ids=ids,
         )
-    if args.devices and jax.default_backend() != "cpu" and jax.local_device_count() < args.devices:
-        raise ValueError(f"--devices {args.devices}: only {jax.local_device_count()} local devices")
+    if jax.default_backend() == "cpu":
+        return
+    have = jax.local_device_count()
+    print(
+        f"process {jax.process_index()}/{jax.process_count()}: {have} local "
+        f"{jax.default_backend()} devices (local_device_ids {ids or 'all'})",
+        file=sys.stderr,
+        flush=True,
+    )
+    if ids is not None and args.coordinator and have != len(ids):
+        raise ValueError(f"{len(ids)} local device ids {ids} asked for, but jax sees {have}")
+    if args.devices and have < args.devices:
+        raise ValueError(f"--devices {args.devices}: jax sees {have} local devices")
 
 
 def main(argv: list[str] | None = None) -> int:
