@@ -135,3 +135,25 @@ def test_deterministic_flag_sets_the_xla_flag_before_jax_starts(fake_gpu_jax, mo
     monkeypatch.delenv("XLA_FLAGS")
     fake_gpu_jax()
     assert "XLA_FLAGS" not in os.environ
+
+
+# --- the test suite on a GPU machine (root conftest.py) -------------------------------------
+
+
+def test_suite_keeps_the_cpu_first_and_reaches_the_gpu_when_there_is_one():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("_root_conftest", path)
+    root = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root)
+    choose = root.jax_platforms_for_tests
+    # a GPU machine: CPU is the default platform (8 virtual devices), CUDA reachable by name
+    assert choose({}, cuda_plugin=True, gpu_visible=True) == "cpu,cuda"
+    assert choose({}, cuda_plugin=True, gpu_visible=False) == "cpu"  # plugin, no GPU
+    assert choose({}, cuda_plugin=False, gpu_visible=True) == "cpu"  # GPU, CPU-only jaxlib
+    assert choose({"JAX_PLATFORMS": "cuda"}, cuda_plugin=True, gpu_visible=True) == "cuda"
+    # and this run: the multi-device tests get the 8 CPU devices
+    assert os.environ["JAX_PLATFORMS"].split(",")[0] == "cpu"
+    assert jax.default_backend() == "cpu" and jax.device_count() == 8
