@@ -8,6 +8,8 @@ import dataclasses
 import os
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from models.dlrm import mesh as mesh_lib
@@ -157,3 +159,39 @@ def test_suite_keeps_the_cpu_first_and_reaches_the_gpu_when_there_is_one():
     # and this run: the multi-device tests get the 8 CPU devices
     assert os.environ["JAX_PLATFORMS"].split(",")[0] == "cpu"
     assert jax.default_backend() == "cpu" and jax.device_count() == 8
+
+
+# --- initialisation computes the table scale on the device ----------------------------------
+
+
+def _host_scale(placement):
+    """The per-row scale of the buffer as the host computed it before (float32[P, R])."""
+    scale = np.zeros((placement.num_devices, placement.rows_per_device), np.float32)
+    for d in range(placement.num_devices):
+        for j in range(placement.local_tables):
+            n, t = placement.slot_rows[d, j], placement.slot_table[d, j]
+            if n:
+                o = placement.offsets[d, j]
+                scale[d, o : o + n] = 1.0 / np.sqrt(placement.table_rows[t])
+    return scale
+
+
+def test_init_builds_no_table_sized_constant_and_keeps_its_values():
+    import re
+
+    from models.dlrm import models, sharding
+
+    rows = [5000, 3000, 700, 20, 9000, 1, 64, 2500, 4100]
+    placement = sharding.plan_tables(rows, 4, 8, split_rows=None)
+    p, r = placement.num_devices, placement.rows_per_device
+    assert p * r >= 2000  # big enough that a host-built scale shows as a constant
+    key = jax.random.key(3)
+    init = jax.jit(lambda k: models._init_buffer(k, placement))
+    text = init.lower(key).as_text()
+    shapes = re.findall(r"stablehlo\.constant dense<[^>]*> : tensor<([0-9x]+)xf32>", text)
+    big = [s for s in shapes if np.prod([int(v) for v in s.split("x")]) >= p * r]
+    assert not big, f"the init jit embeds float32 constants {big} (built on the host)"
+    # same values as u * host scale (the scale is one table's 1/sqrt(rows) or 0 per row)
+    u = jax.random.uniform(key, (p, r, placement.dim), jnp.float32, -1.0, 1.0)
+    want = np.asarray(u) * _host_scale(placement)[..., None]
+    np.testing.assert_array_equal(np.asarray(init(key)), want)

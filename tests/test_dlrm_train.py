@@ -142,7 +142,7 @@ def _popen(cmd):
 
 
 def _timing_free(records):
-    timing = ("samples_per_s", "seconds", "unix_time", "net_tx_bytes")
+    timing = ("samples_per_s", "seconds", "unix_time", "net_tx_bytes", "data_wait_s")
     return [{k: v for k, v in r.items() if k not in timing} for r in records]
 
 

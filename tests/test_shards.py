@@ -169,3 +169,45 @@ def test_errors(files):
         shards.ShardStream(ds, 8, holdout_every=1)
     with pytest.raises(FileNotFoundError):
         shards.ShardDataset("/nonexistent/shards")
+
+
+def test_trainer_shard_path_equals_text_path(tmp_path):
+    """From the same text, the same seed and no shuffling, ``--data DIR`` of shards gives the
+    text path's batches bit for bit and the same training result (final AUC, parameters)."""
+    import dataclasses
+
+    import jax
+
+    from models.dlrm import train
+
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices in this process (the root conftest.py sets them)")
+    text = tmp_path / "train.txt"
+    text.write_bytes(criteo_text(3000, seed=42))
+    base = dataclasses.replace(
+        get_config("tiny"), steps=6, batch_size=128, eval_rows=150, log_every=3, eval_every=0,
+        checkpoint_every=0, holdout_every=20, seed=7, shuffle_block_rows=0, devices_per_process=8,
+    )  # fmt: skip
+    pp.convert(
+        [str(text)], str(tmp_path / "shards"), data_format="kaggle",
+        table_rows=base.table_rows(), progress=False,
+    )  # fmt: skip
+    configs = {
+        "text": dataclasses.replace(base, data=str(text)),
+        "shards": dataclasses.replace(base, data=str(tmp_path / "shards")),
+    }
+    made = {
+        k: ip.make_data(c, 64, None, process_index=1, num_processes=2) for k, c in configs.items()
+    }
+    (ts, te, _), (ss, se, desc) = made["text"], made["shards"]
+    assert "shards" in desc and "file order" in desc
+    assert same(te, se)
+    for _ in range(25):  # 25 x 128 rows: into the second epoch of 2850 training rows
+        assert same(ts.next_batch(), ss.next_batch())
+    ss.close()
+    results = {k: train.train_and_evaluate(c, str(tmp_path / k), progress=False)
+               for k, c in configs.items()}  # fmt: skip
+    assert results["text"] == results["shards"]
+    assert 0.0 < results["shards"]["auc"] < 1.0
+    with pytest.raises(ValueError, match="hashed into table rows"):
+        ip.make_data(dataclasses.replace(configs["shards"], max_ind_range=400), 64, None)

@@ -134,7 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     d = p.add_argument_group("data")
-    d.add_argument("--data", default=None, help="file, folder or glob (absent = synthetic)")
+    d.add_argument(
+        "--data",
+        default=None,
+        help="file, folder or glob (absent = synthetic), or a folder of shards written by "
+        "python -m models.dlrm.preprocess",
+    )
     d.add_argument(
         "--eval-data",
         default=None,
@@ -162,6 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="split tables with more rows "
         "than this row-wise over devices (-1: a device's fair share; 0: never)",
+    )
+    d.add_argument(
+        "--shuffle-block-rows",
+        type=int,
+        default=None,
+        help="with a --data folder of shards: rows of the contiguous blocks shuffled every "
+        "epoch by --seed (0 = file order)",
     )
     d.add_argument("--eval-rows", type=int, default=None, help="rows of the evaluation set")
     d.add_argument(

@@ -372,7 +372,8 @@ def make_data(
 
     Without ``config.data``: the synthetic generator (``synthetic.SyntheticCriteo``, seeded by
     ``config.seed``). With it: ``CriteoFileStream`` over the files, and the evaluation set from
-    ``config.eval_data`` or, without it, every ``config.holdout_every``-th line of the data.
+    ``config.eval_data`` or, without it, every ``config.holdout_every``-th line of the data;
+    a folder of shards (``models.dlrm.preprocess``) goes to ``shards.make_data``.
 
     Args:
       config: the run's Config (``data``, ``eval_data``, ``data_format``, ``eval_rows``,
@@ -392,6 +393,11 @@ def make_data(
     """
     rows = config.table_rows()
     pid, nproc = process_index, num_processes
+    if config.data and os.path.isfile(os.path.join(config.data, "manifest.json")):
+        from models.dlrm import shards  # imports this module
+
+        return shards.make_data(config, local_batch, position, process_index=pid,
+                                num_processes=nproc)  # fmt: skip
     if not config.data:
         gen = synthetic.SyntheticCriteo(
             rows, config.num_dense, config.synthetic_multi_hot, config.synthetic_zipf_a, config.seed

@@ -85,6 +85,8 @@ class TrainRecord:
       exchange: "on" (compressed or baseline codec) or "off" (exact all-to-all).
       net_tx_bytes: bytes sent by this network namespace over the interval (Linux
         ``/proc/net/dev``), None where unavailable.
+      data_wait_s: seconds of the interval the loop spent getting its batches from the input
+        stream (parsing text; waiting for the shard prefetch), None where not measured.
     """
 
     kind: ClassVar[str] = "train"
@@ -105,6 +107,7 @@ class TrainRecord:
     bad_lines: int
     exchange: str
     net_tx_bytes: float | None = None
+    data_wait_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)

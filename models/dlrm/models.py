@@ -115,18 +115,21 @@ def pooled_lookup(table: jax.Array, rows: jax.Array, valid: jax.Array) -> jax.Ar
 def _init_buffer(key, placement: TablePlacement) -> jax.Array:
     """Uniform(-1/sqrt(rows_t), 1/sqrt(rows_t)) per table (reference DLRM), zero padding.
 
-    ``rows_t`` is the whole table's rows, also for a piece of a row-wise split table.
+    ``rows_t`` is the whole table's rows, also for a piece of a row-wise split table. The
+    per-row scale is computed on the devices from the ``[P, L]`` slot plan (a host-built
+    ``float32[P, R]`` would be a table-sized constant copied to every device: about 1 GB for
+    the terabyte preset).
     """
     p, r, dim = placement.num_devices, placement.rows_per_device, placement.dim
-    scale = np.zeros((p, r), np.float32)
-    for d in range(p):
-        for j in range(placement.local_tables):
-            n, t = placement.slot_rows[d, j], placement.slot_table[d, j]
-            if n:
-                o = placement.offsets[d, j]
-                scale[d, o : o + n] = 1.0 / np.sqrt(placement.table_rows[t])
+    rows_t = np.asarray(placement.table_rows, np.float64)[placement.slot_table]
+    slot_scale = np.where(placement.slot_rows > 0, 1.0 / np.sqrt(rows_t), 0.0)  # [P, L]
+    lo = jnp.asarray(placement.offsets, jnp.int32)[:, :, None]  # [P, L, 1]
+    hi = lo + jnp.asarray(placement.slot_rows, jnp.int32)[:, :, None]
+    row = jax.lax.broadcasted_iota(jnp.int32, (1, 1, r), 2)
+    inside = (row >= lo) & (row < hi)  # [P, L, R]; a row is in at most one slot
+    scale = jnp.sum(jnp.where(inside, jnp.asarray(slot_scale, jnp.float32)[:, :, None], 0.0), 1)
     u = jax.random.uniform(key, (p, r, dim), jnp.float32, -1.0, 1.0)
-    return u * jnp.asarray(scale)[..., None]
+    return u * scale[..., None]
 
 
 class ShardedEmbedding(nnx.Module):

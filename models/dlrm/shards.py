@@ -32,10 +32,14 @@ import os
 import queue
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.dlrm import preprocess
+from models.dlrm import input_pipeline, preprocess
+
+if TYPE_CHECKING:
+    from models.dlrm.configs import Config
 
 NAMES = tuple(preprocess.COLUMNS)
 
@@ -248,6 +252,7 @@ class ShardStream:
                 )
             self.train_index = int(position["train_index"])
         self.wait_seconds = 0.0
+        self.bad_lines = int(dataset.manifest.get("bad_lines", 0))  # skipped when converted
         self._prefetch = prefetch
         self._queue, self._thread, self._stop = None, None, threading.Event()
 
@@ -319,3 +324,67 @@ class ShardStream:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def make_data(
+    config: Config,
+    local_batch: int,
+    position: dict | None,
+    *,
+    process_index: int = 0,
+    num_processes: int = 1,
+):
+    """``input_pipeline.make_data`` for a ``config.data`` folder of shards.
+
+    The stream is a ``ShardStream`` (seed ``config.seed``, blocks of
+    ``config.shuffle_block_rows`` shuffled every epoch, or file order if it is 0). The
+    evaluation set is the first ``config.eval_rows`` rows of ``config.eval_data`` (shards, or
+    text files read by ``input_pipeline.read_eval_set``) or, without it, every
+    ``config.holdout_every``-th row of the shards.
+
+    Returns:
+      ``(stream, eval_set, description)`` as ``input_pipeline.make_data``.
+
+    Raises:
+      ValueError: the shards were hashed into other table rows than ``config.table_rows()``,
+        or ``position`` belongs to another stream.
+      preprocess.ShardFormatError: see ``ShardDataset``.
+    """
+    rows = config.table_rows()
+    dataset = ShardDataset(config.data)
+    if dataset.table_rows != tuple(rows):
+        raise ValueError(
+            f"the shards in {config.data} hold ids hashed into table rows "
+            f"{list(dataset.table_rows)}, the config's tables have {list(rows)} (--max-ind-range "
+            "decides both): convert again or change the config"
+        )
+    holdout = 0 if config.eval_data else config.holdout_every
+    block = config.shuffle_block_rows
+    stream = ShardStream(
+        dataset,
+        local_batch,
+        seed=config.seed,
+        shuffle=block > 0,
+        block_rows=block or 4096,
+        holdout_every=holdout,
+        process_index=process_index,
+        num_processes=num_processes,
+        position=position,
+    )
+    if not config.eval_data:
+        eval_rows, where = eval_set(dataset, config.eval_rows, holdout), f"every {holdout}-th row"
+    elif os.path.isfile(os.path.join(config.eval_data, preprocess.MANIFEST)):
+        eval_rows, where = eval_set(ShardDataset(config.eval_data), config.eval_rows), "shards"
+    else:
+        eval_rows, _ = input_pipeline.read_eval_set(
+            input_pipeline.expand_paths(config.eval_data), config.data_format, rows,
+            config.eval_rows, skip_bad_lines=config.skip_bad_lines,
+        )  # fmt: skip
+        where = "text"
+    order = f"blocks of {block} rows shuffled by seed {config.seed}" if block else "file order"
+    desc = (
+        f"shards {config.data} ({dataset.num_rows} rows, {dataset.data_format}, {order}); "
+        f"eval {len(eval_rows['label'])} rows ({where}"
+        f"{f' of {config.eval_data}' if config.eval_data else ''})"
+    )
+    return stream, eval_rows, desc

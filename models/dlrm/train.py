@@ -305,7 +305,8 @@ def _due(step: int, every: int, last: int) -> bool:
 def _describe_interval(rec: metrics_lib.TrainRecord) -> str:
     return (
         f"step {rec.step}: loss {rec.loss:.4f} train-AUC {rec.auc:.4f} "
-        f"{rec.samples_per_s:.0f} samples/s | exchange ratio {rec.compression_ratio:.2f}x, "
+        f"{rec.samples_per_s:.0f} samples/s (data wait {rec.data_wait_s or 0:.2f} s) | "
+        f"exchange ratio {rec.compression_ratio:.2f}x, "
         f"moved {_fmt_bytes(rec.moved_bytes)} vs raw {_fmt_bytes(rec.raw_bytes)} "
         f"(frames {_fmt_bytes(rec.frame_bytes)}, {rec.fallback_steps} exact-fallback "
         f"steps) | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}]"
@@ -391,6 +392,7 @@ def train_and_evaluate(
 
     interval: list[tuple[np.ndarray, dict]] = []
     t_interval, net0 = time.perf_counter(), net_tx_bytes()
+    data_wait = 0.0  # seconds of the interval spent in stream.next_batch()
     bar = tqdm(
         total=config.steps,
         initial=start,
@@ -401,7 +403,9 @@ def train_and_evaluate(
     final_eval = None
     step = start
     for step in range(start + 1, config.steps + 1):
+        t_data = time.perf_counter()
         batch_local = stream.next_batch()
+        data_wait += time.perf_counter() - t_data
         state, m = train_step(state, mesh_lib.to_global(batch_local, mesh, config.batch_size))
         interval.append((batch_local["label"], m))
         bar.update(1)
@@ -419,13 +423,14 @@ def train_and_evaluate(
                 exchange=config.compression,
                 # this namespace, all processes, the interval
                 net_tx_bytes=None if net0 is None or net1 is None else net1 - net0,
+                data_wait_s=data_wait,
             )
             net0 = net1
             bar.set_postfix(loss=f"{rec.loss:.4f}", ratio=f"{rec.compression_ratio:.1f}")
             say(_describe_interval(rec))
             say("  per-table ratio: " + " ".join(f"{r:.1f}" for r in rec.ratio_per_table))
             writer.write(rec)
-            interval, t_interval = [], time.perf_counter()
+            interval, t_interval, data_wait = [], time.perf_counter(), 0.0
         if _due(step, config.eval_every, config.steps):
             final_eval = run_eval(step)
             t_interval, net0 = time.perf_counter(), net_tx_bytes()
@@ -433,6 +438,7 @@ def train_and_evaluate(
             checkpoints.save(mngr, state, {"data_position": stream.position(), "step": step})
             t_interval, net0 = time.perf_counter(), net_tx_bytes()
     bar.close()
+    getattr(stream, "close", lambda: None)()  # stops a shard stream's prefetch thread
     mngr.wait_until_finished()
     mngr.close()
     if final_eval is None:  # resumed at the end: evaluate the restored state

@@ -108,6 +108,9 @@ class Config:
     holdout_every: int = 20
     # Skip and count malformed lines instead of stopping with an error.
     skip_bad_lines: bool = False
+    # With shard data (a data folder written by models.dlrm.preprocess): rows of the contiguous
+    # blocks shuffled every epoch by seed; 0 = file order (the order text files are read in).
+    shuffle_block_rows: int = 4096
     # Ids per bag in the synthetic generator (1 = one-hot, like Criteo).
     synthetic_multi_hot: int = 1
     # Zipf exponent of the synthetic ids (larger = more repeated hot ids per batch).
@@ -196,6 +199,8 @@ class Config:
             )
         if self.optimizer not in ("sgd", "adagrad"):
             raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
+        if self.shuffle_block_rows < 0:
+            raise ValueError(f"shuffle_block_rows must be >= 0, got {self.shuffle_block_rows}")
         if self.data_format not in ("kaggle", "terabyte", "csv"):
             raise ValueError(
                 f"data_format must be kaggle, terabyte or csv, got {self.data_format!r}"
