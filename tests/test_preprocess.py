@@ -137,6 +137,19 @@ def test_odd_lines_match_the_text_reader(tmp_path):
         assert_same_rows(out, [str(src)], "kaggle", skip_bad_lines=True)
 
 
+def test_non_finite_and_fractional_dense_values_follow_the_text_reader(tmp_path):
+    lines = criteo_text(20, seed=1).decode().splitlines(keepends=True)
+    for k, j, value in ((3, 2, "nan"), (5, 4, "1e400"), (7, 5, "2.5"), (9, 1, "-inf")):
+        fields = lines[k].split("\t")
+        fields[j] = value
+        lines[k] = "\t".join(fields)
+    src = tmp_path / "x.txt"
+    src.write_text("".join(lines))
+    r = convert([str(src)], tmp_path / "o", skip_bad_lines=True)
+    assert r.lines == 20 and r.rows + r.bad_lines == 20 and r.rows >= 17  # 2.5 is usable
+    assert_same_rows(tmp_path / "o", [str(src)], "kaggle", skip_bad_lines=True)
+
+
 def test_bad_line_error_names_file_and_line(tmp_path):
     src = tmp_path / "day_3"
     good = criteo_text(50, seed=3).decode().splitlines(keepends=True)

@@ -19,8 +19,8 @@ on a thread pool (pyarrow and numpy release the GIL) and written in order. Hex i
 vectorized: every 8-character value is one unaligned 64-bit word, split into four 16-bit
 character pairs looked up in a 65536-entry table (value, or "not hex"). A chunk whose rows are
 not all plain (a row with the wrong field count, a whitespace-only line, a label other than 0
-or 1, a dense value pyarrow does not parse, an id that is not empty or 8 hex digits) is
-converted instead line by line by ``input_pipeline.LineParser`` itself, so bad lines get the
+or 1, a dense value pyarrow does not parse or that is not finite, an id that is not empty
+or 8 hex digits) is converted instead line by line by ``input_pipeline.LineParser`` itself, so bad lines get the
 text reader's treatment exactly: ``MalformedLineError`` naming ``file:line``, or, with
 ``skip_bad_lines``, skipped and counted.
 
@@ -244,6 +244,8 @@ class _ChunkConverter:
         dense = np.empty((ip.NUM_DENSE, n), np.float64)
         for j, col in enumerate(columns[1 : 1 + ip.NUM_DENSE]):
             dense[j] = col.fill_null(0.0).to_numpy()
+        if not np.isfinite(dense).all():  # nan, inf, 1e400: the line-by-line rules decide
+            return None
         ids = np.empty((ip.NUM_SPARSE, n), np.uint32)
         for j, col in enumerate(columns[1 + ip.NUM_DENSE :]):
             lo = 0
