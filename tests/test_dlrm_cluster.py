@@ -195,3 +195,73 @@ def test_init_builds_no_table_sized_constant_and_keeps_its_values():
     u = jax.random.uniform(key, (p, r, placement.dim), jnp.float32, -1.0, 1.0)
     want = np.asarray(u) * _host_scale(placement)[..., None]
     np.testing.assert_array_equal(np.asarray(init(key)), want)
+
+
+# --- text input on several processes: position and parsing ----------------------------------
+
+
+def _numbered_file(path, lines: int, bad=()):
+    """Kaggle-format lines whose I1 is the line number (0-based); lines in ``bad`` have a
+    non-hex categorical value."""
+    rows = []
+    for n in range(lines):
+        cats = ["zz"] + ["a1"] * 25 if n in bad else ["%x" % (n + 1)] * 26
+        rows.append("\t".join([str(n % 2), str(n)] + ["1"] * 12 + cats))
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def _line_numbers(batch) -> list[int]:
+    return [int(round(float(np.expm1(v)))) for v in batch["dense"][:, 0]]
+
+
+def _stream(path, pid, nproc, position=None, **kw):
+    from models.dlrm.input_pipeline import CriteoFileStream
+
+    return CriteoFileStream(
+        [path], "kaggle", [1000] * 26, 8, process_index=pid, num_processes=nproc,
+        position=position, **kw,
+    )  # fmt: skip
+
+
+def test_resumed_process_one_continues_after_its_own_rows(tmp_path):
+    # The trainer saves the primary process's position; after 3 global batches of 16 rows
+    # (8 per process) process 1 must go on with lines 56-63 (it got 40-47 before: process 0
+    # stopped reading mid-way through the global batch).
+    path = _numbered_file(tmp_path / "day_0", 100)
+    streams = [_stream(path, pid, 2) for pid in range(2)]
+    for _ in range(3):
+        got = [_line_numbers(s.next_batch()) for s in streams]
+    assert got == [list(range(32, 40)), list(range(40, 48))]
+    assert streams[0].position() == streams[1].position()  # one position for all processes
+    resumed = [_stream(path, pid, 2, streams[0].position()) for pid in range(2)]
+    assert _line_numbers(resumed[1].next_batch()) == list(range(56, 64))
+    assert _line_numbers(resumed[0].next_batch()) == list(range(48, 56))
+
+
+@pytest.mark.parametrize("holdout", [0, 7])
+def test_each_process_parses_only_its_own_lines(tmp_path, monkeypatch, holdout):
+    from models.dlrm import input_pipeline
+
+    path = _numbered_file(tmp_path / "day_0", 90)
+    parsed = []
+    real_call = input_pipeline.LineParser.__call__
+
+    def counting(self, line):
+        parsed.append(int(line.split("\t")[1]))
+        return real_call(self, line)
+
+    monkeypatch.setattr(input_pipeline.LineParser, "__call__", counting)
+    one = _stream(path, 0, 1, holdout_every=holdout)
+    one.local_batch = 16  # the global batch of the two processes below
+    whole = [one.next_batch() for _ in range(4)]
+    for pid in range(2):
+        parsed.clear()
+        s = _stream(path, pid, 2, holdout_every=holdout)
+        for g in range(4):
+            want = {k: v[pid * 8 : pid * 8 + 8] for k, v in whole[g].items()}
+            for k, v in s.next_batch().items():
+                np.testing.assert_array_equal(v, want[k])
+        mine = [n for g in range(4) for n in _line_numbers(whole[g])[pid * 8 : pid * 8 + 8]]
+        held = [n for n in range(max(parsed) + 1) if holdout and n % holdout == 0]
+        assert sorted(parsed) == sorted(mine + held), pid  # no other process's line

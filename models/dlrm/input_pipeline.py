@@ -255,16 +255,30 @@ class CriteoFileStream:
     def next_batch(self) -> dict[str, np.ndarray]:
         """The next local batch: ``dense`` float32[b, 13], ``ids`` int32[b, 26, 1], ``label``.
 
+        Every process reads on to the end of the global batch, so ``position()`` is the same
+        on all of them (the checkpoint's, written by process 0, resumes each process right).
+        A process parses only its own training lines and the held-out ones; other processes'
+        lines are skipped unparsed, except with ``skip_bad_lines``, where whether a line
+        counts depends on its being well formed.
+
         Raises:
           MalformedLineError: a bad line and not ``skip_bad_lines``.
           ValueError: the files hold no usable training line.
         """
         labels, dense, ids = [], [], []
-        while len(labels) < self.local_batch:
+        global_batch = self.local_batch * self.num_processes
+        while len(labels) < self.local_batch or self.train_index % global_batch:
             try:
                 path, lineno, text = next(self._it)
             except StopIteration:
                 raise ValueError(f"no usable training lines in {self.paths}") from None
+            k = self.all_index
+            held = self.holdout_every > 0 and k % self.holdout_every == 0
+            mine = (self.train_index // self.local_batch) % self.num_processes == self.process_index
+            if not (mine or held or self.skip_bad_lines):  # another process's line
+                self.all_index += 1
+                self.train_index += 1
+                continue
             try:
                 row = self._parser(path)(text)
             except ValueError as e:
@@ -275,11 +289,9 @@ class CriteoFileStream:
                     f"{path}:{lineno}: malformed {self.data_format} line: {e}"
                     " (use --skip-bad-lines to skip such lines)"
                 ) from None
-            k = self.all_index
             self.all_index += 1
-            if self.holdout_every > 0 and k % self.holdout_every == 0:
+            if held:
                 continue
-            mine = (self.train_index // self.local_batch) % self.num_processes == self.process_index
             self.train_index += 1
             if mine:
                 labels.append(row[0])
