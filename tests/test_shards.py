@@ -199,7 +199,7 @@ def test_trainer_shard_path_equals_text_path(tmp_path):
     made = {
         k: ip.make_data(c, 64, None, process_index=1, num_processes=2) for k, c in configs.items()
     }
-    (ts, te, _), (ss, se, desc) = made["text"], made["shards"]
+    (ts, te), (ss, se, desc) = made["text"][:2], made["shards"][:3]
     assert "shards" in desc and "file order" in desc
     assert same(te, se)
     for _ in range(25):  # 25 x 128 rows: into the second epoch of 2850 training rows
@@ -211,3 +211,46 @@ def test_trainer_shard_path_equals_text_path(tmp_path):
     assert 0.0 < results["shards"]["auc"] < 1.0
     with pytest.raises(ValueError, match="hashed into table rows"):
         ip.make_data(dataclasses.replace(configs["shards"], max_ind_range=400), 64, None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="../shared/data (real rows) is not present")
+def test_real_kaggle_and_terabyte_shards_train_end_to_end(tmp_path):
+    """The shared real rows go through the command line into shards and train a few steps."""
+    import dataclasses
+    import json
+
+    import jax
+
+    from models.dlrm import train
+
+    if jax.device_count() < 8:
+        pytest.skip("needs 8 devices in this process (the root conftest.py sets them)")
+    tiny = get_config("tiny")
+    terabyte = os.path.join(os.path.dirname(DATA), "criteo_terabyte", "day0_head1000.tsv")
+    runs = {
+        "kaggle": ([os.path.join(DATA, "dac_head8000_split_train.tsv")], "kaggle", 8, 128),
+        "terabyte": ([terabyte], "terabyte", 6, 64),
+    }
+    for name, (sources, fmt, steps, batch) in runs.items():
+        out = tmp_path / f"{name}_shards"
+        assert pp.main([*sources, "--out", str(out), "--data-format", fmt, "--config", "tiny",
+                        "--no-progress"]) == 0  # fmt: skip
+        config = dataclasses.replace(
+            tiny, data=str(out), steps=steps, batch_size=batch, log_every=steps // 2,
+            eval_every=0, checkpoint_every=0, holdout_every=4, devices_per_process=8,
+        )  # fmt: skip
+        if name == "kaggle":
+            config = dataclasses.replace(
+                config, eval_data=os.path.join(DATA, "dac_head8000_split_test.tsv")
+            )
+        result = train.train_and_evaluate(config, str(tmp_path / name), progress=False)
+        assert 0.0 <= result["auc"] <= 1.0 and result["logloss"] > 0
+        assert result["rows"] == (391 if name == "kaggle" else 250)
+        with open(tmp_path / name / "metrics.jsonl") as f:
+            records = [json.loads(line) for line in f]
+        trains = [r for r in records if r["kind"] == "train"]
+        assert len(trains) == 2 and all(r["data_wait_s"] >= 0 for r in trains)
+        assert trains[-1]["compression_ratio"] > 1.0
+        data = [r for r in records if r["kind"] == "config"][0]["data"]
+        assert data.startswith(f"shards {out}") and "blocks of 4096 rows shuffled" in data
