@@ -265,3 +265,79 @@ def test_each_process_parses_only_its_own_lines(tmp_path, monkeypatch, holdout):
         mine = [n for g in range(4) for n in _line_numbers(whole[g])[pid * 8 : pid * 8 + 8]]
         held = [n for n in range(max(parsed) + 1) if holdout and n % holdout == 0]
         assert sorted(parsed) == sorted(mine + held), pid  # no other process's line
+
+
+@pytest.mark.slow
+def test_two_processes_resume_from_a_checkpoint_at_their_own_rows(tmp_path, monkeypatch):
+    import json
+
+    from _multiprocess import run_processes
+
+    monkeypatch.setenv("JLC_RESUME_DATA", _numbered_file(tmp_path / "day_0", 100))
+    monkeypatch.setenv("JLC_RESUME_DIR", str(tmp_path / "run"))
+    outs = run_processes("_cluster_resume_worker.py", 2, timeout_s=120)
+    got = [json.loads(out[out.index("OK ") + 3 :].splitlines()[0]) for out in outs]
+    assert [g["before"] for g in got] == [list(range(32, 40)), list(range(40, 48))]
+    assert [g["step"] for g in got] == [3, 3]
+    # process 1 got lines 40-47 again (process 0's position) before the fix
+    assert [g["after"] for g in got] == [list(range(48, 56)), list(range(56, 64))]
+
+
+@pytest.mark.slow
+def test_a_workdir_not_shared_between_processes_is_a_clear_error(tmp_path):
+    # Each process its own --out (hosts without a shared file system): before, one process
+    # could restore a checkpoint while the other started fresh, and the job hung.
+    import subprocess
+    import sys
+
+    from _multiprocess import free_port
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "models.dlrm.main",
+                "--preset",
+                "tiny",
+                "--devices",
+                "2",
+                "--steps",
+                "2",
+                "--eval-every",
+                "0",
+                "--checkpoint-every",
+                "0",
+                "--eval-rows",
+                "64",
+                "--no-progress",
+                "--out",
+                str(tmp_path / f"host{i}"),
+                "--coordinator",
+                f"127.0.0.1:{port}",
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+            ],
+            cwd=root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outs = []
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for i, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode != 0, f"process {i} ran on an unshared workdir:\n{out[-2000:]}"
+        assert "is not one folder shared by all processes" in out, out[-3000:]
+        assert "processes [1] see no file process 0 wrote there" in out, out[-3000:]

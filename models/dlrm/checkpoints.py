@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+import jax
 import orbax.checkpoint as ocp
 
 from models.dlrm.mesh import to_host
@@ -63,3 +64,51 @@ def restore(
         ),
     )
     return TrainState(**out["state"]), out["meta"]
+
+
+class WorkdirNotSharedError(ValueError):
+    """The processes of a multi-process run do not see the same workdir."""
+
+
+def check_shared_workdir(mngr: ocp.CheckpointManager) -> None:
+    """Checks that every process sees the same checkpoint folder (one shared file system).
+
+    Process 0 writes a random token into ``mngr.directory``; every process reads it back and
+    reports its latest checkpointed step. A folder that is not shared (each host its own
+    disk) would have one process restore while another starts fresh, and the job hang in its
+    first collective; here every process raises instead. One process: nothing to check.
+
+    Raises:
+      WorkdirNotSharedError: some process does not see process 0's token, or sees another
+        latest step (the message names them).
+    """
+    if jax.process_count() == 1:
+        return
+    import secrets
+
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    path = os.path.join(os.fspath(mngr.directory), ".shared_check")
+    token = secrets.randbits(31) if jax.process_index() == 0 else 0  # int32: x64 is off
+    if jax.process_index() == 0:
+        with open(path, "w") as f:
+            f.write(str(token))
+    token = int(multihost_utils.broadcast_one_to_all(np.int32(token)))
+    try:
+        with open(path) as f:
+            seen = f.read().strip() == str(token)
+    except OSError:
+        seen = False
+    step = mngr.latest_step()
+    mine = np.array([int(seen), -1 if step is None else step], np.int32)
+    every = np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 2)
+    blind = [i for i, (ok, _) in enumerate(every) if not ok]
+    steps = {i: None if s < 0 else int(s) for i, (_, s) in enumerate(every)}
+    if blind or len(set(steps.values())) > 1:
+        raise WorkdirNotSharedError(
+            f"the checkpoint folder {mngr.directory} is not one folder shared by all "
+            f"processes: processes {blind or 'all'} see "
+            f"{'no' if blind else 'the'} file process 0 wrote there; latest checkpoint step "
+            f"per process {steps}. Give --out a folder on a file system every host mounts."
+        )

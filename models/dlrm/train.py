@@ -239,7 +239,9 @@ def restore_latest(
     config: Config, mngr, init_state, shard
 ) -> tuple[TrainState | None, dict | None]:
     """The latest checkpoint's ``(state, meta)`` when ``config.resume`` and there is one,
-    else ``(None, None)`` (the caller then starts from ``init_state``)."""
+    else ``(None, None)`` (the caller then starts from ``init_state``). First checks that
+    every process sees the same checkpoint folder (``checkpoints.check_shared_workdir``)."""
+    checkpoints.check_shared_workdir(mngr)
     if config.resume:
         abstract = jax.tree.map(
             lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
