@@ -71,7 +71,7 @@ if ! "$PY" -P -c "import jax, jax_lossy_comm._ext as e; assert e.HAS_CUDA, 'buil
 fi
 log "import: $(tail -n 1 "$OUT/import.txt")"
 # Registers / shared memory / spills of every kernel, as built (the dictionary encoder is bounded
-# to 4 resident blocks per SM: kDictMinBlocks in codec_cuda.cu).
+# to 4 resident blocks per SM: kDictMinBlocks in xla_ffi/cuda_common.cuh).
 EXT=$("$PY" -P -c "import jax_lossy_comm._ext as e; print(e.__file__)" 2>/dev/null)
 if command -v cuobjdump >/dev/null 2>&1 && [ -n "$EXT" ]; then
   cuobjdump --dump-resource-usage "$EXT" > "$OUT/kernel_resources.txt" 2>&1 || true

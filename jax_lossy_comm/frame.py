@@ -1,56 +1,147 @@
-"""Frame format constants, static sizes and host-side header parsing.
+"""Frame format constants, enums, static sizes and host-side header parsing.
 
-This mirrors ``xla_ffi/frame.h`` (the normative description of the byte layout) for Python:
-codec names, status codes, the static capacity of a frame, and :func:`frame_info`, which reads
-frame headers on the host for tests and benchmarks. Nothing here is traced.
+``xla_ffi/format.h`` is the one description of the byte layout; the compiled extension exports
+its constants, enums and status codes, and this module turns them into Python names and
+:class:`enum.IntEnum` classes (:class:`Codec`, :class:`Mode`, :class:`DType`, :class:`Form`,
+:class:`Flag`, :class:`Status`). Without the extension (a pure-jax reference install) the same
+values come from :data:`FORMAT_TABLE`, which ``tests/test_format_constants.py`` checks against
+the extension, together with the size functions here (:func:`header_bytes`,
+:func:`raw_frame_bytes`, :func:`fixed_frame_bytes`, :func:`rel_code_bits`, :func:`pos_bytes`)
+against their C++ counterparts. :func:`frame_info` reads frame headers on the host for tests and
+benchmarks. Nothing here is traced.
+
+>>> Status(7).name, Status.BAD_CHECKSUM.description
+('BAD_CHECKSUM', 'checksum mismatch')
+>>> CODECS["fixed"] == Codec.FIXED == 2
+True
 """
 
 from __future__ import annotations
 
+import enum
 import math
+import types
 from typing import NamedTuple
 
 import numpy as np
 
-MAGIC = 0xE5
-VERSION = 1
-HEADER_FIXED_BYTES = 8
-MAX_BITS = 24
-MAX_HUFFMAN_SYMBOLS = 4096
-SEGMENT_SYMBOLS = 1024
+from jax_lossy_comm import _ffi
 
-FORM_RAW, FORM_QUANT = 0, 1
-FLAG_DEDUP, FLAG_CODES_HUFFMAN, FLAG_INDEX_HUFFMAN = 8, 16, 32
+#: The format of ``xla_ffi/format.h`` as Python values, used when the compiled extension is
+#: absent; with the extension, its exports (the same keys) are used instead.
+FORMAT_TABLE = {
+    "MAGIC": 0xE5,
+    "VERSION": 1,
+    "HEADER_FIXED_BYTES": 8,
+    "CHECKSUM_OFFSET": 4,
+    "MAX_BITS": 24,
+    "MAX_HUFFMAN_LENGTH": 12,
+    "MAX_HUFFMAN_SYMBOLS": 4096,
+    "SEGMENT_SYMBOLS": 1024,
+    "MAX_FRAME_BYTES": 2**31 - 1,
+    "FORMS": {"RAW": 0, "QUANT": 1},
+    "FLAGS": {"ABS": 4, "DEDUP": 8, "CODES_HUFFMAN": 16, "INDEX_HUFFMAN": 32},
+    "CODECS": {"auto": 0, "raw": 1, "fixed": 2, "dedup": 3, "entropy": 4},
+    "MODES": {"rel": 0, "abs": 1},
+    "DTYPES": {"float32": 0, "bfloat16": 1, "float16": 2},
+    "STATUS": [
+        ("OK", 0, "ok"),
+        (
+            "OVERFLOW",
+            1,
+            "overflow: the encoder needed more bytes than the capacity (nbytes < 0)",
+        ),
+        ("TRUNCATED", 2, "truncated: nbytes out of range or a section runs past the end"),
+        ("BAD_MAGIC", 3, "bad magic byte"),
+        ("BAD_VERSION", 4, "unsupported frame version"),
+        ("BAD_HEADER", 5, "bad header field"),
+        ("SHAPE_MISMATCH", 6, "shape or dtype differs from the expected one"),
+        ("BAD_CHECKSUM", 7, "checksum mismatch"),
+        ("CORRUPT", 8, "corrupt section (code table, code or index out of range)"),
+        ("TRAILING_BYTES", 9, "trailing bytes after the last section"),
+        ("UNSUPPORTED_FORM", 10, "form not supported by the pure-jax reference decoder"),
+    ],
+}
 
-#: Codec names accepted by :func:`jax_lossy_comm.compress`, with their handler ids.
-#:
-#: * ``"auto"``: per chunk, the smallest of the forms below.
-#: * ``"raw"``: values stored verbatim (lossless; the fallback for data that cannot be quantized).
-#: * ``"fixed"``: fixed-rate quantization codes, ``bits`` per value, no dictionary; the frame
-#:   size is known from the shape and the smallest error bound (static exchange capacity).
-#: * ``"dedup"``: dictionary of distinct code rows plus one bit-packed index per row.
-#: * ``"entropy"``: ``"dedup"`` with canonical Huffman coding of the dictionary codes and the
-#:   indices, each where it is smaller than bit-packing.
-CODECS = {"auto": 0, "raw": 1, "fixed": 2, "dedup": 3, "entropy": 4}
-MODES = {"rel": 0, "abs": 1}
-DTYPES = {np.dtype(np.float32): 0, np.dtype("bfloat16"): 1, np.dtype(np.float16): 2}
+
+def _format_source():
+    """The extension module when it is built, else :data:`FORMAT_TABLE` as a namespace."""
+    ext = _ffi._ext
+    return ext if ext is not None else types.SimpleNamespace(**FORMAT_TABLE)
+
+
+_F = _format_source()
+
+MAGIC: int = _F.MAGIC
+VERSION: int = _F.VERSION
+HEADER_FIXED_BYTES: int = _F.HEADER_FIXED_BYTES
+CHECKSUM_OFFSET: int = _F.CHECKSUM_OFFSET
+MAX_BITS: int = _F.MAX_BITS
+MAX_HUFFMAN_LENGTH: int = _F.MAX_HUFFMAN_LENGTH
+MAX_HUFFMAN_SYMBOLS: int = _F.MAX_HUFFMAN_SYMBOLS
+SEGMENT_SYMBOLS: int = _F.SEGMENT_SYMBOLS
+#: Largest frame: byte counts travel as int32 (and outlier positions as uint32).
+MAX_FRAME_BYTES: int = _F.MAX_FRAME_BYTES
+
+
+class _Described(enum.IntEnum):
+    """An IntEnum whose members also carry a one-line ``description``."""
+
+    def __new__(cls, value: int, description: str = ""):
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.description = description
+        return member
+
+
+_CODEC_TEXT = {
+    "auto": "per chunk, the smallest of the forms below",
+    "raw": "values stored verbatim (lossless; the fallback for data that cannot be quantized)",
+    "fixed": "fixed-rate quantization codes, bits per value, no dictionary; the frame size is "
+    "known from the shape and the smallest error bound (static exchange capacity)",
+    "dedup": "dictionary of distinct code rows plus one bit-packed index per row",
+    "entropy": "dedup with canonical Huffman coding of the dictionary codes and the indices, "
+    "each where it is smaller than bit-packing",
+}
+_MODE_TEXT = {
+    "rel": "error bound relative to the chunk's value range: eb_abs = eb * (max - min)",
+    "abs": "absolute error bound: eb_abs = eb",
+}
+
+#: Codec ids of ``xla_ffi/format.h`` (``lc::Codec``); names in :data:`CODECS`.
+Codec = _Described(
+    "Codec", [(k.upper(), (v, _CODEC_TEXT[k])) for k, v in _F.CODECS.items()], module=__name__
+)
+#: Error-bound modes (``lc::Mode``).
+Mode = _Described(
+    "Mode", [(k.upper(), (v, _MODE_TEXT[k])) for k, v in _F.MODES.items()], module=__name__
+)
+#: Value dtype codes of the frame's flags byte (``lc::DType``).
+DType = _Described("DType", [(k.upper(), (v, k)) for k, v in _F.DTYPES.items()], module=__name__)
+#: Frame forms, the low nibble of byte 1 (``lc::Form``).
+Form = enum.IntEnum("Form", dict(_F.FORMS), module=__name__)
+#: Bits of the frame's flags byte besides the dtype (``lc::Flag``).
+Flag = enum.IntEnum("Flag", dict(_F.FLAGS), module=__name__)
+#: Per-frame status codes returned by :func:`jax_lossy_comm.frame_status` (``lc::Status``).
+Status = _Described(
+    "Status", [(name, (code, text)) for name, code, text in _F.STATUS], module=__name__
+)
+
+FORM_RAW, FORM_QUANT = int(Form.RAW), int(Form.QUANT)
+FLAG_ABS, FLAG_DEDUP = int(Flag.ABS), int(Flag.DEDUP)
+FLAG_CODES_HUFFMAN, FLAG_INDEX_HUFFMAN = int(Flag.CODES_HUFFMAN), int(Flag.INDEX_HUFFMAN)
+
+#: Codec names accepted by :func:`jax_lossy_comm.compress`, with their handler ids
+#: (:class:`Codec`; each member's ``description`` says what the codec writes).
+CODECS = {m.name.lower(): int(m) for m in Codec}
+MODES = {m.name.lower(): int(m) for m in Mode}
+DTYPES = {np.dtype(m.description): int(m) for m in DType}
 _DTYPE_BY_CODE = {v: k for k, v in DTYPES.items()}
 
-#: Per-frame status codes returned by :func:`jax_lossy_comm.frame_status` (0 = valid).
-STATUS = {
-    0: "ok",
-    1: "overflow: the encoder needed more bytes than the capacity (nbytes < 0)",
-    2: "truncated: nbytes out of range or a section runs past the end",
-    3: "bad magic byte",
-    4: "unsupported frame version",
-    5: "bad header field",
-    6: "shape or dtype differs from the expected one",
-    7: "checksum mismatch",
-    8: "corrupt section (code table, code or index out of range)",
-    9: "trailing bytes after the last section",
-    10: "form not supported by the pure-jax reference decoder",
-}
-STATUS_OK, STATUS_OVERFLOW = 0, 1
+#: Per-frame status codes returned by :func:`jax_lossy_comm.frame_status` (0 = valid), with
+#: their descriptions (:class:`Status`).
+STATUS = {int(s): s.description for s in Status}
+STATUS_OK, STATUS_OVERFLOW = int(Status.OK), int(Status.OVERFLOW)
 
 
 def _varint_size(v: int) -> int:
@@ -79,8 +170,14 @@ def rel_code_bits(min_error_bound: float) -> int:
     """Bits of a quantization code in REL mode for relative bounds >= ``min_error_bound``.
 
     The largest code is ``range / (2 * eb_rel * range) = 1 / (2 eb_rel)`` (plus one for float
-    rounding), so the width depends on the bound alone (Feng et al., SC24, sec. 4.1).
+    rounding), so the width depends on the bound alone (Feng et al., SC24, sec. 4.1). 32 (no
+    quantization) when that exceeds :data:`MAX_BITS` bits or the bound is not > 0.
+
+    >>> rel_code_bits(0.01), rel_code_bits(0.05), rel_code_bits(1e-9)
+    (6, 4, 32)
     """
+    if not float(min_error_bound) > 0:
+        return 32
     m = 1.0 / (2.0 * float(min_error_bound))
     if not m < 2**MAX_BITS:
         return 32
@@ -102,10 +199,6 @@ def fixed_frame_bytes(rows: int, dim: int, bits: int, dtype=np.float32, outliers
         + (n * bits + 7) // 8
         + outliers * (pos_bytes(n) + _dtype_size(dtype))
     )
-
-
-#: Largest frame: byte counts travel as int32 (and outlier positions as uint32).
-MAX_FRAME_BYTES = 2**31 - 1
 
 
 def check_min_error_bound(min_error_bound) -> float:
@@ -176,7 +269,7 @@ def frame_capacity(
 
 
 class FrameInfo(NamedTuple):
-    """Header fields of one frame (see ``xla_ffi/frame.h``); ``None`` fields are absent."""
+    """Header fields of one frame (see ``xla_ffi/format.h``); ``None`` fields are absent."""
 
     nbytes: int
     form: str  # "raw" or "quantized"; "overflow" when nbytes < 0
@@ -252,7 +345,7 @@ def frame_info(frames, nbytes) -> list[FrameInfo]:
                 n,
                 "quantized",
                 dtype,
-                "abs" if flags & 4 else "rel",
+                "abs" if flags & FLAG_ABS else "rel",
                 bits,
                 bool(flags & FLAG_DEDUP),
                 bool(flags & FLAG_CODES_HUFFMAN),
@@ -269,5 +362,13 @@ def frame_info(frames, nbytes) -> list[FrameInfo]:
 
 
 def describe_status(status) -> list[str]:
-    """Human-readable text for each status code in ``status`` (any shape, flattened)."""
-    return [STATUS.get(int(s), f"unknown status {int(s)}") for s in np.asarray(status).reshape(-1)]
+    """Human-readable text for each status code in ``status`` (any shape, flattened).
+
+    >>> describe_status([0, 7, 42])
+    ['ok', 'checksum mismatch', 'unknown status 42']
+    """
+    out = []
+    for s in np.asarray(status).reshape(-1):
+        code = int(s)
+        out.append(Status(code).description if code in STATUS else f"unknown status {code}")
+    return out

@@ -1,4 +1,4 @@
-"""Pure-jax.numpy reference codec: the raw and fixed-rate frames of ``xla_ffi/frame.h``.
+"""Pure-jax.numpy reference codec: the raw and fixed-rate frames of ``xla_ffi/format.h``.
 
 The test oracle of the compiled codec and the path :mod:`jax_lossy_comm.codec` takes when the
 extension is absent (or on a backend without handlers). Everything is ``jax.numpy``/``lax``
@@ -6,7 +6,7 @@ with static shapes: it runs under ``jit`` and ``vmap``; the frame capacity is st
 code width, the outlier count and every section offset are traced per chunk. One chunk is coded
 by a single-chunk function vmapped over the flattened leading dimensions.
 
-Bit-identical to the C++ codec (``encode_chunk`` / ``decode_frame`` in ``frame.h``):
+Bit-identical to the C++ codec (``encode_chunk`` / ``decode_frame`` in ``xla_ffi/encoder.h`` / ``decoder.h``):
 
 * ``codec="raw"`` and ``codec="fixed"``: the same frame bytes and byte counts, capacity handling
   included (a frame over capacity falls back to raw when raw fits, else ``nbytes = -needed``
@@ -21,7 +21,7 @@ Differences, by design:
   ``codec="dedup"`` and ``"entropy"`` write the fixed-rate form. Both give valid frames that the
   C++ decoder reads.
 * The decoder does not read dictionary (dedup) or Huffman sections: a frame with those flags
-  gets status 10 (:data:`jax_lossy_comm.frame.STATUS`) and NaN values. Every check that
+  gets status 10 (:attr:`jax_lossy_comm.frame.Status.UNSUPPORTED_FORM`) and NaN values. Every check that
   ``decode_frame`` makes before those sections still gives the C++ status.
 * Subnormal (denormal) float32 and bfloat16 inputs are outside the bit-identity guarantee:
   XLA:CPU runs with flush-to-zero and denormals-are-zero, and so does the C++ handler called from
@@ -30,10 +30,10 @@ Differences, by design:
   *intermediates* of normal inputs (a tiny ``eb_abs`` or step) are flushed alike on both sides.
 * Offsets are int32: a chunk needs ``24 * rows * dim < 2**31``.
 
-Floating point: frame.h is built with ``-ffp-contract=off``, but XLA:CPU and XLA:GPU contract
+Floating point: the C++ codec is built with ``-ffp-contract=off``, but XLA:CPU and XLA:GPU contract
 ``a * b + c`` into one fused multiply-add (one rounding instead of two), and neither
 ``reduce_precision`` nor ``optimization_barrier`` stops it. :func:`_product` hides the multiply
-from the contraction. Rounding to bfloat16/float16 uses the integer converters of frame.h, not
+from the contraction. Rounding to bfloat16/float16 uses the integer converters of values.h, not
 XLA's ``convert``.
 
 References:
@@ -55,15 +55,15 @@ from jax import lax
 from jax_lossy_comm import frame
 
 _U32, _I32, _U8 = jnp.uint32, jnp.int32, jnp.uint8
-_F32, _BF16, _F16 = 0, 1, 2  # frame.h DType
+_F32, _BF16, _F16 = int(frame.DType.FLOAT32), int(frame.DType.BFLOAT16), int(frame.DType.FLOAT16)
 _NAN_BITS = {_F32: 0x7FC00000, _BF16: 0x7FC0, _F16: 0x7E00}  # store_value(u2f(0x7fc00000))
-_MIN_FRAME_BYTES = frame.HEADER_FIXED_BYTES + 2  # parse_header: kHeaderFixed + 2
+_MIN_FRAME_BYTES = frame.HEADER_FIXED_BYTES + 2  # format.h parse_header: kHeaderFixed + 2
 _VARINT_WRITE_BYTES = 5  # put_varint of a value < 2**32
 _VARINT_READ_BYTES = 9  # Reader::varint fails at a 9th continuation
-_STATUS_UNSUPPORTED = 10  # frame.STATUS[10]
+_S = frame.Status
 
 
-# ---------------------------------------------------------------- bits and floats (frame.h)
+# ---------------------------------------------------------------- bits and floats (values.h)
 def _u32(x):
     """Bit pattern of float32 values: uint32, same shape."""
     return lax.bitcast_convert_type(x, _U32)
@@ -89,7 +89,7 @@ def _from_dtype_bits(u: jax.Array, dtype: np.dtype) -> jax.Array:
 
 
 def _to_f32(h: jax.Array, code: int) -> jax.Array:
-    """frame.h ``load_value``: uint32 bits of a dtype ``code`` value -> float32 (exact)."""
+    """values.h ``load_value``: uint32 bits of a dtype ``code`` value -> float32 (exact)."""
     if code == _F32:
         return _f32(h)
     if code == _BF16:
@@ -111,7 +111,7 @@ def _round_half_even_shift(m, shift):
 
 
 def _from_f32(f: jax.Array, code: int) -> jax.Array:
-    """frame.h ``f32_to_bf16`` / ``f32_to_f16`` (round to nearest even): float32 -> uint32 bits."""
+    """values.h ``f32_to_bf16`` / ``f32_to_f16`` (round to nearest even): float32 -> uint32 bits."""
     u = _u32(f)
     if code == _F32:
         return u
@@ -139,14 +139,14 @@ def _from_f32(f: jax.Array, code: int) -> jax.Array:
 
 
 def _round_to_dtype(f: jax.Array, code: int) -> jax.Array:
-    """frame.h ``round_to_dtype``: float32 rounded to dtype ``code`` and back to float32."""
+    """values.h ``round_to_dtype``: float32 rounded to dtype ``code`` and back to float32."""
     return f if code == _F32 else _to_f32(_from_f32(f, code), code)
 
 
 def _product(a, b):
     """``a * b`` rounded to float32, kept out of fused multiply-adds.
 
-    XLA:CPU/GPU (LLVM) contract ``a * b + c`` into an FMA, frame.h (``-ffp-contract=off``) does
+    XLA:CPU/GPU (LLVM) contract ``a * b + c`` into an FMA, the C++ codec (``-ffp-contract=off``) does
     not. OR-ing the product's bit pattern with its own NaN flag changes no number (a NaN stays a
     NaN) but the add no longer sees a multiply.
     """
@@ -155,12 +155,12 @@ def _product(a, b):
 
 
 def _dequantize(base, q, step, code: int):
-    """frame.h: ``round_to_dtype(base + (float)q * step)``, all float32, q float32 codes."""
+    """values.h: ``round_to_dtype(base + (float)q * step)``, all float32, q float32 codes."""
     return _round_to_dtype(base + _product(q, step), code)
 
 
 def _within_bound(x, y, eb):
-    """frame.h ``within_bound``: ``|x - y| <= eb`` decided exactly (TwoSum), float32 -> bool."""
+    """values.h ``within_bound``: ``|x - y| <= eb`` decided exactly (TwoSum), float32 -> bool."""
     s = x - y
     bb = s - x
     err = (x - (s - bb)) + ((-y) - bb)
@@ -175,12 +175,12 @@ def _le_bytes(u: jax.Array, k: int) -> jax.Array:
 
 
 def _varint_size(v):
-    """frame.h ``varint_size`` of uint32 ``v`` (traced): int32 in 1..5."""
+    """format.h ``varint_size`` of uint32 ``v`` (traced): int32 in 1..5."""
     return 1 + sum((v >= (1 << (7 * k))).astype(_I32) for k in range(1, _VARINT_WRITE_BYTES))
 
 
 def _varint(v):
-    """frame.h ``put_varint`` of uint32 ``v``: (uint8[5] bytes, int32 length)."""
+    """format.h ``put_varint`` of uint32 ``v``: (uint8[5] bytes, int32 length)."""
     v = jnp.asarray(v, _U32)
     size = _varint_size(v)
     k = jnp.arange(_VARINT_WRITE_BYTES, dtype=_I32)
@@ -189,7 +189,7 @@ def _varint(v):
 
 
 def _fmix32(h):
-    """MurmurHash3 finalizer on uint32 (frame.h ``fmix32``)."""
+    """MurmurHash3 finalizer on uint32 (format.h ``fmix32``)."""
     h = h ^ (h >> 16)
     h = h * jnp.uint32(0x85EBCA6B)
     h = h ^ (h >> 13)
@@ -198,7 +198,7 @@ def _fmix32(h):
 
 
 def _checksum(buf: jax.Array, nbytes) -> jax.Array:
-    """frame.h ``lc_checksum`` of ``buf[:nbytes]`` (uint8[m], traced nbytes <= m): uint32.
+    """checksum.h ``lc_checksum`` of ``buf[:nbytes]`` (uint8[m], traced nbytes <= m): uint32.
 
     Bytes 4..7 (the checksum field) and bytes past ``nbytes`` read as zero; only the first
     ``ceil(nbytes / 4)`` words are summed.
@@ -217,12 +217,12 @@ def _checksum(buf: jax.Array, nbytes) -> jax.Array:
 
 
 def _packed_bytes(count: int, bits):
-    """frame.h ``packed_bytes``: bytes of ``count`` codes of ``bits`` bits (int32, traced)."""
+    """format.h ``packed_bytes``: bytes of ``count`` codes of ``bits`` bits (int32, traced)."""
     return (count * bits + 7) // 8
 
 
 def _pack(codes: jax.Array, bits) -> jax.Array:
-    """frame.h ``write_packed``: uint32 codes[n] of ``bits`` (traced, 0..24) bits, LSB first.
+    """bitio.h ``write_packed``: uint32 codes[n] of ``bits`` (traced, 0..24) bits, LSB first.
 
     Returns uint8[3 n], the section in its first ``_packed_bytes(n, bits)`` bytes.
     """
@@ -258,7 +258,7 @@ def _assemble(pieces, capacity: int):
 
 # ---------------------------------------------------------------- encoder
 def _value_range(v: jax.Array, finite: jax.Array):
-    """frame.h ``encode_chunk`` step 1: (vmin, vmax) float32 over the finite values of v[n].
+    """encoder.h ``encode_chunk`` step 1: (vmin, vmax) float32 over the finite values of v[n].
 
     Both 0 when there is no finite value; a zero is +0.0 whatever the signs in the chunk.
     """
@@ -267,12 +267,12 @@ def _value_range(v: jax.Array, finite: jax.Array):
     lo = jnp.min(jnp.where(finite, v, jnp.inf))
     hi = jnp.max(jnp.where(finite, v, -jnp.inf))
     any_finite = jnp.any(finite)
-    # ``x + 0.0f`` in frame.h; XLA may fold an add of zero, so the sign is cleared explicitly.
+    # ``x + 0.0f`` in quant.h ``plan_quant``; XLA may fold an add of zero, so the sign is cleared explicitly.
     return tuple(jnp.where(any_finite & (m != 0), m, jnp.float32(0)) for m in (lo, hi))
 
 
 def _quantize(v, finite, vmin, inv, step, maxcode, eb_abs, code: int):
-    """frame.h ``quantize_verify`` and the neighbour retry: codes uint32[n], outliers bool[n].
+    """encoder.h ``quantize_verify`` and the neighbour retry: codes uint32[n], outliers bool[n].
 
     ``q = rint((v - vmin) * inv)`` clamped to ``[0, maxcode]`` (NaN to 0, non-finite v to 0).
     A value whose reconstruction ``vmin + q * step``, rounded to the input dtype, misses the
@@ -297,7 +297,7 @@ def _quantize(v, finite, vmin, inv, step, maxcode, eb_abs, code: int):
 
 
 def _header_pieces(form, flags, bits, rows: int, dim: int):
-    """Magic, version|form, flags, bits, zero checksum, varint rows and dim (frame.h)."""
+    """Magic, version|form, flags, bits, zero checksum, varint rows and dim (format.h ``write_header``)."""
     fixed = jnp.stack(
         [jnp.uint32(frame.MAGIC), (frame.VERSION << 4) | form, flags, bits, *[jnp.uint32(0)] * 4]
     ).astype(_U8)
@@ -305,7 +305,7 @@ def _header_pieces(form, flags, bits, rows: int, dim: int):
 
 
 def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
-    """frame.h ``encode_chunk`` for one chunk (raw and fixed-rate forms only).
+    """encoder.h ``encode_chunk`` for one chunk (raw and fixed-rate forms only).
 
     Args:
       x: ``float32 | bfloat16 | float16 [rows, dim]``.
@@ -365,7 +365,7 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
 
     # 5. Write it (each piece has length 0 when its form is not chosen).
     form = quant.astype(_U32)
-    abs_flag = jnp.where(mode == frame.MODES["abs"], 4, 0)
+    abs_flag = jnp.where(mode == int(frame.Mode.ABS), frame.FLAG_ABS, 0)
     flags = jnp.where(quant, code | abs_flag, code).astype(_U32)
     rank = jnp.cumsum(outlier, dtype=_I32) - 1  # outlier positions in increasing order
     pos = (
@@ -414,7 +414,7 @@ class _Bytes:
 
 
 def _read_varint(get: _Bytes, p, end, vmax: int):
-    """frame.h ``Reader::varint(max)`` at ``p`` in ``[p, end)``: (value uint32, next p, ok).
+    """format.h ``Reader::varint(max)`` at ``p`` in ``[p, end)``: (value uint32, next p, ok).
 
     Fails (ok False) past ``end``, at a 9th continuation byte, or when the value exceeds
     ``vmax``; the value is correct when ok.
@@ -435,7 +435,7 @@ def _read_varint(get: _Bytes, p, end, vmax: int):
 
 
 class _Reader:
-    """frame.h ``Reader`` as traced state: position ``p`` and ``ok`` (sticky once False)."""
+    """format.h ``Reader`` as traced state: position ``p`` and ``ok`` (sticky once False)."""
 
     def __init__(self, get: _Bytes, p, end):
         self.get, self.p, self.end, self.ok = get, jnp.asarray(p, _I32), end, jnp.bool_(True)
@@ -463,31 +463,31 @@ def _first_error(checks):
     """Status of the first failing check of ``[(failed bool, status), ...]`` in order, else 0."""
     status = jnp.int32(0)
     for failed, code in reversed(checks):
-        status = jnp.where(failed, jnp.int32(code), status)
+        status = jnp.where(failed, jnp.int32(int(code)), status)
     return status
 
 
 def _header_checks(get: _Bytes, f, nbytes, r: _Reader, rows: int, dim: int, code: int):
-    """frame.h ``parse_header`` and the shape check: [(failed, status), ...] in order."""
+    """format.h ``parse_header`` and the shape check: [(failed, status), ...] in order."""
     b1, flags, bits = get(1), get(2), get(3)
     form = b1 & 15
     h_rows, h_dim = r.varint(0x7FFFFFFF), r.varint(0x7FFFFFFF)
     return [
-        (nbytes < 0, frame.STATUS_OVERFLOW),
-        ((nbytes > f.shape[0]) | (nbytes < _MIN_FRAME_BYTES), 2),
-        (get(0) != frame.MAGIC, 3),
-        ((b1 >> 4) != frame.VERSION, 4),
-        (get.word(4) != _checksum(f, nbytes), 7),
+        (nbytes < 0, _S.OVERFLOW),
+        ((nbytes > f.shape[0]) | (nbytes < _MIN_FRAME_BYTES), _S.TRUNCATED),
+        (get(0) != frame.MAGIC, _S.BAD_MAGIC),
+        ((b1 >> 4) != frame.VERSION, _S.BAD_VERSION),
+        (get.word(frame.CHECKSUM_OFFSET) != _checksum(f, nbytes), _S.BAD_CHECKSUM),
         (
             (form > frame.FORM_QUANT)
             | ((flags & 3) > 2)
             | ((flags & 0xC0) != 0)
             | (bits > frame.MAX_BITS)
             | ((form == frame.FORM_RAW) & (((flags & ~3) | bits) != 0)),
-            5,
+            _S.BAD_HEADER,
         ),
-        (~r.ok, 2),
-        ((h_rows != rows) | (h_dim != dim) | ((flags & 3) != code), 6),
+        (~r.ok, _S.TRUNCATED),
+        ((h_rows != rows) | (h_dim != dim) | ((flags & 3) != code), _S.SHAPE_MISMATCH),
     ]
 
 
@@ -496,14 +496,14 @@ def _decode_raw(get: _Bytes, body, nbytes, n: int, isz: int):
     r = _Reader(get, body, nbytes)
     at = r.take(n * isz)
     bits = get.word(at + jnp.arange(n, dtype=_I32) * isz, isz)
-    return bits, [(~r.ok, 2), (r.p != nbytes, 9)]
+    return bits, [(~r.ok, _S.TRUNCATED), (r.p != nbytes, _S.TRAILING_BYTES)]
 
 
 def _decode_quant(get: _Bytes, r: _Reader, nbytes, flags, bits, rows: int, dim: int, code: int):
     """Fixed-rate form body read by ``r``: (value bits uint32[n], [(failed, status), ...]).
 
-    Follows frame.h ``decode_frame``: eb_abs, base, outlier count (and the dictionary size when
-    the dedup flag is set), then status 10 for dedup/Huffman frames, packed codes, outlier
+    Follows decoder.h ``decode_frame``: eb_abs, base, outlier count (and the dictionary size when
+    the dedup flag is set), then ``Status.UNSUPPORTED_FORM`` for dedup/Huffman frames, packed codes, outlier
     positions and values (the last listed value of a repeated position wins).
     """
     n = rows * dim
@@ -513,26 +513,26 @@ def _decode_quant(get: _Bytes, r: _Reader, nbytes, flags, bits, rows: int, dim: 
     n_out = r.varint(n).astype(_I32)
     n_unique = r.varint(rows, present=dedup)
     checks = [
-        (~r.ok, 2),
+        (~r.ok, _S.TRUNCATED),
         (
             ~jnp.isfinite(eb_abs)
             | (eb_abs < 0)
             | ~jnp.isfinite(base)
             | (dedup & ((n_unique < 1) | (n == 0)))
             | (((flags & frame.FLAG_INDEX_HUFFMAN) != 0) & ~dedup),
-            5,
+            _S.BAD_HEADER,
         ),
-        ((flags & (frame.FLAG_DEDUP | frame.FLAG_CODES_HUFFMAN)) != 0, _STATUS_UNSUPPORTED),
+        ((flags & (frame.FLAG_DEDUP | frame.FLAG_CODES_HUFFMAN)) != 0, _S.UNSUPPORTED_FORM),
     ]
     bits = jnp.minimum(bits, frame.MAX_BITS).astype(_I32)
     codes_at = r.take(_packed_bytes(n, bits))
-    checks.append((~r.ok, 2))
+    checks.append((~r.ok, _S.TRUNCATED))
     pos_at, vals_at = r.take(n_out * pb), r.take(n_out * isz)
-    checks += [(~r.ok, 2), (r.p != nbytes, 9)]
+    checks += [(~r.ok, _S.TRUNCATED), (r.p != nbytes, _S.TRAILING_BYTES)]
     k = jnp.arange(n, dtype=_I32)
     listed = k < n_out
     pos = get.word(pos_at + k * pb, pb)
-    checks.append((jnp.any(listed & (pos >= n)), 8))
+    checks.append((jnp.any(listed & (pos >= n)), _S.CORRUPT))
 
     bitpos = k * bits
     mask = (jnp.uint32(1) << bits.astype(_U32)) - 1
@@ -547,7 +547,7 @@ def _decode_quant(get: _Bytes, r: _Reader, nbytes, flags, bits, rows: int, dim: 
 
 
 def _decode_frame(f: jax.Array, nbytes, *, rows: int, dim: int, dtype: np.dtype):
-    """frame.h ``decode_frame`` for raw and fixed-rate frames (no dedup, no Huffman).
+    """decoder.h ``decode_frame`` for raw and fixed-rate frames (no dedup, no Huffman).
 
     Args:
       f: ``uint8[capacity]``, one frame; nbytes: int32 scalar.
@@ -603,7 +603,7 @@ def compress(
     """Encodes each chunk ``x[..., rows, dim]`` into a frame, in pure jax.numpy.
 
     The frames of ``codec="raw"`` and ``"fixed"`` equal the compiled codec's byte for byte
-    (frame.h ``encode_chunk``): quantization ``q = clip(rint((x - min) / (2 eb_abs)), 0,
+    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - min) / (2 eb_abs)), 0,
     maxcode)`` without prediction, reconstruction checked exactly against ``eb_abs`` in the
     input dtype (neighbouring code retried), misses, NaN and +-Inf stored exactly as outliers.
     ``"auto"`` takes the smaller of the raw and the fixed-rate frame; ``"dedup"`` and
@@ -628,7 +628,7 @@ def compress(
       below the header size, or a chunk too large for int32 offsets.
 
     References:
-      ``xla_ffi/frame.h`` (frame layout, ``encode_chunk``); Feng et al., SC24, sec. 4.
+      ``xla_ffi/format.h`` (frame layout), ``xla_ffi/encoder.h`` (``encode_chunk``); Feng et al., SC24, sec. 4.
     """
     x = jnp.asarray(x)
     dt = np.dtype(x.dtype)
@@ -658,7 +658,7 @@ def compress(
 
 
 def decompress(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int], dtype=jnp.float32):
-    """Decodes raw and fixed-rate frames (frame.h ``decode_frame``), in pure jax.numpy.
+    """Decodes raw and fixed-rate frames (decoder.h ``decode_frame``), in pure jax.numpy.
 
     Args:
       frames: ``uint8[..., capacity]`` from :func:`compress` or the compiled codec.
@@ -676,7 +676,7 @@ def decompress(frames: jax.Array, nbytes: jax.Array, *, shape: Sequence[int], dt
       unsupported dtype. ValueError: shape not ``(rows, dim)`` or too large.
 
     References:
-      ``xla_ffi/frame.h`` (frame layout, ``parse_header``, ``decode_frame``).
+      ``xla_ffi/format.h`` (frame layout, ``parse_header``), ``xla_ffi/decoder.h`` (``decode_frame``).
     """
     frames, nbytes = jnp.asarray(frames), jnp.asarray(nbytes)
     dt = np.dtype(dtype)

@@ -2,7 +2,7 @@
 
 Every test here carries the ``gpu`` marker (``pytest -m gpu``) and is skipped, with the reason,
 when JAX sees no CUDA device or the extension was built without the CUDA handlers. The contract
-checked is the one of ``xla_ffi/frame.h``: the GPU writes the same frames as the CPU, byte for
+checked is the one of ``xla_ffi/format.h``: the GPU writes the same frames as the CPU, byte for
 byte (so each side decodes the other's frames to the same values), every finite value comes back
 within ``eb_abs``, NaN and Inf come back bit-exact, and a corrupt frame yields the same per-frame
 status on both sides, never a fault (run this file under ``compute-sanitizer --tool memcheck``
@@ -103,7 +103,7 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
 
 
 def frame_checksum(b: bytes) -> int:
-    """lc_checksum of frame.h: sum of fmix32(word_i ^ i * 0x9E3779B9), word 1 read as zero."""
+    """lc_checksum of checksum.h: sum of fmix32(word_i ^ i * 0x9E3779B9), word 1 read as zero."""
     n = len(b)
     w = np.frombuffer(b + bytes(-n % 4), "<u4").astype(np.uint64)
     if w.size > 1:

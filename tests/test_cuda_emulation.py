@@ -1,9 +1,10 @@
 """The CUDA kernels, run on the CPU: frames, values and statuses identical to the CPU codec.
 
-``tests/cuda_emu/check_kernels.cc`` includes ``xla_ffi/codec_cuda.cu`` with
-``LC_CUDA_EMULATION`` (``tests/cuda_emu/emu.h`` runs each thread of a block as a fiber, one
-barrier phase at a time in a shuffled order; shuffles and ballots go through a block-wide
-exchange) and compares every kernel with ``frame.h``'s CPU codec: encoded frames byte for byte
+``tests/cuda_emu/check_kernels.cc`` includes the kernels (``xla_ffi/encode_kernels.cuh``,
+``xla_ffi/decode_kernels.cuh``) with ``LC_CUDA_EMULATION`` (``tests/cuda_emu/emu.h`` runs each
+thread of a block as a fiber, one barrier phase at a time in a shuffled order; shuffles and
+ballots go through a block-wide exchange) and compares every kernel with the CPU codec
+(``xla_ffi/codec.h``): encoded frames byte for byte
 (fixed/raw: ``encode_fixed_kernel``; auto/dedup/entropy: the parallel dictionary encoder
 ``encode_dict_kernel``), decoded values and statuses of valid and corrupted frames
 (``decode_fast_kernel`` + ``decode_dict_kernel``), under AddressSanitizer and UBSan (which also

@@ -1,6 +1,6 @@
 """Decoder fuzzing in C++ under AddressSanitizer and UBSan (tests/fuzz/fuzz_frames.cc).
 
-Builds the harness against xla_ffi/frame.h with the system C++ compiler and runs a short
+Builds the harness against xla_ffi/codec.h with the system C++ compiler and runs a short
 campaign; ``JLC_FUZZ_ITERATIONS=1000000 python -m pytest tests/test_fuzz_native.py``
 runs longer campaigns (or build the binary by hand as the source says).
 """

@@ -1,12 +1,12 @@
 // CPU XLA FFI handlers for the jax_lossy_comm codec: compress, decompress, frame status.
 // Leading dimensions are a batch of independent chunks [rows, dim]; the codec itself lives
-// in frame.h and is shared with the CUDA handlers.
+// in codec.h (format.h, encoder.h, decoder.h); the CUDA kernels share its format and pieces.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ffi_args.h"
-#include "frame.h"
+#include "codec.h"
 #include "xla/ffi/api/ffi.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -97,26 +97,8 @@ ffi::Error FrameStatusImpl(ffi::Buffer<ffi::U8> frames, ffi::Buffer<ffi::S32> nb
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LcCompressCpu, CompressImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()          // x: [..., rows, dim]
-                                  .Arg<ffi::Buffer<ffi::F32>>()   // error bound per chunk [...]
-                                  .Ret<ffi::Buffer<ffi::U8>>()    // frames [..., capacity]
-                                  .Ret<ffi::Buffer<ffi::S32>>()   // nbytes [...], < 0: overflow
-                                  .Attr<int32_t>("mode")          // lc::Mode
-                                  .Attr<int32_t>("codec"));       // lc::Codec
-
+                              lc::ffi_args::bind_compress(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LcDecompressCpu, DecompressImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::U8>>()    // frames [..., capacity]
-                                  .Arg<ffi::Buffer<ffi::S32>>()   // nbytes [...]
-                                  .Ret<ffi::AnyBuffer>()          // x_hat [..., rows, dim]
-                                  .Ret<ffi::Buffer<ffi::S32>>()); // status [...]
-
+                              lc::ffi_args::bind_decompress(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LcFrameStatusCpu, FrameStatusImpl,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::U8>>()    // frames [..., capacity]
-                                  .Arg<ffi::Buffer<ffi::S32>>()   // nbytes [...]
-                                  .Ret<ffi::Buffer<ffi::S32>>()   // status [...]
-                                  .Attr<int64_t>("rows")
-                                  .Attr<int64_t>("dim")
-                                  .Attr<int32_t>("dtype"));        // lc::DType
+                              lc::ffi_args::bind_frame_status(ffi::Ffi::Bind()));

@@ -5,8 +5,9 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <utility>
 
-#include "frame.h"
+#include "format.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace lc {
@@ -99,6 +100,37 @@ inline ffi::Error check_frame_status(const ffi::Buffer<ffi::U8>& frames,
   c.dim = dim;
   c.batch = (int64_t)nbytes.element_count();
   return check_frames(frames.dimensions(), (int64_t)frames.element_count(), c.batch, c, op);
+}
+
+// Operands and attributes of the three targets, after the platform's context arguments (none on
+// the CPU; stream and scratch allocator on CUDA): one binding per target for both platforms.
+template <typename B>
+auto bind_compress(B&& b) {
+  return std::forward<B>(b)
+      .template Arg<ffi::AnyBuffer>()          // x: [..., rows, dim]
+      .template Arg<ffi::Buffer<ffi::F32>>()   // error bound per chunk [...]
+      .template Ret<ffi::Buffer<ffi::U8>>()    // frames [..., capacity]
+      .template Ret<ffi::Buffer<ffi::S32>>()   // nbytes [...], < 0: overflow
+      .template Attr<int32_t>("mode")          // lc::Mode
+      .template Attr<int32_t>("codec");        // lc::Codec
+}
+template <typename B>
+auto bind_decompress(B&& b) {
+  return std::forward<B>(b)
+      .template Arg<ffi::Buffer<ffi::U8>>()    // frames [..., capacity]
+      .template Arg<ffi::Buffer<ffi::S32>>()   // nbytes [...]
+      .template Ret<ffi::AnyBuffer>()          // x_hat [..., rows, dim]
+      .template Ret<ffi::Buffer<ffi::S32>>();  // status [...]
+}
+template <typename B>
+auto bind_frame_status(B&& b) {
+  return std::forward<B>(b)
+      .template Arg<ffi::Buffer<ffi::U8>>()    // frames [..., capacity]
+      .template Arg<ffi::Buffer<ffi::S32>>()   // nbytes [...]
+      .template Ret<ffi::Buffer<ffi::S32>>()   // status [...]
+      .template Attr<int64_t>("rows")
+      .template Attr<int64_t>("dim")
+      .template Attr<int32_t>("dtype");        // lc::DType
 }
 
 }  // namespace ffi_args

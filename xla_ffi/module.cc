@@ -1,11 +1,14 @@
-// nanobind module: exports the FFI handlers as capsules, keyed by platform then target name.
+// nanobind module: exports the FFI handlers as capsules, keyed by platform then target name, and
+// the frame format of format.h (constants, enums, status codes, size functions), which
+// jax_lossy_comm/frame.py reads instead of keeping its own copy.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
 #include <string>
 
-#include "frame.h"
+#include "format.h"
 #include "handlers.h"
+#include "simd.h"
 
 namespace nb = nanobind;
 
@@ -13,6 +16,62 @@ namespace {
 template <typename T>
 nb::capsule encapsulate(T* fn) {
   return nb::capsule(reinterpret_cast<void*>(fn));
+}
+
+void export_format(nb::module_& m) {
+  m.attr("MAGIC") = (int)lc::kMagic;
+  m.attr("VERSION") = (int)lc::kVersion;
+  m.attr("HEADER_FIXED_BYTES") = lc::kHeaderFixed;
+  m.attr("CHECKSUM_OFFSET") = lc::kChecksumOffset;
+  m.attr("MAX_BITS") = lc::kMaxBits;
+  m.attr("MAX_HUFFMAN_LENGTH") = lc::kMaxHuffLen;
+  m.attr("MAX_HUFFMAN_SYMBOLS") = lc::kMaxHuffSymbols;
+  m.attr("SEGMENT_SYMBOLS") = lc::kSeg;
+  m.attr("MAX_FRAME_BYTES") = lc::kMaxFrameBytes;
+  nb::dict forms, flags, codecs, modes, dtypes;
+  forms["RAW"] = (int)lc::kFormRaw;
+  forms["QUANT"] = (int)lc::kFormQuant;
+  flags["ABS"] = (int)lc::kFlagAbs;
+  flags["DEDUP"] = (int)lc::kFlagDedup;
+  flags["CODES_HUFFMAN"] = (int)lc::kFlagCodesHuff;
+  flags["INDEX_HUFFMAN"] = (int)lc::kFlagIndexHuff;
+  codecs["auto"] = (int)lc::kCodecAuto;
+  codecs["raw"] = (int)lc::kCodecRaw;
+  codecs["fixed"] = (int)lc::kCodecFixed;
+  codecs["dedup"] = (int)lc::kCodecDedup;
+  codecs["entropy"] = (int)lc::kCodecEntropy;
+  modes["rel"] = (int)lc::kRel;
+  modes["abs"] = (int)lc::kAbs;
+  dtypes["float32"] = (int)lc::kF32;
+  dtypes["bfloat16"] = (int)lc::kBF16;
+  dtypes["float16"] = (int)lc::kF16;
+  m.attr("FORMS") = forms;
+  m.attr("FLAGS") = flags;
+  m.attr("CODECS") = codecs;
+  m.attr("MODES") = modes;
+  m.attr("DTYPES") = dtypes;
+  nb::list status;  // (name, code, description) in code order
+  int code = 0;
+  for (const lc::StatusText& s : lc::kStatusText)
+    status.append(nb::make_tuple(s.name, code++, s.description));
+  m.attr("STATUS") = status;
+
+  m.def("header_bytes", [](uint64_t rows, uint64_t dim) { return lc::header_bytes(rows, dim); },
+        nb::arg("rows"), nb::arg("dim"), "Bytes of the header and varint shape of a [rows, dim] chunk.");
+  m.def("raw_frame_bytes",
+        [](uint64_t rows, uint64_t dim, int dtype) { return lc::raw_frame_bytes(rows, dim, dtype); },
+        nb::arg("rows"), nb::arg("dim"), nb::arg("dtype"),
+        "Bytes of the raw frame of a [rows, dim] chunk of dtype code `dtype`.");
+  m.def("fixed_frame_bytes",
+        [](uint64_t rows, uint64_t dim, int bits, int dtype, uint64_t n_outliers) {
+          return lc::fixed_frame_bytes(rows, dim, bits, dtype, n_outliers);
+        },
+        nb::arg("rows"), nb::arg("dim"), nb::arg("bits"), nb::arg("dtype"), nb::arg("n_outliers"),
+        "Bytes of a fixed-rate frame with `bits`-bit codes and n_outliers exact values.");
+  m.def("rel_bits_for", [](double eb_rel) { return lc::rel_bits_for(eb_rel); }, nb::arg("eb_rel"),
+        "Code bits in REL mode for relative bounds >= eb_rel (32: more than MAX_BITS).");
+  m.def("pos_bytes_for", [](uint64_t n) { return lc::pos_bytes_for(n); }, nb::arg("n"),
+        "Bytes of one outlier position in a chunk of n values.");
 }
 }  // namespace
 
@@ -31,8 +90,7 @@ NB_MODULE(_ext, m) {
     out["CUDA"] = cuda;
     return out;
   });
-  m.def("workspace_bytes", [](uint64_t rows, uint64_t dim) { return lc::workspace_bytes(rows, dim); },
-        "Scratch bytes the codec needs for one chunk [rows, dim].");
+  export_format(m);
   m.def("simd_level", []() {
 #if LC_CPU_SIMD && defined(__x86_64__)
     static const char* names[] = {"sse2", "avx2", "avx512"};
@@ -41,7 +99,6 @@ NB_MODULE(_ext, m) {
     return std::string("portable");
 #endif
   }, "CPU kernel set the handlers use: sse2, avx2 (+BMI2), avx512, or portable (JLC_SIMD caps it).");
-  m.attr("FRAME_VERSION") = (int)lc::kVersion;
   m.attr("HAS_CUDA") =
 #ifdef JLC_WITH_CUDA
       true;

@@ -1,4 +1,5 @@
-// CPU vector kernels for the float32 hot loops of frame.h: range scan, quantize-and-verify
+// CPU vector kernels for the float32 hot loops of the CPU codec (encoder.h, decoder.h, bitio.h,
+// checksum.h): range scan, quantize-and-verify
 // (fused with bit-packing for the fixed-rate form), unpack-and-dequantize, checksum. The exact
 // code is written with GCC/Clang vector extensions in a width-generic form (SSE2 on the x86-64
 // baseline, NEON on aarch64); on x86-64, AVX2 + BMI2 and AVX-512 kernels chosen at run time
@@ -56,8 +57,8 @@ LC_INLINE void range_f32(const float* in, uint64_t n8, float* lo, float* hi) {
   *hi = h;
 }
 
-// Quantize-and-verify of in[0, n4) (n4 a multiple of lanes), as quantize_verify_scalar in
-// frame.h: codes into `codes`, failing positions appended to bad[nbad...]; returns nbad.
+// Quantize-and-verify of in[0, n4) (n4 a multiple of lanes), as quantize_verify in
+// encoder.h (quant.h's quant_code and code_honours): codes into `codes`, failing positions appended to bad[nbad...]; returns nbad.
 template <typename fv, typename iv>
 LC_INLINE uint64_t quantize_f32(const float* in, uint64_t n4, float vmin, float inv, float step,
                                 float eb_abs, float maxf, uint32_t* codes, uint32_t* bad,
@@ -70,12 +71,12 @@ LC_INLINE uint64_t quantize_f32(const float* in, uint64_t n4, float vmin, float 
     memcpy(&v, in + i, VB);
     iv fin = (v - v) == zero;
     fv t = (v - vmn) * vinv;
-    fv qf = t < two23 ? (t + two23) - two23 : t;  // rint for t >= 0 (frame.h rint_nonneg)
+    fv qf = t < two23 ? (t + two23) - two23 : t;  // rint for t >= 0 (values.h rint_nonneg)
     qf = qf >= zero ? qf : zero;
     qf = qf <= vmax ? qf : vmax;
     qf = fin ? qf : zero;
     fv rec = vmn + qf * vstep;
-    fv s = v - rec, bb = s - v;  // TwoSum: s + err == v - rec exactly (frame.h within_bound)
+    fv s = v - rec, bb = s - v;  // TwoSum: s + err == v - rec exactly (values.h within_bound)
     fv err = (v - (s - bb)) + ((-rec) - bb);
     fv a = s < zero ? -s : s;
     iv tie = s > zero ? (err <= zero) : (err >= zero);
@@ -94,7 +95,7 @@ LC_INLINE uint64_t quantize_f32(const float* in, uint64_t n4, float vmin, float 
 }
 
 // Checksum partial sum over 32-bit words [0, nw) (word 1 read as zero), as lc_checksum in
-// frame.h: sum of fmix32(w_i ^ i * 0x9E3779B9). nw a multiple of lanes.
+// format.h: sum of fmix32(w_i ^ i * 0x9E3779B9). nw a multiple of lanes.
 template <typename uv>
 LC_INLINE uint32_t checksum_words(const uint8_t* f, uint64_t nw) {
   constexpr int VB = sizeof(uv), L = VB / 4;
@@ -150,7 +151,7 @@ LC_AVX2 inline void range_f32_avx2(const float* in, uint64_t n32, float* lo, flo
 }
 
 // Fast route per 8 values: q = round(t) by vcvtps2dq (nearest-even under the default MXCSR, as
-// frame.h's rint_nonneg), x_hat = vmin + q * step, and the test |fl(x - x_hat)| < eb_abs, which
+// values.h's rint_nonneg), x_hat = vmin + q * step, and the test |fl(x - x_hat)| < eb_abs, which
 // implies |x - x_hat| <= eb_abs exactly (rounding is monotone and eb_abs is a float). For
 // finite x in [vmin, vmax] no clamp is needed (0 <= t <= rint(range * inv) = maxcode, rounding
 // is monotone); a vector with any other lane (non-finite x fails the test: its difference is

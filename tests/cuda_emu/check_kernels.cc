@@ -1,5 +1,5 @@
-// Checks the CUDA kernels of xla_ffi/codec_cuda.cu, run on the CPU through emu.h, against the
-// CPU codec of frame.h: frames byte for byte (fixed and raw forms: encode_fixed_kernel; auto,
+// Checks the CUDA kernels of xla_ffi/encode_kernels.cuh and decode_kernels.cuh, run on the CPU
+// through emu.h, against the CPU codec of xla_ffi/codec.h: frames byte for byte (fixed and raw forms: encode_fixed_kernel; auto,
 // dedup and entropy forms: encode_dict_kernel), decoded values and statuses of valid and
 // corrupted frames (decode_fast_kernel + decode_dict_kernel, decompress and frame status).
 // Prints one line per failure and exits non-zero on any.
@@ -10,9 +10,11 @@
 // `quick` skips one of the three error bounds of the data-kind sweeps and the bf16/f16 runs of
 // the largest shapes; DUMP_DIR (e.g. ../shared/data/emb_dumps) adds the real embedding dumps
 // (files *_ROWSxDIM_f32.bin), whole and cut into the DLRM exchange shape.
-#include "../../xla_ffi/codec_cuda.cu"
-
 #include <stdio.h>
+
+#include "../../xla_ffi/codec.h"
+#include "../../xla_ffi/decode_kernels.cuh"
+#include "../../xla_ffi/encode_kernels.cuh"
 
 #include <algorithm>
 #include <filesystem>
@@ -22,6 +24,8 @@
 #include <vector>
 
 namespace {
+
+using namespace lc::gpu;  // the kernels and their launch constants
 
 size_t al256(size_t v) { return (v + 255) & ~(size_t)255; }
 
@@ -155,7 +159,7 @@ void decode_gpu(const std::vector<uint8_t>& frames, const std::vector<int32_t>& 
   status.assign(batch, 777);
   std::vector<FastFrame> info(batch);
   memset((void*)info.data(), 0xEE, sizeof(FastFrame) * batch);
-  const size_t stride = al256(lc::align16(4 * rows * dim) + lc::align16(4 * rows));
+  const size_t stride = al256(dict_dec_ws_bytes(rows, dim));
   const unsigned dgrid = grid + 1;  // a different grid from the fast kernel's
   std::vector<uint8_t> ws(stride * dgrid, 0xA5);
   uint8_t* x = kWrite ? out.data() : nullptr;

@@ -1,4 +1,4 @@
-// Runs the CUDA kernels of xla_ffi/codec_cuda.cu on the CPU: each thread of a block is a fiber
+// Runs the CUDA kernels of xla_ffi/*.cuh on the CPU: each thread of a block is a fiber
 // on one OS thread; __syncthreads ends the fiber's share of the current phase, and a
 // phase ends when every thread of the block has reached the barrier. Within a phase the threads
 // run one after another in a shuffled order (a new order every phase), so a value read before

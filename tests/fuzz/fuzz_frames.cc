@@ -1,4 +1,4 @@
-// Decoder fuzz harness for frame.h, built with AddressSanitizer and UBSan by
+// Decoder fuzz harness for the CPU codec (xla_ffi/codec.h), built with AddressSanitizer and UBSan by
 // tests/test_fuzz_native.py (or by hand: see the comment at the end).
 //
 // Encodes random chunks with every codec, then feeds the decoder mutated frames (bit flips,
@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "frame.h"
+#include "codec.h"
 
 int main(int argc, char** argv) {
   const long iters = argc > 1 ? atol(argv[1]) : 20000;
