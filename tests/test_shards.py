@@ -254,3 +254,16 @@ def test_real_kaggle_and_terabyte_shards_train_end_to_end(tmp_path):
         assert trains[-1]["compression_ratio"] > 1.0
         data = [r for r in records if r["kind"] == "config"][0]["data"]
         assert data.startswith(f"shards {out}") and "blocks of 4096 rows shuffled" in data
+
+
+def test_prefetch_hands_errors_to_next_batch_and_closes(files, monkeypatch):
+    _, ds = files
+    stream = shards.ShardStream(ds, 100, prefetch=2)
+    stream.next_batch()
+    stream.close()  # the producer waits on a full queue: close still returns
+    assert stream._thread is None
+    broken = shards.ShardStream(ds, 100, prefetch=2)
+    monkeypatch.setattr(ds, "read", lambda *a: (_ for _ in ()).throw(OSError("disk gone")))
+    with pytest.raises(OSError, match="disk gone"):
+        broken.next_batch()
+    broken.close()

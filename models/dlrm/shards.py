@@ -273,20 +273,22 @@ class ShardStream:
             at += t1 - t0
         return _as_batch(out)
 
+    def _put(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
     def _produce(self, train_index: int) -> None:
         step = self.local_batch * self.num_processes
         try:
             while not self._stop.is_set():
-                item = (self._batch_at(train_index), train_index + step)
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                self._put((self._batch_at(train_index), train_index + step))
                 train_index += step
         except BaseException as e:  # handed to next_batch
-            self._queue.put((e, None))
+            self._put((e, None))
 
     def next_batch(self) -> dict[str, np.ndarray]:
         """This process's next batch: ``dense`` float32[b, 13], ``ids`` int32[b, 26, 1],
