@@ -194,12 +194,10 @@ class _ChunkConverter:
         Raises:
           _BadLine: a malformed line and not ``skip_bad_lines`` (its index in the chunk).
         """
-        newlines = np.count_nonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))
-        lines = int(newlines) + int(chunk[-1] != ord("\n"))
         fast = self._fast(chunk)
-        if fast is not None:
-            return _Chunk(*fast, lines=lines, bad_lines=0)
-        return self._line_by_line(chunk, lines)
+        if fast is not None:  # every line, empty ones included, is a row
+            return _Chunk(*fast, lines=len(fast[0]), bad_lines=0)
+        return self._line_by_line(chunk)
 
     def _fast(self, chunk):
         odd = []
@@ -213,6 +211,7 @@ class _ChunkConverter:
             quote_char=self.parse.quote_char,
             double_quote=self.parse.double_quote,
             escape_char=self.parse.escape_char,
+            ignore_empty_lines=False,  # an empty line is an invalid row: line by line
             invalid_row_handler=on_invalid_row,
         )
         for convert in self.converts:
@@ -261,9 +260,11 @@ class _ChunkConverter:
             np.ascontiguousarray(ids.T).view(np.int32),
         )
 
-    def _line_by_line(self, chunk, lines) -> _Chunk:
+    def _line_by_line(self, chunk) -> _Chunk:
         labels, dense, ids, bad = [], [], [], 0
-        for k, raw in enumerate(bytes(chunk).split(b"\n")):
+        text = bytes(chunk)
+        lines = text.count(b"\n") + (not text.endswith(b"\n"))
+        for k, raw in enumerate(text.split(b"\n")):
             if not raw.strip():
                 continue
             try:
