@@ -100,7 +100,6 @@ def _hex_pair_table() -> np.ndarray:
 
 
 _HEX_PAIRS = _hex_pair_table()
-_ZERO_WORD = np.frombuffer(b"00000000", "<u8")[0]
 
 
 def _decode_hex8(arr: pa.Array, rows: int) -> np.ndarray | None:
