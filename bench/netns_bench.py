@@ -74,6 +74,10 @@ MODES = {
     "compressed-fixed": ("--compression", "on", "--codec", "fixed"),
     "int8-rowwise": ("--compression", "on", "--codec", "int8-rowwise"),
     "bf16": ("--compression", "on", "--codec", "bf16"),
+    # the head gradients' all-reduce compressed too (issue 15): error-bounded frames with
+    # error feedback, or the bf16 baseline (PyTorch DDP's bf16 hook)
+    "compressed-bwd-ar": (*_BACKWARD, "--grad-allreduce", "compressed"),
+    "compressed-bwd-ar-bf16": (*_BACKWARD, "--grad-allreduce", "bf16"),
 }
 
 
@@ -233,7 +237,8 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
     The first ``train`` interval (it includes the jit compile) is dropped; the step time is
     ``batch_size / samples_per_s`` of each later interval (the global batch of the run's
     config), median over them. Bytes per step are the last interval's ``moved_bytes`` (all
-    devices, forward exchange) over its steps; ``link_bytes_per_step`` is the median over
+    devices, forward exchange) over its steps, ``allreduce_moved_bytes_per_step`` the same
+    for the head gradients' all-reduce; ``link_bytes_per_step`` is the median over
     intervals of the namespace's sent bytes per step (``net_tx_bytes``: every collective of
     both processes, both directions).
     """
@@ -258,6 +263,8 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
         out.update(
             moved_bytes_per_step=last.moved_bytes / n_last,
             raw_bytes_per_step=last.raw_bytes / n_last,
+            allreduce_moved_bytes_per_step=last.allreduce_moved_bytes / n_last,
+            allreduce_raw_bytes_per_step=last.allreduce_raw_bytes / n_last,
             exchange_ratio=last.compression_ratio,
             moved_ratio=last.moved_ratio,
             link_bytes_per_step=statistics.median(link) if link else None,
@@ -520,7 +527,8 @@ def format_run(r: dict[str, Any]) -> str:
     return (
         f"{r['rate']:>9} {r['mode']:<13} step {r['step_time_s'] * 1e3:8.1f} ms  "
         f"{r['samples_per_s']:8.0f} samples/s  moved/step {r['moved_bytes_per_step'] / 2**20:7.2f}"
-        f" MiB (x{r.get('moved_ratio') or 0:.2f})  link/step "
+        f" MiB (x{r.get('moved_ratio') or 0:.2f})  all-reduce/step "
+        f"{(r.get('allreduce_moved_bytes_per_step') or 0) / 2**20:6.2f} MiB  link/step "
         f"{(r.get('link_bytes_per_step') or 0) / 2**20:6.2f} MiB  AUC {r['auc']:.5f}  logloss "
         f"{r['logloss']:.5f}"
     )

@@ -223,6 +223,26 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="wire path of the compressed exchange (auto: ragged on GPU, packed on CPU)",
     )
+    a = p.add_argument_group("gradient all-reduce")
+    a.add_argument(
+        "--grad-allreduce",
+        choices=["exact", "bf16", "compressed"],
+        default=None,
+        help="sum of the head gradients: exact psum, bf16 (PyTorch's DDP hook) or the "
+        "library's error-bounded compressed_psum",
+    )
+    a.add_argument(
+        "--grad-error-bound",
+        type=float,
+        default=None,
+        help="REL error bound of --grad-allreduce compressed",
+    )
+    a.add_argument(
+        "--grad-error-feedback",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="--grad-allreduce compressed: error feedback (residuals in the train state)",
+    )
     _add_error_bound_flags(p)
     m = p.add_argument_group("multi-host")
     m.add_argument(

@@ -87,6 +87,12 @@ class TrainRecord:
         ``/proc/net/dev``), None where unavailable.
       data_wait_s: seconds of the interval the loop spent getting its batches from the input
         stream (parsing text; waiting for the shard prefetch), None where not measured.
+      grad_allreduce: the head gradients' all-reduce, ``Config.grad_allreduce`` ("exact",
+        "bf16", "compressed").
+      allreduce_raw_bytes: bytes the exact gradient all-reduce would move (twice the
+        gradient bytes per device: reduce-scatter plus all-gather), all devices.
+      allreduce_moved_bytes: bytes the gradient all-reduce really moved, all devices.
+      allreduce_fallback_steps: steps whose compressed all-reduce fell back to ``psum``.
     """
 
     kind: ClassVar[str] = "train"
@@ -108,6 +114,10 @@ class TrainRecord:
     exchange: str
     net_tx_bytes: float | None = None
     data_wait_s: float | None = None
+    grad_allreduce: str = "exact"
+    allreduce_raw_bytes: float = 0.0
+    allreduce_moved_bytes: float = 0.0
+    allreduce_fallback_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,10 @@ Parallelism, over the mesh axis ``"devices"`` (P devices, all processes; ``mesh.
    the exact ``all_to_all``) -> ``float32[b, P * L, dim]``; the backward pass sends the
    cotangents back through the transposed exchange.
 5. Data-parallel head (bottom MLP, dot interaction, top MLP) on the local ``b`` samples;
-   head gradients are summed over devices with ``psum`` (the loss is already divided by
-   the global batch, so the sum is the gradient of the global mean loss); table
-   gradients stay on their owner.
+   head gradients are summed over devices (the loss is already divided by the global
+   batch, so the sum is the gradient of the global mean loss) by ``psum`` or, with
+   ``Config.grad_allreduce``, the library's compressed all-reduce
+   (``grad_allreduce.reduce_head_grads``); table gradients stay on their owner.
 6. The optax update runs in the same jit on the sharded parameters (GSPMD keeps the
    table and its optimizer state sharded, the head replicated).
 
@@ -33,7 +34,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from models.dlrm import exchange, sharding
+from models.dlrm import exchange, grad_allreduce, sharding
 from models.dlrm.configs import Config
 from models.dlrm.error_bounds import ErrorBoundHook
 from models.dlrm.mesh import AXIS
@@ -48,12 +49,16 @@ class TrainState(NamedTuple):
         float32[P, R, dim] sharded on axis 0}}.
       opt_state: optax state of ``params`` (same sharding rule).
       eb_state: the adaptive error-bound state (``error_bounds.ErrorBoundHook``).
+      grad_ef: the gradient all-reduce's error feedback (``jax_lossy_comm.ErrorFeedbackState``):
+        each device's residual of the head gradients, leaves ``float32[P, *shape]`` sharded
+        on axis 0 (``grad_allreduce.init_state``); ``residual={}`` without feedback.
     """
 
     step: jax.Array
     params: Any
     opt_state: Any
     eb_state: Any
+    grad_ef: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,9 +141,10 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         upd = jnp.broadcast_to((-lr * g_pooled)[:, :, None, :], rows.shape + (pl.dim,))
         return table.at[0, rows.reshape(-1)].add(upd.reshape(-1, pl.dim), mode="drop")
 
-    def body(head_p, table, eb_slots, dense, ids, label, lr=None):
+    def body(head_p, table, eb_slots, dense, ids, label, lr=None, grad_ef=None):
         # dense float32[b, 13], ids int32[b, T, H], label float32[b], table float32[1, R, dim],
-        # eb_slots float32[L], lr float32[] (sparse update only).
+        # eb_slots float32[L], lr float32[] (sparse update only), grad_ef this device's block
+        # of TrainState.grad_ef (training only).
         b = dense.shape[0]
         global_b = b * p
         di = jax.lax.axis_index(AXIS)
@@ -187,7 +193,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
                 local_loss, argnums=(0, 1, 2), has_aux=True
             )(head_v, table, probe)
-        g_head = jax.lax.psum(g_head, AXIS)
+        g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(cfg, g_head, grad_ef, AXIS)
         loss = jax.lax.psum(loss, AXIS)
         slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
         if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them
@@ -201,7 +207,10 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             for k in ("raw_bytes", "frame_bytes", "moved_bytes")
         }
         byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), AXIS)
-        return loss, logits, g_head, g_table, slot_stats, byte_stats
+        for k in ("raw_bytes", "moved_bytes"):  # the gradient all-reduce's, all devices
+            byte_stats["allreduce_" + k] = jax.lax.psum(getattr(ar_stats, k), AXIS)
+        byte_stats["allreduce_fallback"] = jax.lax.pmax(ar_stats.fallback.astype(jnp.float32), AXIS)
+        return loss, logits, g_head, g_table, slot_stats, byte_stats, grad_ef
 
     return body
 
@@ -229,17 +238,19 @@ def make_train_step(ctx: StepContext):
     body = _sharded_forward_backward(ctx, compute_grads=True)
     sparse = ctx.sparse_update
     smap = jax.shard_map(
-        body,
+        lambda *a: body(*a[:-2], lr=a[-2] if sparse else None, grad_ef=a[-1]),
         mesh=ctx.mesh,
-        in_specs=_IN_SPECS + ((P(),) if sparse else ()),
-        out_specs=(P(), P(AXIS), P(), P(AXIS), P(AXIS), P()),
+        in_specs=_IN_SPECS + (P(), P(AXIS)),
+        out_specs=(P(), P(AXIS), P(), P(AXIS), P(AXIS), P(), P(AXIS)),
         check_vma=True,
     )
 
     def train_step(state: TrainState, batch):
         eb_t, args = _step_inputs(ctx, state, batch)
-        lr = (jnp.asarray(ctx.lr_schedule(state.step), jnp.float32),) if sparse else ()
-        loss, logits, g_head, g_table, slot_stats, byte_stats = smap(*args, *lr)
+        lr = jnp.asarray(ctx.lr_schedule(state.step) if sparse else 0.0, jnp.float32)
+        loss, logits, g_head, g_table, slot_stats, byte_stats, grad_ef = smap(
+            *args, lr, state.grad_ef
+        )
         if sparse:  # g_table is the table after its sparse SGD step; optax updates the head
             # (SGD's state is the step count only, the same with or without the table)
             updates, opt_state = ctx.tx.update(
@@ -280,7 +291,7 @@ def make_train_step(ctx: StepContext):
         replicated = NamedSharding(ctx.mesh, P())
         metrics = {k: jax.lax.with_sharding_constraint(v, replicated) for k, v in metrics.items()}
         metrics["logits"] = logits
-        return TrainState(state.step + 1, params, opt_state, eb_state), metrics
+        return TrainState(state.step + 1, params, opt_state, eb_state, grad_ef), metrics
 
     return train_step
 

@@ -26,7 +26,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from models.dlrm import checkpoints, input_pipeline, models, plots, sharding
+from models.dlrm import checkpoints, grad_allreduce, input_pipeline, models, plots, sharding
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
@@ -126,9 +126,15 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
 
     def init_state():
         _, params = create_model(config, placement, config.seed)
-        return TrainState(jnp.zeros((), jnp.int32), params, tx.init(params), eb_hook.init())
+        grad_ef = grad_allreduce.init_state(config, params["head"], mesh.size)
+        return TrainState(
+            jnp.zeros((), jnp.int32), params, tx.init(params), eb_hook.init(), grad_ef
+        )
 
     shard = mesh_lib.state_shardings(jax.eval_shape(init_state), mesh, table_shape)
+    # error-feedback residuals: one block per device, never gathered
+    ef_shard = jax.tree.map(lambda _: NamedSharding(mesh, P(mesh_lib.AXIS)), shard.grad_ef)
+    shard = shard._replace(grad_ef=ef_shard)
     return ctx, init_state, shard
 
 
@@ -209,6 +215,9 @@ def _interval_record(step, interval, seconds, global_batch, **extra) -> metrics_
         moved_ratio=raw / max(moved, 1e-9),
         ratio_per_table=[float(x) for x in per_table],
         fallback_steps=int(sum(float(m["fallback"]) > 0 for m in ms)),
+        allreduce_raw_bytes=float(sum(m["allreduce_raw_bytes"] for m in ms)),
+        allreduce_moved_bytes=float(sum(m["allreduce_moved_bytes"] for m in ms)),
+        allreduce_fallback_steps=int(sum(float(m["allreduce_fallback"]) > 0 for m in ms)),
         seconds=float(seconds),
         unix_time=time.time(),
         error_bound=[float(x) for x in ms[-1]["error_bound"]],
@@ -272,6 +281,13 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
         f"devices: {ctx.mesh.size} x {jax.devices()[0].platform} over {jax.process_count()} "
         f"process(es); data: {data_desc}",
         f"exchange: {exchange}; error bound: {ctx.eb_hook.describe()}",
+        f"gradient all-reduce: {config.grad_allreduce}"
+        + (
+            f" (REL {config.grad_error_bound}, error feedback "
+            f"{'on' if config.grad_error_feedback else 'off'})"
+            if config.grad_allreduce == "compressed"
+            else ""
+        ),
         ctx.placement.describe(),
     ]
 
@@ -311,7 +327,10 @@ def _describe_interval(rec: metrics_lib.TrainRecord) -> str:
         f"exchange ratio {rec.compression_ratio:.2f}x, "
         f"moved {_fmt_bytes(rec.moved_bytes)} vs raw {_fmt_bytes(rec.raw_bytes)} "
         f"(frames {_fmt_bytes(rec.frame_bytes)}, {rec.fallback_steps} exact-fallback "
-        f"steps) | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}]"
+        f"steps) | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
+        f"grad all-reduce {rec.grad_allreduce}: moved {_fmt_bytes(rec.allreduce_moved_bytes)} "
+        f"vs raw {_fmt_bytes(rec.allreduce_raw_bytes)} ({rec.allreduce_fallback_steps} "
+        f"psum-fallback steps)"
     )
 
 
@@ -423,6 +442,7 @@ def train_and_evaluate(
                 config.batch_size,
                 bad_lines=int(getattr(stream, "bad_lines", 0)),
                 exchange=config.compression,
+                grad_allreduce=config.grad_allreduce,
                 # this namespace, all processes, the interval
                 net_tx_bytes=None if net0 is None or net1 is None else net1 - net0,
                 data_wait_s=data_wait,

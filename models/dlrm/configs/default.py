@@ -156,6 +156,19 @@ class Config:
         default_factory=lambda: error_bounds.preset("paper_kaggle", len(KAGGLE_CARDINALITIES))
     )
 
+    # ---- gradient all-reduce ----
+    # Sum of the data-parallel head (MLP) gradients over the devices: "exact" (jax.lax.psum),
+    # "bf16" (jax_lossy_comm.compressed_psum with the BF16 codec: PyTorch DDP's bf16
+    # compression hook) or "compressed" (compressed_psum with the library's error-bounded
+    # frames, REL grad_error_bound, and error feedback when grad_error_feedback).
+    grad_allreduce: str = "exact"
+    # REL error bound of the compressed gradient all-reduce (per chunk of the flattened
+    # gradients: eb_abs = grad_error_bound * (max - min)).
+    grad_error_bound: float = 0.01
+    # With grad_allreduce "compressed": add each device's compression error to its next
+    # gradient (jax_lossy_comm.error_feedback; the residuals live in TrainState.grad_ef).
+    grad_error_feedback: bool = True
+
     # ---- loop, output ----
     # Evaluate every this many steps (and at the end); 0 = only at the end.
     eval_every: int = 250
@@ -197,6 +210,12 @@ class Config:
             raise ValueError(
                 f"exchange_path must be auto, dense, packed or ragged, got {self.exchange_path!r}"
             )
+        if self.grad_allreduce not in ("exact", "bf16", "compressed"):
+            raise ValueError(
+                f"grad_allreduce must be exact, bf16 or compressed, got {self.grad_allreduce!r}"
+            )
+        if not 0 < self.grad_error_bound < float("inf"):
+            raise ValueError(f"grad_error_bound must be > 0, got {self.grad_error_bound}")
         if self.optimizer not in ("sgd", "adagrad"):
             raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
         if self.shuffle_block_rows < 0:
