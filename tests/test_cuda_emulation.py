@@ -33,9 +33,12 @@ DUMPS = DATA / "emb_dumps"
 GOLDEN = ROOT / "tests" / "golden" / "cuda_emu.txt"
 
 
-@pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
-def test_cuda_kernels_under_cpu_emulation(tmp_path):
-    exe = tmp_path / "check_kernels"
+_ENV = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
+
+
+def _build(tmp_path, source: str) -> Path:
+    """Builds tests/cuda_emu/<source>.cc with the kernels emulated, under ASan and UBSan."""
+    exe = tmp_path / source
     cmd = [
         CXX,
         "-std=c++20",
@@ -50,12 +53,18 @@ def test_cuda_kernels_under_cpu_emulation(tmp_path):
         "-include",
         str(ROOT / "tests/cuda_emu/emu.h"),
         f"-I{ROOT / 'xla_ffi'}",
-        str(ROOT / "tests/cuda_emu/check_kernels.cc"),
+        str(ROOT / f"tests/cuda_emu/{source}.cc"),
         "-o",
         str(exe),
     ]
     build = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-4000:]
+    return exe
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
+def test_cuda_kernels_under_cpu_emulation(tmp_path):
+    exe = _build(tmp_path, "check_kernels")
     digests = tmp_path / "golden.txt"
     args = [str(exe), "quick", "golden", str(digests)]
     if (DUMPS / "manifest.json").is_file():
@@ -65,7 +74,7 @@ def test_cuda_kernels_under_cpu_emulation(tmp_path):
         capture_output=True,
         text=True,
         timeout=900,
-        env={"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"},
+        env=_ENV,
     )
     assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-4000:])
     assert "0 failures" in run.stdout
@@ -79,3 +88,25 @@ def test_cuda_kernels_under_cpu_emulation(tmp_path):
     assert not diff, (
         f"{len(diff)} of {len(want)} cases differ from {GOLDEN.name}, first: {diff[:3]}"
     )
+
+
+@pytest.mark.skipif(CXX is None, reason="no C++ compiler (g++ or clang++) on PATH")
+def test_cuda_host_side_under_cpu_emulation(tmp_path):
+    """The CUDA handlers' launch code (``xla_ffi/cuda_launch.h``) against XLA's FFI contract.
+
+    ``tests/cuda_emu/check_host.cc`` runs the compress, decompress and frame-status entry points
+    (scratch sizing, allocation and carving, grids, launches) with the kernels emulated and
+    stand-ins for XLA's scratch allocator (alignment a power of two and at most 16, else no
+    memory; 16-aligned blocks only; failures on request) and for the runtime (streams of a
+    device other than the current one; launches checked to come on the given stream; device
+    queries counted): frames, values and statuses equal the CPU codec's, a zero-size batch
+    allocates and launches nothing, a failed allocation is an error and launches nothing,
+    device queries are asked once per kernel, and every grid stays within its scratch budget
+    (the fixed-rate path's included). The 256-byte alignment requested before commit 9fc0403
+    gets no memory from the stand-in, as from XLA, and fails here.
+    """
+    exe = _build(tmp_path, "check_host")
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600, env=_ENV)
+    assert run.returncode == 0, (run.stdout[-4000:], run.stderr[-4000:])
+    assert run.stdout.rstrip().endswith(" 0 failures"), run.stdout[-4000:]
+    assert int(run.stdout.split()[-4]) > 400  # checks made

@@ -36,6 +36,22 @@ namespace lc {
 namespace gpu {
 
 // ---------------------------------------------------------------- quantization
+// Parameters of both encode kernels: x[batch, rows, dim] of dtype D, one bound per chunk (ebs),
+// frames[batch, cap] and their byte counts (nbytes), ws_stride bytes of workspace per block.
+#define LC_ENCODE_KERNEL_PARAMS                                                                \
+  const uint8_t* __restrict__ x, const float* __restrict__ ebs, int64_t batch, uint64_t rows, \
+      uint64_t dim, int mode, int codec, uint8_t* __restrict__ frames, size_t cap,            \
+      int32_t* __restrict__ nbytes, uint8_t* ws, size_t ws_stride
+
+// The plan of one chunk (quant.h) from its finite range, reduced by the block.
+template <int D>
+__device__ lc::QuantPlan chunk_plan(const uint8_t* in, uint64_t n, float eb, int mode, int codec,
+                                    float* rmin, float* rmax) {
+  float mn, mx;
+  chunk_range<D>(in, n, rmin, rmax, &mn, &mx);
+  return lc::plan_quant(mn, mx, eb, mode, codec, n);
+}
+
 // Code of one value (quant.h), with the neighbour retry.
 // Code of one value; *ok false makes it an outlier (the code is still written, as on the CPU).
 template <int D>
@@ -121,23 +137,18 @@ __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan
 // identical to the CPU encoder's for those codecs.
 template <int D>
 __global__ void __launch_bounds__(kThreads)
-encode_fixed_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs, int64_t batch,
-                    uint64_t rows, uint64_t dim, int mode, int codec, uint8_t* __restrict__ frames,
-                    size_t cap, int32_t* __restrict__ nbytes, uint8_t* ws, size_t ws_stride) {
+encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
   __shared__ EncodeShared sh;
   const int tid = threadIdx.x;
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
-  const size_t hdr = lc::header_bytes(rows, dim);
+  const size_t raw = lc::raw_frame_bytes(rows, dim, D);
   uint32_t* outl = reinterpret_cast<uint32_t*>(ws + (size_t)blockIdx.x * ws_stride);
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     const uint8_t* in = x + (size_t)c * n * isz;
     uint8_t* out = frames + (size_t)c * cap;
-    // 1. Range over finite values.
-    float mn, mx;
-    chunk_range<D>(in, n, sh.rmin, sh.rmax, &mn, &mx);
-    const lc::QuantPlan p = lc::plan_quant(mn, mx, ebs[c], mode, codec, n);
-    const size_t raw = hdr + (size_t)n * isz;
+    // 1. Range over finite values, the plan.
+    const lc::QuantPlan p = chunk_plan<D>(in, n, ebs[c], mode, codec, sh.rmin, sh.rmax);
     size_t codes_off = lc::quant_header_bytes(rows, dim, 0, false, 0), fixed = 0;
     uint64_t n_out = 0;
     const int pb = lc::pos_bytes_for(n);
@@ -534,23 +545,18 @@ __device__ void write_huff_section(uint8_t* out, size_t cap, size_t o, uint64_t 
 // "auto", "dedup" and "entropy": the frame the CPU encoder writes, by one block per chunk.
 template <int D>
 __global__ void __launch_bounds__(kThreads, kDictMinBlocks)
-encode_dict_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs, int64_t batch,
-                   uint64_t rows, uint64_t dim, int mode, int codec, uint8_t* __restrict__ frames,
-                   size_t cap, int32_t* __restrict__ nbytes, uint8_t* ws, size_t ws_stride) {
+encode_dict_kernel(LC_ENCODE_KERNEL_PARAMS) {
   __shared__ DictShared sh;
   const int tid = threadIdx.x;
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
-  const size_t hdr = lc::header_bytes(rows, dim);
-  const size_t raw = hdr + (size_t)n * isz;
+  const size_t raw = lc::raw_frame_bytes(rows, dim, D);
   const DictWs w = carve_dict_ws(ws + (size_t)blockIdx.x * ws_stride, rows, dim);
   const bool allow_huff = codec == lc::kCodecAuto || codec == lc::kCodecEntropy;
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     const uint8_t* in = x + (size_t)c * n * isz;
     uint8_t* out = frames + (size_t)c * cap;
-    float mn, mx;
-    chunk_range<D>(in, n, sh.rmin, sh.rmax, &mn, &mx);
-    const lc::QuantPlan p = lc::plan_quant(mn, mx, ebs[c], mode, codec, n);
+    const lc::QuantPlan p = chunk_plan<D>(in, n, ebs[c], mode, codec, sh.rmin, sh.rmax);
     if (!p.ok) {  // raw (lossless) or overflow
       const lc::FormChoice form = lc::choose_form(codec, false, raw, 0, 0, cap);
       emit_unquantized<D>(form, in, rows, dim, out, cap, nbytes + c, sh.red);

@@ -15,11 +15,7 @@ namespace ffi_args {
 
 namespace ffi = xla::ffi;
 
-// Geometry of one call: `batch` chunks of [rows, dim] values of `dtype`, frames of `cap` bytes.
-struct Chunks {
-  int dtype;
-  int64_t batch, rows, dim, cap;
-};
+using lc::Chunks;
 
 inline int dtype_code(ffi::DataType t) {
   switch (t) {

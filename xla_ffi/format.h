@@ -223,6 +223,13 @@ LC_HD int rel_bits_for(double eb_rel) {
   return bits_for((uint32_t)m + 1u);
 }
 
+// Geometry of one handler call: `batch` chunks of [rows, dim] values of `dtype`, frames of
+// `cap` bytes each.
+struct Chunks {
+  int dtype;
+  int64_t batch, rows, dim, cap;
+};
+
 // ---------------------------------------------------------------- form choice
 enum Written : int { kWriteRaw = 0, kWriteFixed = 1, kWriteDict = 2 };
 struct FormChoice {

@@ -1,0 +1,274 @@
+// Runs the host side of the CUDA handlers (xla_ffi/cuda_launch.h: scratch sizing, allocation and
+// carving, grids, launches) on the CPU: the kernels through emu.h, XLA's FFI context through
+// stand-ins that enforce its contract, and compares the frames, values and statuses with the CPU
+// codec. The stand-ins:
+//  * XlaScratch, like XLA's FFI device allocator: an alignment that is not a power of two or is
+//    above 16 gets no memory ("Unsupported alignment"), blocks are 16-aligned and never 32-aligned
+//    (so nothing may assume more), filled with garbage, poisoned past their end under ASan, and
+//    freed when the call returns; it can be told to fail.
+//  * EmuRuntime: streams belong to a device other than 0 (nothing may use the current device);
+//    every launch must come on the stream the call was given; queries of the device (SMs,
+//    occupancy) are counted, so that their caching is checked.
+// Prints one line per failure and exits non-zero on any.
+//
+//   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -pthread -DLC_CUDA_EMULATION
+//       -include tests/cuda_emu/emu.h -Ixla_ffi tests/cuda_emu/check_host.cc -o check_host
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../../xla_ffi/codec.h"
+#include "../../xla_ffi/cuda_launch.h"
+
+#if defined(EMU_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
+namespace {
+
+using lc::gpu::LaunchResult;
+
+int failures = 0, checks = 0;
+void check(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok && ++failures <= 40) printf("FAIL %s\n", what.c_str());
+}
+
+struct XlaScratch {
+  bool fail = false;
+  int rejected = 0;
+  size_t bytes = 0;
+  std::vector<void*> blocks;
+  std::optional<void*> Allocate(size_t size, size_t alignment) {
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > 16) {
+      ++rejected;  // XLA: "Unsupported alignment"
+      return std::nullopt;
+    }
+    if (fail) return std::nullopt;
+    const size_t total = (size + 16 + 31) & ~(size_t)31;
+    uint8_t* base = static_cast<uint8_t*>(aligned_alloc(32, total));
+    for (size_t i = 0; i < total; ++i) base[i] = 0xA5;
+    uint8_t* p = base + 16;  // 16-aligned, not 32-aligned
+#if defined(EMU_ASAN)
+    ASAN_POISON_MEMORY_REGION(base, 16);
+    ASAN_POISON_MEMORY_REGION(p + size, total - 16 - size);
+#endif
+    blocks.push_back(base);
+    bytes += size;
+    return p;
+  }
+  ~XlaScratch() {
+    for (void* b : blocks) {
+#if defined(EMU_ASAN)
+      ASAN_UNPOISON_MEMORY_REGION(b, 16);
+#endif
+      free(b);
+    }
+  }
+};
+
+struct Stream {
+  int device;
+};
+
+struct EmuRuntime {
+  using Stream = const ::Stream*;
+  const ::Stream* expected = nullptr;
+  int device_queries = 0, sm_queries = 0, occupancy_queries = 0, launches = 0;
+  unsigned last_grid = 0;
+  std::vector<unsigned> grids;
+  int sms = 3, per_sm = 2;
+  int device_of(Stream s, int* device) {
+    ++device_queries;
+    *device = s->device;
+    return 0;
+  }
+  int sm_count(int device, int* n) {
+    ++sm_queries;
+    check(device == expected->device, "sm_count asked of the stream's device");
+    *n = sms;
+    return 0;
+  }
+  template <class K>
+  int blocks_per_sm(K, int threads, int device, int* n) {
+    ++occupancy_queries;
+    check(threads == lc::gpu::kThreads && device == expected->device, "occupancy query");
+    *n = per_sm;
+    return 0;
+  }
+  template <class... P, class... A>
+  int launch(void (*kernel)(P...), unsigned grid, unsigned threads, Stream s, A... args) {
+    ++launches;
+    check(s == expected, "kernel launched on the stream the call was given");
+    check(grid >= 1 && threads == lc::gpu::kThreads, "launch geometry");
+    grids.push_back(grid);
+    emu::launch(grid, threads, kernel, args...);
+    return 0;
+  }
+};
+
+struct Rng {
+  uint64_t s;
+  uint32_t next() { s = s * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(s >> 33); }
+};
+
+// Hot-row data (a pool of rows, some NaN), as float32 [batch, rows, dim] in `dtype`.
+std::vector<uint8_t> make_input(int64_t batch, uint64_t rows, uint64_t dim, int dtype, uint64_t seed) {
+  Rng r{seed};
+  const uint64_t n = rows * dim, pool = rows / 4 + 1;
+  std::vector<uint8_t> out(batch * n * lc::dtype_size(dtype) + 8);
+  for (int64_t c = 0; c < batch; ++c)
+    for (uint64_t i = 0; i < rows; ++i) {
+      const uint64_t src = r.next() % pool;
+      for (uint64_t j = 0; j < dim; ++j) {
+        float v = (float)((src * 31 + j * 7 + c) % 97) * 0.01f - 0.4f;
+        if ((src + j) % 53 == 0) v = lc::u2f(0x7fc00000u);
+        lc::store_value(out.data(), dtype, (c * rows + i) * dim + j, v);
+      }
+    }
+  out.resize(batch * n * lc::dtype_size(dtype));
+  return out;
+}
+
+// One case: compress, decompress and frame status through the launch code, against the CPU.
+void run_case(lc::gpu::Launcher<EmuRuntime>& L, const Stream& stream, int dtype, int64_t batch,
+              uint64_t rows, uint64_t dim, int codec, uint64_t seed) {
+  char name[160];
+  snprintf(name, sizeof name, "dtype=%d [%lld,%llu,%llu] codec=%d", dtype, (long long)batch,
+           (unsigned long long)rows, (unsigned long long)dim, codec);
+  L.rt.expected = &stream;
+  const int isz = lc::dtype_size(dtype);
+  const size_t cap = lc::raw_frame_bytes(rows, dim, dtype);
+  const lc::Chunks c = {dtype, batch, (int64_t)rows, (int64_t)dim, (int64_t)cap};
+  const std::vector<uint8_t> x = make_input(batch, rows, dim, dtype, seed);
+  std::vector<float> eb(batch, 0.01f);
+  // CPU codec.
+  std::vector<uint8_t> fc(batch * cap);
+  std::vector<int32_t> nc(batch);
+  std::vector<uint8_t> wsc(lc::workspace_bytes(rows, dim));
+  lc::Workspace w = lc::carve_workspace(wsc.data(), rows, dim);
+  for (int64_t k = 0; k < batch; ++k)
+    nc[k] = (int32_t)lc::encode_chunk(x.data() + k * rows * dim * isz, rows, dim, dtype, eb[k],
+                                      lc::kRel, codec, fc.data() + k * cap, cap, w).nbytes;
+  // Launch code: compress.
+  std::vector<uint8_t> fg(batch * cap + 1, 0xAB);
+  std::vector<int32_t> ng(batch + 1, 12345);
+  {
+    XlaScratch scratch;
+    const LaunchResult r = L.compress(scratch, &stream, c, x.data(), eb.data(), lc::kRel, codec,
+                                      fg.data(), ng.data());
+    check(r.kind == LaunchResult::kOk, std::string(name) + ": compress launched");
+    check(scratch.rejected == 0, std::string(name) + ": compress asked for an alignment XLA rejects");
+    check(batch == 0 || scratch.blocks.size() == 1, std::string(name) + ": one scratch block");
+  }
+  fg.pop_back();
+  ng.pop_back();
+  check(fg == fc && ng == nc, std::string(name) + ": frames equal the CPU codec's");
+  // Decompress and frame status of the CPU frames.
+  std::vector<uint8_t> oc(batch * rows * dim * isz), og(oc.size() + 1, 0xCD);
+  std::vector<int32_t> sc(batch), sg(batch + 1, 777), vg(batch + 1, 777);
+  for (int64_t k = 0; k < batch; ++k)
+    sc[k] = lc::decode_frame<true>(fc.data() + k * cap, nc[k], cap, rows, dim, dtype,
+                                   oc.data() + k * rows * dim * isz, w);
+  {
+    XlaScratch scratch;
+    const LaunchResult r = L.decode<true>(scratch, &stream, c, fc.data(), nc.data(), og.data(), sg.data());
+    check(r.kind == LaunchResult::kOk && scratch.rejected == 0, std::string(name) + ": decompress");
+  }
+  {
+    XlaScratch scratch;
+    const LaunchResult r = L.decode<false>(scratch, &stream, c, fc.data(), nc.data(), nullptr, vg.data());
+    check(r.kind == LaunchResult::kOk && scratch.rejected == 0, std::string(name) + ": frame status");
+  }
+  og.pop_back();
+  sg.pop_back();
+  vg.pop_back();
+  check(og == oc && sg == sc, std::string(name) + ": decoded values and statuses equal the CPU's");
+  check(vg == sc, std::string(name) + ": frame statuses equal the CPU's");
+}
+
+}  // namespace
+
+int main() {
+  lc::gpu::Launcher<EmuRuntime> L;
+  const Stream stream{2};  // a device other than the current one (0)
+  // The stand-in holds XLA's contract.
+  {
+    XlaScratch s;
+    check(!s.Allocate(64, 256).has_value() && !s.Allocate(64, 24).has_value() && s.rejected == 2,
+          "the stand-in rejects alignments XLA rejects");
+    auto p = s.Allocate(64, 16);
+    check(p.has_value() && ((uintptr_t)*p & 15) == 0 && ((uintptr_t)*p & 31) != 0,
+          "the stand-in's blocks are 16-aligned only");
+  }
+  // Every dtype, both encode kernels, empty chunks and batches.
+  uint64_t seed = 1;
+  for (int dtype : {lc::kF32, lc::kBF16, lc::kF16})
+    for (int codec : {lc::kCodecFixed, lc::kCodecRaw, lc::kCodecAuto, lc::kCodecEntropy})
+      run_case(L, stream, dtype, 5, 64, 16, codec, seed++);
+  for (int codec : {lc::kCodecFixed, lc::kCodecAuto}) {
+    run_case(L, stream, lc::kF32, 3, 0, 8, codec, seed++);  // empty chunks
+    run_case(L, stream, lc::kF32, 3, 4, 0, codec, seed++);
+  }
+  // Zero-size batch: nothing allocated, nothing launched.
+  {
+    const int launches = L.rt.launches;
+    XlaScratch scratch;
+    const lc::Chunks c = {lc::kF32, 0, 64, 16, (int64_t)lc::raw_frame_bytes(64, 16, lc::kF32)};
+    L.rt.expected = &stream;
+    const LaunchResult a = L.compress(scratch, &stream, c, nullptr, nullptr, lc::kRel, lc::kCodecAuto, nullptr, nullptr);
+    const LaunchResult b = L.decode<true>(scratch, &stream, c, nullptr, nullptr, nullptr, nullptr);
+    check(a.kind == LaunchResult::kOk && b.kind == LaunchResult::kOk && scratch.blocks.empty() &&
+              L.rt.launches == launches, "zero-size batch: no allocation, no launch");
+  }
+  // Allocation failure: an error, no launch.
+  {
+    const int launches = L.rt.launches;
+    XlaScratch scratch;
+    scratch.fail = true;
+    const lc::Chunks c = {lc::kF32, 2, 8, 8, (int64_t)lc::raw_frame_bytes(8, 8, lc::kF32)};
+    std::vector<uint8_t> x(2 * 64 * 4), f(2 * c.cap);
+    std::vector<float> eb(2, 0.01f);
+    std::vector<int32_t> nb(2), st(2);
+    check(L.compress(scratch, &stream, c, x.data(), eb.data(), lc::kRel, lc::kCodecFixed, f.data(), nb.data()).kind ==
+              LaunchResult::kScratchError, "compress reports a failed allocation");
+    check(L.compress(scratch, &stream, c, x.data(), eb.data(), lc::kRel, lc::kCodecAuto, f.data(), nb.data()).kind ==
+              LaunchResult::kScratchError, "compress (dictionary) reports a failed allocation");
+    check(L.decode<true>(scratch, &stream, c, f.data(), nb.data(), x.data(), st.data()).kind ==
+              LaunchResult::kScratchError, "decompress reports a failed allocation");
+    check(L.rt.launches == launches, "nothing launched without scratch");
+  }
+  // Device queries are cached: another round of the same kernels asks nothing more.
+  {
+    const int sm = L.rt.sm_queries, occ = L.rt.occupancy_queries;
+    for (int codec : {lc::kCodecFixed, lc::kCodecAuto}) run_case(L, stream, lc::kF32, 5, 64, 16, codec, seed++);
+    check(L.rt.sm_queries == sm && L.rt.occupancy_queries == occ, "device queries cached");
+    check(occ == 6 * 3 && sm == occ, "one query per kernel (6) and dtype (3), then none");
+  }
+  // Grids: resident blocks (3 SMs x 2), at most one per chunk, within the scratch budget.
+  {
+    L.rt.grids.clear();
+    run_case(L, stream, lc::kF32, 9, 64, 16, lc::kCodecFixed, seed++);
+    check(!L.rt.grids.empty() && L.rt.grids[0] == 6, "fixed-rate grid: the resident blocks");
+    L.rt.grids.clear();
+    run_case(L, stream, lc::kF32, 2, 64, 16, lc::kCodecFixed, seed++);
+    check(!L.rt.grids.empty() && L.rt.grids[0] == 2, "fixed-rate grid: one block per chunk");
+    // A budget of two workspaces caps the fixed-rate grid (it was unbounded) and the others.
+    L.budget.fixed_encode = 2 * lc::gpu::align256(4 * 64 * 16);
+    L.budget.dict_encode = 2 * lc::gpu::align256(lc::gpu::dict_ws_bytes(64, 16));
+    L.budget.dict_decode = 2 * lc::gpu::align256(lc::gpu::dict_dec_ws_bytes(64, 16));
+    for (int codec : {lc::kCodecFixed, lc::kCodecAuto}) {
+      L.rt.grids.clear();
+      run_case(L, stream, lc::kF32, 9, 64, 16, codec, seed++);
+      // compress; decompress: fast (no workspace), dictionary; frame status: the same two
+      const std::vector<unsigned> want = {2, 6, 2, 6, 2};
+      check(L.rt.grids == want, "grids within the scratch budget, codec " + std::to_string(codec));
+    }
+    L.budget = lc::gpu::ScratchBudget();
+  }
+  printf("%d checks, %d failures\n", checks, failures);
+  return failures ? 1 : 0;
+}
