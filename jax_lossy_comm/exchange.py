@@ -15,9 +15,13 @@ Codecs of fixed size (``Int8Rowwise``, ``BF16``) travel in one dense ``all_to_al
 Variable-size frames take one of these paths (``ExchangeConfig.path``):
 
 * ``"ragged"`` (``"auto"`` where ``jax.lax.ragged_all_to_all`` is implemented, i.e. GPU):
-  every frame is one slice of ``ragged_all_to_all``, ``nbytes`` long, written at its
-  ``[source, table]`` place in the receiver's buffer, so only used bytes move; the int32 byte
-  counts travel first in a tiny ``all_to_all``. The capacity is the raw size: every codec fits.
+  every frame is one slice of ``ragged_all_to_all``, its ``nbytes`` rounded up to rows of
+  ``RAGGED_ROW_BYTES`` (16), written at its ``[source, table]`` place in the receiver's
+  buffer, so only used bytes (and at most 15 more per frame) move; the int32 byte counts travel
+  first in a tiny ``all_to_all``. The operand is ``uint8[rows, 16]`` (XLA's one-shot kernel
+  copies whole rows, not single bytes) and the offsets count rows, so they stay within int32
+  up to 32 GiB of frames per device (``ragged_rows`` refuses more). The capacity is the raw
+  size: every codec fits.
 * ``"dense"``: a dense ``all_to_all`` moves the static capacity of every frame, so the
   capacity, not the frame size, decides the bytes moved. The dense path sizes frames with
   fixed-rate quantization codes for the smallest REL bound in use (``min_error_bound``;
@@ -265,16 +269,62 @@ def _emulated_ragged_all_to_all(
     max_size: int,
 ):
     """``jax.lax.ragged_all_to_all``'s documented semantics with dense collectives (slices of
-    at most ``max_size`` elements); lets CPU tests check the ragged path's offsets."""
-    n = input_offsets.shape[0]
+    at most ``max_size`` rows of the operand's first axis); lets CPU tests check the ragged
+    path's offsets. Checks its precondition, which XLA does not: every device's
+    ``send_sizes`` equal ``all_to_all(recv_sizes)`` (what its peers expect), else the
+    computation fails with a ValueError naming both."""
+    jax.debug.callback(
+        _check_ragged_sizes,
+        send_sizes,
+        jax.lax.all_to_all(recv_sizes, axis_name, 0, 0, tiled=True),
+    )
     j = jnp.arange(max_size, dtype=jnp.int32)
     src = jnp.clip(input_offsets[:, None] + j, 0, operand.shape[0] - 1)
-    sl = jnp.where(j < send_sizes[:, None], operand[src], 0).astype(operand.dtype)  # [N, max]
+    keep = (j < send_sizes[:, None]).reshape(send_sizes.shape + j.shape + (1,) * (operand.ndim - 1))
+    sl = jnp.where(keep, operand[src], 0).astype(operand.dtype)  # [N, max, *row]
     got = jax.lax.all_to_all(sl, axis_name, 0, 0, tiled=True)
     offs = jax.lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True)
     dst = jnp.where(j < recv_sizes[:, None], offs[:, None] + j, output.shape[0])
-    del n
-    return output.at[dst.reshape(-1)].set(got.reshape(-1), mode="drop")
+    return output.at[dst.reshape(-1)].set(got.reshape((-1,) + operand.shape[1:]), mode="drop")
+
+
+RAGGED_ROW_BYTES = 16
+"""Bytes per row of the ragged path's operand: its sizes and offsets count these rows."""
+
+
+def ragged_rows(slices: int, capacity: int) -> int:
+    """Rows of ``RAGGED_ROW_BYTES`` per frame of the ragged path: ``ceil(capacity / 16)``.
+
+    Args:
+      slices: frames per device (``P * T``), each one slice of ``ragged_all_to_all``.
+      capacity: bytes of each frame's buffer.
+
+    Raises:
+      ValueError: the int32 row offsets (``slice x rows``) of ``slices`` frames would not fit
+        (more than ``2**31 - 1`` rows, 32 GiB, per device).
+
+    Examples:
+      >>> from jax_lossy_comm.exchange import ragged_rows
+      >>> ragged_rows(8 * 26, 8193)  # 8 peers x 26 tables of up to 8193 bytes
+      513
+    """
+    rows = -(-capacity // RAGGED_ROW_BYTES)
+    if slices * rows > np.iinfo(np.int32).max:
+        raise ValueError(
+            f"ragged path: {slices} frames of {capacity} bytes ({slices * rows} rows of "
+            f"{RAGGED_ROW_BYTES} bytes) per device exceed ragged_all_to_all's int32 offsets; "
+            "exchange fewer rows per call (split the batch) or use path='packed'"
+        )
+    return rows
+
+
+def _check_ragged_sizes(send_sizes, expected):
+    if not np.array_equal(np.asarray(send_sizes), np.asarray(expected)):
+        raise ValueError(
+            "ragged_all_to_all precondition broken: this device's send_sizes "
+            f"{np.asarray(send_sizes).tolist()} differ from the recv_sizes its peers expect "
+            f"{np.asarray(expected).tolist()}"
+        )
 
 
 def _exchange_frames(axis_name, path: str, frames, nbytes):
@@ -282,9 +332,14 @@ def _exchange_frames(axis_name, path: str, frames, nbytes):
     and byte counts indexed by source peer.
 
     Dense: one ``all_to_all`` of the whole capacity. Ragged: each frame is one slice of
-    ``ragged_all_to_all`` (``P * T`` slices, ``nbytes`` long), written at the same
-    ``[source, table]`` position of the receiver's ``[P, T, cap]`` buffer, so no packing is
-    needed and only used bytes move; the byte counts go first in a tiny ``all_to_all``.
+    ``ragged_all_to_all`` (``P * T`` slices of ``ceil(nbytes / 16)`` rows of 16 bytes; the
+    capacity padded to whole rows), written at the same ``[source, table]`` position of the
+    receiver's buffer, so no packing is needed and only used rows move; the byte counts go
+    first in a tiny ``all_to_all``. Received bytes past a frame's ``nbytes`` are zero, as on
+    the other paths.
+
+    Raises:
+      ValueError: (ragged) offsets past int32 (``ragged_rows``).
     """
     ax = axis_name
     rnb = jax.lax.all_to_all(nbytes, ax, 0, 0, tiled=True)
@@ -292,22 +347,33 @@ def _exchange_frames(axis_name, path: str, frames, nbytes):
         return jax.lax.all_to_all(frames, ax, 0, 0, tiled=True), rnb
     p, cap = frames.shape[0], frames.shape[-1]
     t = nbytes.size // p
-    flat = frames.reshape(-1)
-    slot = jnp.arange(p * t, dtype=jnp.int32) * cap  # [P*T], (dest, table)
-    send_sizes = jnp.maximum(nbytes.reshape(-1), 0).astype(jnp.int32)
-    recv_sizes = jnp.maximum(rnb.reshape(-1), 0).astype(jnp.int32)
+    row = RAGGED_ROW_BYTES
+    rows = ragged_rows(p * t, cap)
+    by_slice = frames.reshape(p * t, cap)
+    if rows * row != cap:
+        by_slice = jnp.pad(by_slice, ((0, 0), (0, rows * row - cap)))
+    flat = by_slice.reshape(p * t * rows, row)  # uint8[P*T*rows, 16]
+    slot = jnp.arange(p * t, dtype=jnp.int32) * rows  # [P*T], (dest, table)
+
+    def in_rows(n):
+        return (jnp.maximum(n.reshape(-1), 0).astype(jnp.int32) + row - 1) // row
+
+    send_sizes, recv_sizes = in_rows(nbytes), in_rows(rnb)
     me = jax.lax.axis_index(ax).astype(jnp.int32)
     # Frame (dest d, table k) lands in d's buffer at (me, k).
-    output_offsets = (me * t + jnp.arange(p * t, dtype=jnp.int32) % t) * cap
+    output_offsets = (me * t + jnp.arange(p * t, dtype=jnp.int32) % t) * rows
     out = jnp.zeros_like(flat)
     if path == "_ragged_emulated":
         recv = _emulated_ragged_all_to_all(
-            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax, max_size=cap
+            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax, max_size=rows
         )
     else:
         recv = jax.lax.ragged_all_to_all(
             flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax
         )
+    recv = recv.reshape(p * t, rows * row)[:, :cap]
+    used = jnp.maximum(rnb.reshape(-1, 1), 0)  # the sender's bytes past nbytes in its last row
+    recv = jnp.where(jnp.arange(cap, dtype=jnp.int32) < used, recv, jnp.uint8(0))
     return recv.reshape(frames.shape), rnb
 
 
@@ -448,9 +514,13 @@ def send_frames(axis_name, path: str, frames, nbytes) -> SentFrames:
         def receive():
             return _exchange_frames(ax, path, frames, nbytes)
 
-        fb = jnp.abs(nbytes).astype(jnp.float32).sum()
         counts = 4.0 * nbytes.size
-        comp_moved = jnp.float32(frames.size + counts) if path == "dense" else fb + counts
+        if path == "dense":
+            comp_moved = jnp.float32(frames.size + counts)
+        else:  # ragged: whole rows of RAGGED_ROW_BYTES
+            row = RAGGED_ROW_BYTES
+            used = (jnp.abs(nbytes).astype(jnp.int32) + row - 1) // row * row
+            comp_moved = used.astype(jnp.float32).sum() + counts
     return SentFrames(receive, comp_moved, n_over, any_over)
 
 
