@@ -328,15 +328,8 @@ class ShardStream:
         self.close()
 
 
-def make_data(
-    config: Config,
-    local_batch: int,
-    position: dict | None,
-    *,
-    process_index: int = 0,
-    num_processes: int = 1,
-):
-    """``input_pipeline.make_data`` for a ``config.data`` folder of shards.
+def make_data(config: Config, local_batch, position, *, process_index=0, num_processes=1):
+    """``input_pipeline.make_data`` (same arguments) for a ``config.data`` folder of shards.
 
     The stream is a ``ShardStream`` (seed ``config.seed``, blocks of
     ``config.shuffle_block_rows`` shuffled every epoch, or file order if it is 0). The
