@@ -487,7 +487,8 @@ TRAINER = "models.dlrm.main"
 def trainer_cmd(out_dir: str | os.PathLike[str], args: Any, *flags: str) -> list[str]:
     """The trainer command of one run: this interpreter, ``-m TRAINER``, the options the
     training benchmarks share (from ``args``: preset, steps, seed, log_every, eval_rows;
-    checkpoints and the progress bar off; outputs into ``out_dir``), then ``flags``."""
+    checkpoints and the progress bar off; outputs into ``out_dir``, where ``--restart``
+    removes an earlier run: the trainer resumes a workdir by default), then ``flags``."""
     return [
         sys.executable,
         "-m",
@@ -505,6 +506,7 @@ def trainer_cmd(out_dir: str | os.PathLike[str], args: Any, *flags: str) -> list
         "--checkpoint-every",
         "0",
         "--no-progress",
+        "--restart",
         "--out",
         str(out_dir),
         *flags,

@@ -4,13 +4,18 @@ A checkpoint at step ``s`` lives in ``<workdir>/checkpoints/<s>/`` with two item
 (the ``step.TrainState``: step, parameters, optimizer state, error-bound state; sharded
 arrays are saved and restored with their shardings) and ``meta`` (JSON: ``step`` and
 ``data_position``, where the input stream resumes). Orbax writes a step to a temporary folder
-and renames it when complete, so a listed step is a whole one. ``max_checkpoints`` most recent
+and renames it when complete, so a listed step is a whole one; but its pruning of old steps
+deletes a listed folder in place, and a kill during it leaves a half-deleted step that orbax
+still lists. ``manager`` removes such incomplete steps (``remove_incomplete``) and ``restore``
+falls back to the next older step when one cannot be read. ``max_checkpoints`` most recent
 steps are kept.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 
 import jax
 import orbax.checkpoint as ocp
@@ -18,9 +23,54 @@ import orbax.checkpoint as ocp
 from models.dlrm.mesh import to_host
 from models.dlrm.step import TrainState
 
+log = logging.getLogger("dlrm")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that exists but cannot be restored (the message names it)."""
+
+
+# What every complete step folder holds (orbax 0.12: the step's metadata, the state's
+# PyTree metadata and OCDBT manifest, the meta item's JSON).
+_REQUIRED = ("_CHECKPOINT_METADATA", "state/_METADATA", "state/manifest.ocdbt", "meta/metadata")
+
+
+def remove_incomplete(directory: str) -> list[int]:
+    """Deletes the step folders of ``directory`` that lack a file every complete step has
+    (``_REQUIRED``): what a kill during orbax's pruning leaves. Only process 0 deletes.
+
+    Returns:
+      The steps removed (ascending), each also logged as a warning.
+    """
+    if not os.path.isdir(directory):
+        return []
+    removed = []
+    for name in sorted((n for n in os.listdir(directory) if n.isdigit()), key=int):
+        step_dir = os.path.join(directory, name)
+        missing = [f for f in _REQUIRED if not os.path.exists(os.path.join(step_dir, f))]
+        if missing:
+            _remove_step(step_dir, f"it lacks {missing}")
+            removed.append(int(name))
+    return removed
+
+
+def _remove_step(step_dir: str, why: str) -> None:
+    log.warning(
+        "checkpoint %s is incomplete (%s; a kill while it was deleted?): removed", step_dir, why
+    )
+    if jax.process_index() == 0:
+        shutil.rmtree(step_dir, ignore_errors=True)
+
+
+def _missing_file(e: BaseException) -> bool:
+    """True when a restore failed on a missing file (tensorstore says NOT_FOUND)."""
+    return isinstance(e, FileNotFoundError) or "NOT_FOUND" in str(e)
+
 
 def manager(workdir: str, max_to_keep: int) -> ocp.CheckpointManager:
-    """The run's checkpoint manager over ``<workdir>/checkpoints`` (created if missing)."""
+    """The run's checkpoint manager over ``<workdir>/checkpoints`` (created if missing),
+    after removing incomplete step folders (``remove_incomplete``)."""
+    remove_incomplete(os.path.abspath(os.path.join(workdir, "checkpoints")))
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
     return ocp.CheckpointManager(
         os.path.abspath(os.path.join(workdir, "checkpoints")),
@@ -52,18 +102,33 @@ def restore(
         the arrays are placed when read.
 
     Returns:
-      ``(state, meta)``.
+      ``(state, meta)`` of the newest step that can be read; a step with a missing file is
+      removed (logged) and the next older one tried.
+
+    Raises:
+      CheckpointError: a step that cannot be restored for another reason (e.g. the shapes of
+        another config), naming the step and the way out (``--restart``).
     """
-    step = mngr.latest_step()
-    if step is None:
-        return None, None
-    out = mngr.restore(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state._asdict()), meta=ocp.args.JsonRestore()
-        ),
-    )
-    return TrainState(**out["state"]), out["meta"]
+    for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            out = mngr.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state._asdict()),
+                    meta=ocp.args.JsonRestore(),
+                ),
+            )
+        except (OSError, ValueError) as e:
+            if not _missing_file(e):  # e.g. another model's shapes: never delete it
+                raise CheckpointError(
+                    f"cannot restore checkpoint {step} in {mngr.directory}: {e} (a run with "
+                    "another config? --restart removes it and starts over)"
+                ) from e
+            _remove_step(os.path.join(os.fspath(mngr.directory), str(step)), f"{e}"[:200])
+            mngr.reload()
+            continue
+        return TrainState(**out["state"]), out["meta"]
+    return None, None
 
 
 class WorkdirNotSharedError(ValueError):

@@ -13,10 +13,14 @@ import argparse
 import dataclasses
 import os
 
+from jax_lossy_comm import CODECS as LIBRARY_CODECS
 from models.dlrm import error_bounds
 from models.dlrm.configs import PRESETS, Config, get_config
+from models.dlrm.exchange import QCOMM_CODECS
 
 PROG = "python -m models.dlrm.main"
+CODECS = (*LIBRARY_CODECS, *QCOMM_CODECS)
+"""``--codec`` choices: the library's codec names, then the quantized-comm baselines."""
 
 # (ErrorBoundConfig field, type, choices, help) of the --eb-* field flags.
 _EB_FIELDS = (
@@ -93,6 +97,14 @@ def _parse_tier(text: str) -> tuple[str, tuple[float, list[int]]]:
         raise ValueError(f"--eb-tier must look like NAME=VALUE:ID,ID,..., got {text!r}") from None
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The trainer's flags (``python -m models.dlrm.main --help``)."""
     p = argparse.ArgumentParser(
@@ -113,11 +125,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--out", default="runs/dlrm", help="output folder: metrics.jsonl, curves.png, checkpoints/"
     )
-    g.add_argument(
+    again = g.add_mutually_exclusive_group()
+    again.add_argument(
         "--resume",
         action="store_true",
         default=None,
-        help="continue from the latest checkpoint in --out",
+        help="continue from the latest checkpoint in --out if there is one (the default: "
+        "rerunning a command resumes it)",
+    )
+    again.add_argument(
+        "--restart",
+        dest="resume",
+        action="store_false",
+        default=None,
+        help="remove the earlier run in --out (checkpoints, metrics) and start from step 0",
     )
     g.add_argument(
         "--compare",
@@ -210,7 +231,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="off = exact all_to_all (baseline)",
     )
-    c.add_argument("--codec", default=None, help="codec for compressed_all_to_all")
+    c.add_argument(
+        "--codec",
+        default=None,
+        choices=CODECS,
+        help="codec of compressed_all_to_all (the library's; int8-rowwise and bf16: the "
+        "TorchRec/FBGEMM baselines)",
+    )
     c.add_argument(
         "--exchange-backward",
         choices=["exact", "compressed"],
@@ -254,6 +281,26 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--num-processes", type=int, default=env_int("JAX_NUM_PROCESSES"))
     m.add_argument("--process-id", type=int, default=env_int("JAX_PROCESS_ID"))
     m.add_argument(
+        "--init-timeout",
+        type=_positive_int,
+        default=120,
+        metavar="SECONDS",
+        help="stop with an error when not every process has joined the coordinator by then",
+    )
+    m.add_argument(
+        "--heartbeat-timeout",
+        type=_positive_int,
+        default=30,
+        metavar="SECONDS",
+        help="a process not heard from this long is taken as dead and the run stops",
+    )
+    m.add_argument(
+        "--gloo-banners",
+        action="store_true",
+        help="keep the native stdout of a multi-process CPU run (gloo prints '[Gloo] Rank r is "
+        "connected to ...' per rank and collective group; quiet by default)",
+    )
+    m.add_argument(
         "--local-device-ids",
         default=None,
         metavar="ID,ID,...",
@@ -287,7 +334,7 @@ def _show_preset_values(p: argparse.ArgumentParser) -> None:
     is (``preset: 500`` or ``preset: kaggle 32, terabyte 64, tiny 8``)."""
     configs = {name: get_config(name) for name in PRESETS}
     for action in p._actions:
-        if action.default is not None or not action.option_strings:
+        if action.default is not None or not action.option_strings or action.dest == "resume":
             continue
         dest = action.dest
         if dest.startswith("eb_") and dest[3:] in {f for f, *_ in _EB_FIELDS}:

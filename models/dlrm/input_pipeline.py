@@ -25,7 +25,7 @@ import glob
 import os
 import re
 import zlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -39,7 +39,12 @@ NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
 
 
-class MalformedLineError(ValueError):
+class DataError(ValueError):
+    """Data the trainer cannot use (the message says which and why); the command line
+    prints it as one line."""
+
+
+class MalformedLineError(DataError):
     """A data line that cannot be parsed; the message names the file and line number."""
 
 
@@ -139,9 +144,13 @@ class LineParser:
         if label not in (0.0, 1.0):
             raise ValueError(f"label must be 0 or 1, got {fields[0]!r}")
         try:
-            dense = transform_dense(np.array([_dense_raw(v) for v in fields[1 : 1 + NUM_DENSE]]))
+            raw = np.array([_dense_raw(v) for v in fields[1 : 1 + NUM_DENSE]])
         except ValueError as e:
             raise ValueError(f"bad integer feature: {e}") from None
+        if not np.isfinite(raw).all():  # nan, inf, 1e400, a 400-digit integer
+            j = int(np.argmin(np.isfinite(raw)))
+            raise ValueError(f"integer feature I{j + 1} is not finite: {fields[1 + j]!r:.40}")
+        dense = transform_dense(raw)
         cats = fields[1 + NUM_DENSE :]
         if self.data_format != "csv":
             for v in cats:
@@ -154,6 +163,19 @@ class LineParser:
 def _read_header(path: str) -> str:
     with open(path, "rb") as f:
         return f.readline().decode("utf-8", errors="replace")
+
+
+def file_parser(path: str, data_format: str, table_rows) -> LineParser:
+    """The ``LineParser`` of one file (for "csv", of its header line).
+
+    Raises:
+      DataError: a csv file whose header lacks a column, naming the file.
+    """
+    header = _read_header(path) if data_format == "csv" else None
+    try:
+        return LineParser(data_format, table_rows, header)
+    except ValueError as e:
+        raise DataError(f"{path}: {e}") from None
 
 
 class _Lines:
@@ -232,15 +254,20 @@ class CriteoFileStream:
         self.process_index, self.num_processes = process_index, num_processes
         pos = dict(position or {})
         self.train_index, self.all_index = pos.get("train_index", 0), pos.get("all_index", 0)
+        # Distinct malformed lines skipped: counted in the first pass only (epoch 0), not again
+        # each time the stream wraps around to them.
         self.bad_lines = pos.get("bad_lines", 0)
         self._lines = _Lines(self.paths, data_format, pos, wrap=True)
+        # Training lines seen in this epoch, and whether it was read from its start: a whole
+        # epoch without one (all lines bad or held out) is an error, not an endless loop.
+        self._epoch, self._epoch_lines = self._lines.epoch, 0
+        self._whole_epoch = self._lines.file == 0 and self._lines.offset == 0
         self._parsers = {}
         self._it = iter(self._lines)
 
     def _parser(self, path):
         if path not in self._parsers:
-            header = _read_header(path) if self.data_format == "csv" else None
-            self._parsers[path] = LineParser(self.data_format, self.table_rows, header)
+            self._parsers[path] = file_parser(path, self.data_format, self.table_rows)
         return self._parsers[path]
 
     def position(self) -> dict:
@@ -263,7 +290,8 @@ class CriteoFileStream:
 
         Raises:
           MalformedLineError: a bad line and not ``skip_bad_lines``.
-          ValueError: the files hold no usable training line.
+          DataError: the files hold no usable training line (none at all, or a whole pass
+            over them found only malformed or held-out lines).
         """
         labels, dense, ids = [], [], []
         global_batch = self.local_batch * self.num_processes
@@ -271,19 +299,29 @@ class CriteoFileStream:
             try:
                 path, lineno, text = next(self._it)
             except StopIteration:
-                raise ValueError(f"no usable training lines in {self.paths}") from None
+                raise DataError(f"no usable training lines in {self.paths}") from None
+            if self._lines.epoch != self._epoch:  # wrapped around
+                if self._whole_epoch and self._epoch_lines == 0:
+                    raise DataError(
+                        f"no usable training line in a whole pass over {self.paths}: "
+                        f"{self.bad_lines} malformed lines skipped (--skip-bad-lines)"
+                        + (", every line held out" if self.holdout_every == 1 else "")
+                    )
+                self._epoch, self._epoch_lines, self._whole_epoch = self._lines.epoch, 0, True
             k = self.all_index
             held = self.holdout_every > 0 and k % self.holdout_every == 0
             mine = (self.train_index // self.local_batch) % self.num_processes == self.process_index
             if not (mine or held or self.skip_bad_lines):  # another process's line
                 self.all_index += 1
                 self.train_index += 1
+                self._epoch_lines += 1
                 continue
             try:
                 row = self._parser(path)(text)
             except ValueError as e:
                 if self.skip_bad_lines:
-                    self.bad_lines += 1
+                    if self._epoch == 0:
+                        self.bad_lines += 1
                     continue
                 raise MalformedLineError(
                     f"{path}:{lineno}: malformed {self.data_format} line: {e}"
@@ -292,6 +330,7 @@ class CriteoFileStream:
             self.all_index += 1
             if held:
                 continue
+            self._epoch_lines += 1
             self.train_index += 1
             if mine:
                 labels.append(row[0])
@@ -315,7 +354,7 @@ def read_eval_set(
       ``(batch dict as in CriteoFileStream.next_batch, bad_lines_skipped)``.
 
     Raises:
-      MalformedLineError, ValueError (no rows).
+      MalformedLineError, DataError (no rows; a csv header without a column).
     """
     labels, dense, ids, bad, k = [], [], [], 0, 0
     parsers = {}
@@ -323,8 +362,7 @@ def read_eval_set(
         if len(labels) >= max_rows:
             break
         if path not in parsers:
-            header = _read_header(path) if data_format == "csv" else None
-            parsers[path] = LineParser(data_format, table_rows, header)
+            parsers[path] = file_parser(path, data_format, table_rows)
         try:
             row = parsers[path](text)
         except ValueError as e:
@@ -342,7 +380,10 @@ def read_eval_set(
             dense.append(row[1])
             ids.append(row[2])
     if not labels:
-        raise ValueError(f"no evaluation rows in {list(paths)}")
+        raise DataError(
+            f"no evaluation rows in {list(paths)}"
+            + (f": {bad} malformed lines skipped (--skip-bad-lines)" if bad else "")
+        )
     return (
         {
             "dense": np.stack(dense),
@@ -372,6 +413,23 @@ class SyntheticStream:
         return {k: v[lo : lo + lb] for k, v in b.items()}
 
 
+class Data(NamedTuple):
+    """What ``make_data`` gives a run (unpacks like a tuple).
+
+    Attributes:
+      stream: ``stream.next_batch()`` gives this process's batch; ``stream.position()`` where
+        it resumes; ``stream.bad_lines`` (file streams) distinct malformed lines skipped.
+      eval_set: the whole evaluation set (dict of numpy arrays, every process holds it).
+      description: one line for the log.
+      eval_bad_lines: malformed lines skipped reading the evaluation set.
+    """
+
+    stream: Any
+    eval_set: dict[str, np.ndarray]
+    description: str
+    eval_bad_lines: int = 0
+
+
 def make_data(
     config: Config,
     local_batch: int,
@@ -379,7 +437,7 @@ def make_data(
     *,
     process_index: int = 0,
     num_processes: int = 1,
-):
+) -> Data:
     """The training stream and evaluation set a run's ``config`` asks for, for one process.
 
     Without ``config.data``: the synthetic generator (``synthetic.SyntheticCriteo``, seeded by
@@ -395,9 +453,7 @@ def make_data(
       process_index, num_processes: this process and the process count (jax.distributed).
 
     Returns:
-      ``(stream, eval_set, description)``: ``stream.next_batch()`` gives this process's
-      batch, ``eval_set`` is the whole evaluation set (dict of numpy arrays, every process
-      holds it), ``description`` one line for the log.
+      ``Data(stream, eval_set, description, eval_bad_lines)``.
 
     Raises:
       FileNotFoundError: no file matches ``config.data`` or ``config.eval_data``.
@@ -408,8 +464,8 @@ def make_data(
     if config.data and os.path.isfile(os.path.join(config.data, "manifest.json")):
         from models.dlrm import shards  # imports this module
 
-        return shards.make_data(config, local_batch, position, process_index=pid,
-                                num_processes=nproc)  # fmt: skip
+        return Data(*shards.make_data(config, local_batch, position, process_index=pid,
+                                num_processes=nproc))  # fmt: skip
     if not config.data:
         gen = synthetic.SyntheticCriteo(
             rows, config.num_dense, config.synthetic_multi_hot, config.synthetic_zipf_a, config.seed
@@ -423,7 +479,7 @@ def make_data(
             f"{len(rows)} tables, Zipf a={config.synthetic_zipf_a}, "
             f"{config.eval_rows} held-out rows"
         )
-        return stream, eval_set, desc
+        return Data(stream, eval_set, desc)
     paths = expand_paths(config.data)
     holdout = 0 if config.eval_data else config.holdout_every
     stream = CriteoFileStream(
@@ -452,4 +508,4 @@ def make_data(
         f"{f'held-out lines (every {holdout}-th)' if holdout else eval_paths[:3]}"
         f"{f'; {bad} bad eval lines skipped' if bad else ''}"
     )
-    return stream, eval_set, desc
+    return Data(stream, eval_set, desc, bad)

@@ -66,6 +66,65 @@ def local_device_ids(args: argparse.Namespace, environ=os.environ) -> list[int] 
     return None
 
 
+def quiet_native_stdout() -> None:
+    """Sends what native code writes to stdout (gloo's per-rank '[Gloo] Rank r is connected
+    to n peer ranks' banners) to /dev/null; Python's ``sys.stdout`` (print, tqdm.write) is
+    rebound to a duplicate of the original descriptor, line-buffered, so the run's own lines
+    are unchanged. Errors and XLA's logs go to stderr, untouched."""
+    sys.stdout.flush()
+    keep = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    sys.stdout = os.fdopen(keep, "w", buffering=1)
+
+
+def join_processes(args: argparse.Namespace, **kwargs) -> None:
+    """``jax.distributed.initialize`` that says what it waits for and gives up after
+    ``--init-timeout`` seconds with one line (exit 2) instead of jax's abort.
+
+    jax aborts the process (absl fatal log and a stack trace) when its own timeout expires;
+    a watchdog thread exits first, one second before it.
+    """
+    import threading
+
+    import jax
+
+    n, pid, t = args.num_processes, args.process_id, args.init_timeout
+    print(
+        f"process {pid}: waiting up to {t} s (--init-timeout) for all {n} processes to join "
+        f"the coordinator at {args.coordinator} (process 0 runs it); a process not heard from "
+        f"for {args.heartbeat_timeout} s (--heartbeat-timeout) stops the run",
+        file=sys.stderr,
+        flush=True,
+    )
+
+    def give_up():
+        print(
+            f"error: the {n} processes did not all join the coordinator at {args.coordinator} "
+            f"within {t} s (--init-timeout): start every process with --coordinator "
+            f"{args.coordinator} --num-processes {n} and its own --process-id 0..{n - 1}",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(2)
+
+    watchdog = threading.Timer(t, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(
+            coordinator_address=args.coordinator,
+            num_processes=n,
+            process_id=pid,
+            initialization_timeout=t + 1,
+            heartbeat_timeout_seconds=args.heartbeat_timeout,
+            **kwargs,
+        )
+    finally:
+        watchdog.cancel()
+
+
 def setup_jax(args: argparse.Namespace) -> None:
     """Deterministic kernels, virtual devices and jax.distributed, before any backend starts;
     then prints and checks this process's devices.
@@ -85,12 +144,9 @@ def setup_jax(args: argparse.Namespace) -> None:
     ids = local_device_ids(args)
     if args.coordinator:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(
-            coordinator_address=args.coordinator,
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-            local_device_ids=ids,
-        )
+        join_processes(args, local_device_ids=ids)
+        if jax.default_backend() == "cpu" and not args.gloo_banners:
+            quiet_native_stdout()  # gloo's banners come with the first collectives
     if jax.default_backend() == "cpu":
         return
     have = jax.local_device_count()
@@ -110,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parses ``argv``, trains (twice with ``--compare``) and writes ``--out/final.json``.
 
     Returns:
-      The exit status: 0, or 2 for a data error (printed as one line). Bad flags exit 2
+      The exit status: 0; 2 for bad data or a checkpoint that cannot be restored, 1 for a
+      diverged (non-finite) training loss, each printed as one line. Bad flags exit 2
       through argparse.
     """
     parser = flags.build_parser()
@@ -123,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     import jax
 
     from models.dlrm import train
-    from models.dlrm.input_pipeline import MalformedLineError
+    from models.dlrm.checkpoints import CheckpointError
+    from models.dlrm.input_pipeline import DataError
 
     progress = not args.no_progress
     try:
@@ -132,9 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             result = train.train_and_evaluate(config, args.out, progress=progress)
             results = {config.compression: result}
-    except (MalformedLineError, FileNotFoundError) as e:
+    except (DataError, FileNotFoundError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except train.TrainingDivergedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     if jax.process_index() == 0:
         with open(os.path.join(args.out, "final.json"), "w") as f:
             json.dump(results, f, indent=1)

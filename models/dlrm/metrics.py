@@ -70,18 +70,22 @@ class TrainRecord:
       step: last step of the interval (1-based count of completed steps).
       loss: mean training BCE over the interval's steps.
       auc: ROC AUC of the interval's training predictions (NaN if one class only).
-      samples_per_s: global samples per second of wall time, device work included.
-      compression_ratio: raw / frame bytes (the codec's ratio).
+      samples_per_s: global samples per second of wall time, device work included, the
+        compilation of the train step not (it is compiled before the first interval).
+      compression_ratio: the exchange ratio, raw / frame bytes (the codec's ratio; the log's
+        "exchange ratio (raw/frames)", curves.png's solid ratio line).
       raw_bytes: bytes the exact float32 exchange would move.
       frame_bytes: bytes of the frames (what a variable-size exchange moves).
       moved_bytes: bytes the exchange really moved (static capacity on the dense path).
-      moved_ratio: raw / moved bytes.
+      moved_ratio: the moved ratio, raw / moved bytes (what the wire saved; the log's "moved
+        ratio (raw/moved)", curves.png's dashed ratio line).
       ratio_per_table: float[T], per-table compression ratio, table order.
       fallback_steps: steps of the interval that fell back to the exact exchange.
       seconds: wall time of the interval.
       unix_time: time.time() at the end of the interval.
       error_bound: float[T], relative error bound per table at the interval's last step.
-      bad_lines: malformed data lines skipped so far (``--skip-bad-lines``).
+      bad_lines: distinct malformed training lines skipped so far (``--skip-bad-lines``;
+        a line counts once, not again each time the data wraps around to it).
       exchange: "on" (compressed or baseline codec) or "off" (exact all-to-all).
       net_tx_bytes: bytes sent by this network namespace over the interval (Linux
         ``/proc/net/dev``), None where unavailable.
@@ -130,6 +134,7 @@ class EvalRecord:
       logloss: binary cross-entropy of the predicted probabilities.
       accuracy: at threshold 0.5.
       rows: evaluated rows.
+      bad_lines: malformed lines skipped reading the evaluation set (``--skip-bad-lines``).
     """
 
     kind: ClassVar[str] = "eval"
@@ -138,6 +143,7 @@ class EvalRecord:
     logloss: float
     accuracy: float
     rows: int
+    bad_lines: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -180,8 +180,10 @@ class Config:
     max_checkpoints: int = 2
     # Evaluation batch size (global).
     eval_batch_size: int = 4096
-    # Continue from the latest checkpoint in the workdir (if there is one).
-    resume: bool = False
+    # Continue from the latest checkpoint in the workdir when there is one (the Flax/Orbax
+    # convention: rerunning a command resumes it). False (--restart): remove the workdir's
+    # earlier run (checkpoints, metrics.jsonl, plots, final.json) and start from step 0.
+    resume: bool = True
 
     # ---- devices ----
     # Devices of each process the mesh uses (the first ones); 0 = all.
@@ -197,7 +199,21 @@ class Config:
         return tuple(min(c, cap) if cap > 0 else c for c in self.cardinalities)
 
     def validate(self) -> None:
-        """Raises ValueError on inconsistent fields."""
+        """Raises ValueError on inconsistent fields (one line naming the field)."""
+        for name in ("steps", "batch_size", "eval_batch_size", "eval_rows", "max_checkpoints"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("log_every", "eval_every", "checkpoint_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: only at the end), got "
+                                 f"{getattr(self, name)}")  # fmt: skip
+        eb = self.error_bound
+        rel = {"base": eb.base, "tightest": eb.tightest, "loosest": eb.loosest}
+        rel.update({f"tier {t.name!r}": t.value for t in eb.tiers})
+        for name, value in rel.items():
+            if not 0.0 < value < 1.0:  # REL: eb_abs = value * (max - min) of a chunk
+                raise ValueError(f"error_bound {name}: a relative bound must be in (0, 1), "
+                                 f"got {value}")  # fmt: skip
         if self.bottom_mlp[-1] != self.embedding_dim:
             raise ValueError(
                 f"bottom_mlp must end in embedding_dim={self.embedding_dim}, got {self.bottom_mlp}"

@@ -1,0 +1,428 @@
+"""What a user of the DLRM trainer meets (issue 13, trainer items 7, 9-15): rerunning a command
+resumes it and ``--restart`` starts over, bad input and a diverging loss stop with one clear
+line, bad lines are counted once, flags are checked when parsed, a missing peer times out,
+the log names its byte ratios, incomplete checkpoints are cleaned."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+import jax_lossy_comm as jlc
+from models.dlrm import checkpoints, flags, main, plots, train
+from models.dlrm import input_pipeline as ip
+from models.dlrm import metrics as metrics_lib
+from models.dlrm.configs import get_config
+from models.dlrm.step import TrainState
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT = 300
+MIB = 1024.0 * 1024.0
+# A short run of the tiny preset on 2 virtual devices.
+SMALL = ("--devices", "2", "--log-every", "2", "--eval-every", "0", "--eval-rows", "256")
+
+
+def _train(out, *flags, timeout=TIMEOUT):
+    """Runs ``python -m models.dlrm.main --preset tiny --out OUT FLAGS``; (rc, output)."""
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # --devices decides
+    r = subprocess.run(
+        [sys.executable, "-m", "models.dlrm.main", "--preset", "tiny", "--out", str(out)]
+        + ["--no-progress", *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return r.returncode, r.stdout + r.stderr
+
+
+def _records(out, kind):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r.get("kind") == kind]
+
+
+# ---- item 7: a workdir with checkpoints resumes; --restart starts over -------------------
+
+
+def test_rerun_resumes_and_restart_removes_the_old_run_first(tmp_path):
+    out = tmp_path / "run"
+    rc, text = _train(out, *SMALL, "--steps", "2", "--checkpoint-every", "2")
+    assert rc == 0, text[-3000:]
+    # The same command again, longer, without any flag: it continues from step 2.
+    rc, text = _train(out, *SMALL, "--steps", "4", "--checkpoint-every", "2")
+    assert rc == 0, text[-3000:]
+    assert f"resumed from step 2 of the run in {out}" in text
+    assert [r["step"] for r in _records(out, "train")] == [2, 4]
+    assert len(_records(out, "config")) == 1
+    assert sorted(os.listdir(out / "checkpoints")) == ["2", "4"]
+    # --restart: the old run is removed, with a message before the first step.
+    rc, text = _train(out, *SMALL, "--steps", "2", "--checkpoint-every", "2", "--restart")
+    assert rc == 0, text[-3000:]
+    msg = f"--restart: removed the earlier run in {out} (checkpoints of steps [2, 4], "
+    assert msg in text and text.index(msg) < text.index("step 2:")
+    assert "resumed" not in text
+    assert [r["step"] for r in _records(out, "train")] == [2]
+    assert sorted(os.listdir(out / "checkpoints")) == ["2"]
+    assert json.load(open(out / "final.json"))["on"]["step"] == 2
+
+
+# ---- item 15: half-deleted checkpoint steps ----------------------------------------------
+
+
+def _state(step):
+    x = jnp.full((4,), float(step))
+    rest = {f: {"x": x * (i + 2)} for i, f in enumerate(TrainState._fields[2:])}
+    return TrainState(step=jnp.int32(step), params={"w": x}, **rest)
+
+
+def _abstract():
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), _state(0))
+
+
+def _saved(workdir, steps):
+    mngr = checkpoints.manager(str(workdir), max_to_keep=5)
+    for s in steps:
+        checkpoints.save(mngr, _state(s), {"step": s, "data_position": {"batch": s}})
+    mngr.close()
+    return workdir / "checkpoints"
+
+
+def test_a_half_deleted_older_step_is_removed_when_the_manager_opens(tmp_path):
+    ckpt = _saved(tmp_path, [1, 2, 3])
+    # A kill while orbax pruned step 1: some of its files are gone, the folder is listed.
+    os.remove(ckpt / "1" / "state" / "_METADATA")
+    os.remove(ckpt / "1" / "_CHECKPOINT_METADATA")
+    mngr = checkpoints.manager(str(tmp_path), max_to_keep=5)
+    assert mngr.all_steps() == [2, 3]
+    assert sorted(os.listdir(ckpt)) == ["2", "3"]
+    state, meta = checkpoints.restore(mngr, _abstract())
+    assert int(state.step) == 3 and meta["data_position"] == {"batch": 3}
+
+
+def test_a_latest_step_with_missing_data_falls_back_to_the_previous_one(tmp_path):
+    ckpt = _saved(tmp_path, [1, 2])
+    # Every metadata file is there but the array data of step 2 is gone.
+    for d in ("state/d", "state/ocdbt.process_0"):
+        for root, _, files in os.walk(ckpt / "2" / d):
+            for f in files:
+                os.remove(os.path.join(root, f))
+    mngr = checkpoints.manager(str(tmp_path), max_to_keep=5)
+    state, meta = checkpoints.restore(mngr, _abstract())
+    assert int(state.step) == 1 and meta["step"] == 1
+    np.testing.assert_array_equal(np.asarray(state.params["w"]), np.full(4, 1.0))
+    assert mngr.all_steps() == [1] and sorted(os.listdir(ckpt)) == ["1"]
+    # The run goes on and saves step 2 again.
+    checkpoints.save(mngr, _state(2), {"step": 2, "data_position": {"batch": 2}})
+    assert mngr.all_steps() == [1, 2]
+
+
+def test_a_checkpoint_of_another_model_is_named_and_kept(tmp_path):
+    ckpt = _saved(tmp_path, [1])
+    mngr = checkpoints.manager(str(tmp_path), max_to_keep=5)
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    other = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct((7,) if a.ndim else (), a.dtype, sharding=sh), _state(0)
+    )
+    with pytest.raises(checkpoints.CheckpointError, match="cannot restore checkpoint 1 in"):
+        checkpoints.restore(mngr, other)
+    assert sorted(os.listdir(ckpt)) == ["1"]
+
+
+# ---- items 9-11: non-finite features, all-bad files, bad lines counted once ---------------
+
+ROWS = get_config("kaggle").table_rows()
+GOOD = (
+    "0\t1\t1\t5\t0\t1382\t4\t15\t2\t181\t1\t2\t\t2\t68fd1e64\t80e26c9b\tfb936136\t7b4723c4"
+    "\t25c83c98\t7e0ccccf\tde7995b8\t1f89b1b4\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164"
+    "\t2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t21ddcdc9\tb1252a9d"
+    "\t07b5194c\t\t3a171ecb\tc5c50484\te8b83407\t9727dd16\n"
+)
+NON_FINITE = ("nan", "inf", "-inf", "1e400", "9" * 400)
+
+
+def _write(tmp_path, lines, name="train.txt"):
+    path = tmp_path / name
+    path.write_text("".join(lines))
+    return str(path)
+
+
+@pytest.mark.parametrize("value", NON_FINITE)
+def test_a_non_finite_integer_feature_is_a_malformed_line(tmp_path, value):
+    bad = GOOD.replace("\t1382\t", f"\t{value}\t")
+    path = _write(tmp_path, [GOOD, bad, GOOD, GOOD])
+    with pytest.raises(ip.MalformedLineError, match=f"{path}:2: .*I5 is not finite"):
+        ip.CriteoFileStream([path], "kaggle", ROWS, 3).next_batch()
+    s = ip.CriteoFileStream([path], "kaggle", ROWS, 3, skip_bad_lines=True)
+    b = s.next_batch()
+    assert s.bad_lines == 1 and np.isfinite(b["dense"]).all()
+    ev, bad_eval = ip.read_eval_set([path], "kaggle", ROWS, 10, skip_bad_lines=True)
+    assert len(ev["label"]) == 3 and bad_eval == 1 and np.isfinite(ev["dense"]).all()
+
+
+def test_a_diverging_loss_stops_the_run_naming_the_step(tmp_path):
+    rc, text = _train(tmp_path / "o", *SMALL, "--steps", "4", "--learning-rate", "1e30")
+    assert rc == 1, text[-3000:]
+    assert "error: the training loss is nan at step 2: training diverged" in text
+    assert "Traceback" not in text
+    assert not (tmp_path / "o" / "checkpoints" / "4").exists()
+
+
+def _within(seconds, fn):
+    """``fn()``, or TimeoutError after ``seconds`` (the call would hang)."""
+
+    def alarm(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("resume_at", [None, {"file": 0, "offset": 5, "line": 1, "epoch": 2}])
+def test_a_training_file_of_bad_lines_only_is_an_error_not_a_hang(tmp_path, resume_at):
+    path = _write(tmp_path, ["garbage\n", GOOD.replace("\t1382\t", "\tnan\t"), "0\t1\n"])
+    s = ip.CriteoFileStream([path], "kaggle", ROWS, 2, skip_bad_lines=True, position=resume_at)
+    with pytest.raises(ip.DataError, match="no usable training line in a whole pass over"):
+        _within(10, s.next_batch)
+    # Every line held out for evaluation: no training line either.
+    s = ip.CriteoFileStream([path], "kaggle", ROWS, 2, holdout_every=1, skip_bad_lines=True)
+    with pytest.raises(ip.DataError, match="every line held out"):
+        _within(10, s.next_batch)
+
+
+def test_bad_lines_count_lines_not_skips_after_the_data_wraps(tmp_path):
+    path = _write(tmp_path, [GOOD, "garbage\n", GOOD, "0\t1\n", GOOD])
+    s = ip.CriteoFileStream([path], "kaggle", ROWS, 2, skip_bad_lines=True)
+    for _ in range(9):  # 18 rows: six passes over the three good lines
+        s.next_batch()
+    assert s._lines.epoch == 5 and s.bad_lines == 2
+    resumed = ip.CriteoFileStream(
+        [path], "kaggle", ROWS, 2, skip_bad_lines=True, position=s.position()
+    )
+    resumed.next_batch()
+    assert resumed.bad_lines == 2
+
+
+def test_train_and_eval_bad_lines_reach_the_metrics_separately(tmp_path):
+    train = _write(tmp_path, [GOOD] * 40 + ["garbage\n"] * 3 + [GOOD] * 40)
+    evals = _write(tmp_path, [GOOD] * 9 + ["0\t1\n"] * 5 + [GOOD] * 3, "eval.txt")
+    out = tmp_path / "o"
+    rc, text = _train(
+        out, *SMALL, "--steps", "6", "--batch-size", "32", "--data", train,
+        "--eval-data", evals, "--skip-bad-lines", "--eval-every", "3",
+    )  # fmt: skip
+    assert rc == 0, text[-3000:]
+    # 6 steps x 32 rows = 192 rows: the 80 good lines are read 2.4 times, the bad ones too.
+    assert [r["bad_lines"] for r in _records(out, "train")] == [3, 3, 3]
+    assert [(r["rows"], r["bad_lines"]) for r in _records(out, "eval")] == [(12, 5), (12, 5)]
+    # Item 13: an evaluation set under 1,000 rows is flagged next to its AUC.
+    assert "(12 rows) -- warning: only 12 evaluation rows, the AUC is noisy" in text
+
+
+# ---- item 13: flags checked when parsed ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "0"], "steps must be > 0, got 0"),
+        (["--steps", "-3"], "steps must be > 0, got -3"),
+        (["--batch-size", "0"], "batch_size must be > 0"),
+        (["--eb-base", "1.5"], "error_bound base: a relative bound must be in (0, 1), got 1.5"),
+        (["--eb-base", "0"], "ErrorBoundConfig.base: must be a finite number > 0"),
+        (["--eb-loosest", "1"], "error_bound loosest: a relative bound must be in (0, 1)"),
+        (["--eb-tier", "t=2:1,2"], "error_bound tier 't': a relative bound must be in (0, 1)"),
+        (["--codec", "zstd"], "argument --codec: invalid choice: 'zstd' (choose from 'auto'"),
+        (["--resume", "--restart"], "argument --restart: not allowed with argument --resume"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line_before_jax_starts(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main.main(["--preset", "tiny", *argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("python -m models.dlrm.main: error: ")
+
+
+def test_every_codec_choice_is_one_the_exchange_accepts():
+    from models.dlrm.exchange import QCOMM_CODECS
+
+    assert set(flags.CODECS) == set(jlc.CODECS) | set(QCOMM_CODECS)
+    for name in flags.CODECS:
+        assert flags.config_from_flags(flags.build_parser().parse_args(["--codec", name]))
+
+
+def test_a_csv_header_without_a_column_names_the_file(tmp_path):
+    path = _write(tmp_path, ["label,I1,C1\n", "0,1,a\n"], "clicks.csv")
+    with pytest.raises(ip.DataError, match=f"{path}: csv header lacks columns"):
+        ip.CriteoFileStream([path], "csv", ROWS, 1).next_batch()
+    with pytest.raises(ip.DataError, match=f"{path}: csv header lacks columns"):
+        ip.read_eval_set([path], "csv", ROWS, 10)
+
+
+# ---- item 12: multi-host waits are named and time out; gloo stays quiet -------------------
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("pid", [0, 1])
+def test_a_peer_that_never_starts_is_named_and_times_out_in_one_line(tmp_path, pid):
+    """Process ``pid`` of 2 starts alone (process 0 runs the coordinator, process 1 finds
+    none): it says what it waits for, then gives up after --init-timeout with one line."""
+    addr = f"127.0.0.1:{_free_port()}"
+    t0 = time.monotonic()
+    rc, text = _train(
+        tmp_path / "o", "--devices", "2", "--coordinator", addr, "--num-processes", "2",
+        "--process-id", str(pid), "--init-timeout", "3", timeout=120,
+    )  # fmt: skip
+    assert rc == 2, text[-3000:]
+    assert time.monotonic() - t0 < 60
+    assert (
+        f"process {pid}: waiting up to 3 s (--init-timeout) for all 2 processes to join the "
+        f"coordinator at {addr}" in text
+    )
+    assert text.strip().splitlines()[-1] == (
+        f"error: the 2 processes did not all join the coordinator at {addr} within 3 s "
+        f"(--init-timeout): start every process with --coordinator {addr} --num-processes 2 "
+        "and its own --process-id 0..1"
+    )
+    assert "Check failure" not in text and "Traceback" not in text
+
+
+def test_timeout_flags_have_defaults_and_must_be_positive(capsys):
+    args = flags.build_parser().parse_args([])
+    assert (args.init_timeout, args.heartbeat_timeout) == (120, 30)
+    with pytest.raises(SystemExit):
+        flags.build_parser().parse_args(["--heartbeat-timeout", "0"])
+    assert "argument --heartbeat-timeout: must be > 0, got 0" in capsys.readouterr().err
+
+
+def test_two_processes_print_no_gloo_banners(tmp_path):
+    addr = f"127.0.0.1:{_free_port()}"
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "models.dlrm.main",
+                "--preset",
+                "tiny",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "o"),
+                *SMALL,
+                "--steps",
+                "1",
+                "--log-every",
+                "1",
+                "--checkpoint-every",
+                "0",
+                "--coordinator",
+                addr,
+                "--num-processes",
+                "2",
+                "--process-id",
+                str(i),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        assert "[Gloo]" not in out + err
+    assert "step 1: loss" in outs[0][0] and "final: " in outs[0][0]  # the run's own lines stay
+
+
+# ---- item 14: what the run prints and plots -----------------------------------------------
+
+
+def _record(**over):
+    fields = dict(
+        step=10, loss=0.5, auc=0.7, samples_per_s=1000.0, compression_ratio=8.0,
+        raw_bytes=8 * MIB, frame_bytes=1 * MIB, moved_bytes=2 * MIB, moved_ratio=4.0,
+        ratio_per_table=[4.0, 12.5, 9.0], fallback_steps=0, seconds=1.0, unix_time=0.0,
+        error_bound=[0.01, 0.03, 0.05], bad_lines=0, exchange="on",
+    )  # fmt: skip
+    fields.update(over)
+    return metrics_lib.TrainRecord(**fields)
+
+
+def test_the_log_names_the_exchange_and_moved_ratios_and_the_table_ids():
+    line = train._describe_interval(_record())
+    assert (
+        "exchange ratio (raw/frames) 8.00x, moved ratio (raw/moved) 4.00x: raw 8.0 MiB, "
+        "frames 1.0 MiB, moved 2.0 MiB, 0 exact-fallback steps" in line
+    )
+    assert train._describe_tables(_record()) == (
+        "  exchange ratio per table (table:raw/frames): 0:4.0 1:12.5 2:9.0"
+    )
+
+
+def test_curves_show_bytes_moved_both_ratios_and_per_table_ratios_by_id(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    w = metrics_lib.MetricsWriter(path, None, enabled=True)
+    w.write(_record(step=5, moved_bytes=10 * MIB, frame_bytes=5 * MIB, raw_bytes=40 * MIB))
+    w.write(_record(step=10, moved_bytes=5 * MIB, frame_bytes=4 * MIB, raw_bytes=40 * MIB))
+    fig = plots.make_figure({"jlc": str(path)})
+    try:
+        panels = {a.get_title(): a for a in fig.axes}
+        moved = panels["bytes per step of the forward exchange (MiB)"]
+        lines = {ln.get_label(): ln for ln in moved.lines}
+        # 5 steps per interval: MiB per step
+        assert list(lines["jlc: moved"].get_ydata()) == [2.0, 1.0]
+        assert list(lines["jlc: frames"].get_ydata()) == [1.0, 0.8]
+        assert list(lines["jlc: raw"].get_ydata()) == [8.0, 8.0]
+        ratios = panels["exchange ratio (raw / frames) and moved ratio (raw / moved)"]
+        assert [ln.get_label() for ln in ratios.lines] == [
+            "jlc: exchange (raw/frames)",
+            "jlc: moved (raw/moved)",
+        ]
+        per_table = panels["exchange ratio per table, last interval"]
+        assert per_table.get_xlabel() == "table id"
+        assert list(per_table.lines[0].get_xdata()) == [0, 1, 2]
+        assert list(per_table.lines[0].get_ydata()) == [4.0, 12.5, 9.0]
+    finally:
+        plt.close(fig)
+
+
+def test_the_first_interval_samples_per_s_excludes_compilation(tmp_path):
+    out = tmp_path / "o"
+    rc, text = _train(out, *SMALL, "--steps", "6", "--checkpoint-every", "0")
+    assert rc == 0, text[-3000:]
+    compile_s = float(re.search(r"compiled the train step in (\d+\.\d) s", text).group(1))
+    tr = _records(out, "train")
+    assert [r["step"] for r in tr] == [2, 4, 6]
+    # Compiling the tiny model takes seconds, two of its steps a fraction of that: the first
+    # interval held the compilation (its time >= compile_s, its rate far below the others').
+    assert tr[0]["seconds"] < compile_s / 2
+    assert tr[0]["samples_per_s"] == pytest.approx(2 * 64 / tr[0]["seconds"])  # tiny: B=64
