@@ -52,3 +52,42 @@ def ensure_registered() -> None:
         for name, capsule in targets.items():
             jax.ffi.register_ffi_target(name, capsule, platform=platform)
     _registered = True
+
+
+_GPU_PLATFORMS = ("gpu", "cuda", "rocm")
+
+
+def check_platform(platform: str | None = None) -> None:
+    """Raises where the compiled codec would run on a GPU without its CUDA handlers.
+
+    Args:
+      platform: where the call runs; default ``jax.default_backend()`` (the platform of a
+        jitted call without placed inputs).
+
+    Raises:
+      RuntimeError: the extension was built without the CUDA handlers (no nvcc at build time,
+        or ``JLC_CUDA=OFF``) and the call would run on a GPU, where XLA would otherwise fail
+        at compile time with "no registered implementation" for ``lc_compress``.
+    """
+    if _ext is None or has_cuda():
+        return
+    platform = platform or jax.default_backend()
+    if platform in _GPU_PLATFORMS:
+        raise RuntimeError(
+            f"jax_lossy_comm was built without its CUDA handlers, and this call runs on "
+            f"{platform!r}: rebuild on a machine with nvcc (CUDA toolkit) with "
+            "`JLC_CUDA=ON pip install -e .` from the checkout, or run the codec on the CPU "
+            "(JAX_PLATFORMS=cpu)"
+        )
+
+
+def describe(platform: str) -> str:
+    """Which codec implementation runs on ``platform`` ("cpu", "gpu"), in one phrase (for
+    logs): the compiled handlers, the missing CUDA handlers, or the pure-jax reference."""
+    if _ext is None:
+        return f"pure-jax reference codec on {platform} (compiled extension not importable)"
+    if platform in _GPU_PLATFORMS:
+        if has_cuda():
+            return f"compiled codec, CUDA handlers on {platform}"
+        return f"compiled codec without CUDA handlers: no CUDA handlers for {platform}"
+    return f"compiled codec, CPU handlers on {platform}"

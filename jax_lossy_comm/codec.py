@@ -186,6 +186,7 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
         out = reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
         return _typed_like(out, x, eb)
     _ffi.ensure_registered()
+    _ffi.check_platform()
     call = jax.ffi.ffi_call(
         "lc_compress",
         (
@@ -269,6 +270,7 @@ def decompress(
         x, status = reference.decompress(frames, nbytes, shape=(rows, dim), dtype=dt)
     else:
         _ffi.ensure_registered()
+        _ffi.check_platform()
         call = jax.ffi.ffi_call(
             "lc_decompress",
             (
@@ -306,6 +308,7 @@ def frame_status(
     if not _ffi.available():
         return decompress(frames, nbytes, shape=(rows, dim), dtype=dt, return_status=True)[1]
     _ffi.ensure_registered()
+    _ffi.check_platform()
     call = jax.ffi.ffi_call(
         "lc_frame_status",
         jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),

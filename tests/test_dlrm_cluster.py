@@ -341,3 +341,49 @@ def test_a_workdir_not_shared_between_processes_is_a_clear_error(tmp_path):
         assert p.returncode != 0, f"process {i} ran on an unshared workdir:\n{out[-2000:]}"
         assert "is not one folder shared by all processes" in out, out[-3000:]
         assert "processes [1] see no file process 0 wrote there" in out, out[-3000:]
+
+
+# --- a GPU without the CUDA handlers ----------------------------------------------------------
+
+
+def test_gpu_without_cuda_handlers_is_a_clear_error_at_the_first_call(monkeypatch):
+    # Built without nvcc: the CPU extension loads, HAS_CUDA is false, and every compile on a
+    # GPU failed with XLA's opaque "no registered implementation for custom call" error.
+    import jax_lossy_comm as jlc
+    from jax_lossy_comm import _ffi
+
+    if not _ffi.available():
+        pytest.skip("the compiled extension is not built (the pure-jax reference serves)")
+    x = jnp.ones((2, 8, 4), jnp.float32)
+    monkeypatch.setattr(_ffi, "has_cuda", lambda: False)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    for call in (
+        lambda: jlc.compress(x, 0.01),
+        lambda: jlc.decompress(jnp.zeros((2, 64), jnp.uint8), jnp.zeros(2, jnp.int32), shape=(8, 4)),
+        lambda: jlc.frame_status(jnp.zeros((2, 64), jnp.uint8), jnp.zeros(2, jnp.int32), shape=(8, 4)),
+    ):  # fmt: skip
+        with pytest.raises(RuntimeError, match="without its CUDA handlers.*JLC_CUDA=ON"):
+            call()
+    assert "no CUDA handlers" in _ffi.describe("gpu")
+    monkeypatch.setattr(_ffi, "has_cuda", lambda: True)
+    assert "CUDA handlers" in _ffi.describe("gpu") and "no CUDA" not in _ffi.describe("gpu")
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    monkeypatch.setattr(_ffi, "has_cuda", lambda: False)
+    frames, nbytes = jlc.compress(x, 0.01)  # the CPU needs no CUDA handlers
+    assert nbytes.shape == (2,) and int(nbytes.min()) > 0
+    assert _ffi.describe("cpu").startswith("compiled")
+
+
+def test_trainer_says_which_codec_implementation_runs_where():
+    import dataclasses as dc
+
+    from jax_lossy_comm import _ffi
+    from models.dlrm import train
+    from models.dlrm.configs import get_config
+
+    config = dc.replace(get_config("tiny"), compression="on")
+    ctx, _, _ = train.setup(config, mesh_lib.make_mesh())
+    lines = train.describe_run(config, ctx, "data")
+    assert f"({_ffi.describe('cpu')})" in lines[1], lines
+    exact = dc.replace(config, compression="off")
+    assert "codec" not in train.describe_run(exact, ctx, "data")[1].split(";")[0]
