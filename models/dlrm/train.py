@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import time
 
 import jax
@@ -192,9 +193,27 @@ def evaluate(ctx: StepContext, eval_step, state, eval_set: dict, eval_batch: int
     return compute_metrics(eval_set["label"], np.concatenate(logits_all))
 
 
+class TrainingDivergedError(RuntimeError):
+    """The training loss is not finite (the message names the step)."""
+
+
+def _check_loss(step_metrics: list[dict], last_step: int) -> None:
+    """Raises TrainingDivergedError at the first step of ``step_metrics`` (the metrics of
+    steps ``last_step - len + 1 .. last_step``) whose loss is NaN or infinite."""
+    losses = [float(mesh_lib.to_host(m["loss"])) for m in step_metrics]
+    for i, loss in enumerate(losses):
+        if not np.isfinite(loss):
+            raise TrainingDivergedError(
+                f"the training loss is {loss} at step {last_step - len(losses) + 1 + i}: "
+                "training diverged (a smaller --learning-rate? non-finite inputs?); stopped "
+                "before checkpointing it"
+            )
+
+
 def _interval_record(step, interval, seconds, global_batch, **extra) -> metrics_lib.TrainRecord:
     """Aggregates the per-step metrics of one logging interval (syncs with the device)."""
     labels = np.concatenate([lab for lab, _ in interval])
+    _check_loss([m for _, m in interval], step)
     ms = [{k: mesh_lib.to_host(v) for k, v in m.items() if k != "logits"} for _, m in interval]
     logits = np.concatenate([mesh_lib.local_rows(m["logits"]) for _, m in interval])
     raw = float(sum(m["raw_bytes"] for m in ms))
@@ -263,6 +282,43 @@ def restore_latest(
     return None, None
 
 
+MIN_EVAL_ROWS = 1000
+"""An evaluation set smaller than this gets a warning next to its AUC (too noisy)."""
+
+RUN_FILES = ("metrics.jsonl", "curves.png", "final.json", "compare.png")
+"""The files of a run in its workdir besides ``checkpoints/`` (``start_over`` removes them)."""
+
+
+def start_over(workdir: str) -> str | None:
+    """Removes the earlier run in ``workdir`` (``Config.resume`` False, ``--restart``):
+    ``checkpoints/`` and ``RUN_FILES``. Process 0 removes, every process waits for it.
+
+    Returns:
+      One line naming what was removed (the checkpointed steps included), or None when the
+      workdir held no earlier run.
+    """
+    ckpt_dir = os.path.join(workdir, "checkpoints")
+    steps = (
+        sorted(int(n) for n in os.listdir(ckpt_dir) if n.isdigit())
+        if os.path.isdir(ckpt_dir)
+        else []
+    )
+    files = [f for f in RUN_FILES if os.path.exists(os.path.join(workdir, f))]
+    if jax.process_index() == 0:
+        if os.path.isdir(ckpt_dir):
+            shutil.rmtree(ckpt_dir)
+        for f in files:
+            os.remove(os.path.join(workdir, f))
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("dlrm start_over")
+    if not steps and not files:
+        return None
+    what = [f"checkpoints of steps {steps}"] if steps else []
+    return f"--restart: removed the earlier run in {workdir} ({', '.join(what + files)})"
+
+
 def params_checksum(state: TrainState, mesh: jax.sharding.Mesh) -> float:
     """Sum of ``|x|`` over every parameter (float32 on the devices): a bit-level resume check."""
     total = jax.jit(
@@ -324,14 +380,20 @@ def _due(step: int, every: int, last: int) -> bool:
     return bool(every and step % every == 0) or step == last
 
 
+def _describe_tables(rec: metrics_lib.TrainRecord) -> str:
+    """The per-table exchange ratios (raw / frame bytes) as ``table:ratio`` pairs."""
+    pairs = " ".join(f"{t}:{r:.1f}" for t, r in enumerate(rec.ratio_per_table))
+    return f"  exchange ratio per table (table:raw/frames): {pairs}"
+
+
 def _describe_interval(rec: metrics_lib.TrainRecord) -> str:
     return (
         f"step {rec.step}: loss {rec.loss:.4f} train-AUC {rec.auc:.4f} "
         f"{rec.samples_per_s:.0f} samples/s (data wait {rec.data_wait_s or 0:.2f} s) | "
-        f"exchange ratio {rec.compression_ratio:.2f}x, "
-        f"moved {_fmt_bytes(rec.moved_bytes)} vs raw {_fmt_bytes(rec.raw_bytes)} "
-        f"(frames {_fmt_bytes(rec.frame_bytes)}, {rec.fallback_steps} exact-fallback "
-        f"steps) | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
+        f"exchange ratio (raw/frames) {rec.compression_ratio:.2f}x, "
+        f"moved ratio (raw/moved) {rec.moved_ratio:.2f}x: raw {_fmt_bytes(rec.raw_bytes)}, "
+        f"frames {_fmt_bytes(rec.frame_bytes)}, moved {_fmt_bytes(rec.moved_bytes)}, "
+        f"{rec.fallback_steps} exact-fallback steps | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
         f"grad all-reduce {rec.grad_allreduce}: moved {_fmt_bytes(rec.allreduce_moved_bytes)} "
         f"vs raw {_fmt_bytes(rec.allreduce_raw_bytes)} ({rec.allreduce_fallback_steps} "
         f"psum-fallback steps)"
@@ -348,8 +410,9 @@ def train_and_evaluate(
     change only what is shown (and the ``label`` of the config record).
 
     Args:
-      config: the run's Config (with ``config.resume``: continue from the latest checkpoint
-        in ``workdir`` if there is one).
+      config: the run's Config. ``config.resume`` (the default): continue from the latest
+        checkpoint in ``workdir`` if there is one; False: remove the earlier run there first
+        (``start_over``).
       workdir: output folder: ``metrics.jsonl``, ``checkpoints/``, ``curves.png``.
       progress: show a tqdm progress bar.
       label: name of the run in logs ("exact", "compressed", ...).
@@ -371,11 +434,12 @@ def train_and_evaluate(
     mesh = create_mesh(config)
     nproc = jax.process_count()
     ctx, init_state, shard = setup(config, mesh)
+    removed = None if config.resume else start_over(workdir)
     mngr = checkpoints.manager(workdir, config.max_checkpoints)
     state, meta = restore_latest(config, mngr, init_state, shard)
     position = meta["data_position"] if meta else None
     # Data first: a bad file is reported before anything is compiled.
-    stream, eval_set, data_desc = input_pipeline.make_data(
+    stream, eval_set, data_desc, eval_bad_lines = input_pipeline.make_data(
         config,
         config.batch_size // nproc,
         position,
@@ -401,8 +465,13 @@ def train_and_evaluate(
 
     for line in describe_run(config, ctx, data_desc):
         say(line)
+    if removed:
+        say(removed)
     if start:
-        say(f"resumed from step {start} (data position {position})")
+        say(
+            f"resumed from step {start} of the run in {workdir} (data position {position}); "
+            "--restart starts over"
+        )
     metrics_path = os.path.join(workdir, "metrics.jsonl")
     writer = open_metrics(metrics_path, config, ctx, start, label=label, data=data_desc)
 
@@ -411,8 +480,14 @@ def train_and_evaluate(
         say(
             f"eval @ {step}: AUC {ev['auc']:.5f} log loss {ev['logloss']:.5f} "
             f"accuracy {ev['accuracy']:.4f} ({ev['rows']} rows)"
+            + (
+                f" -- warning: only {ev['rows']} evaluation rows, the AUC is noisy (use 1,000 "
+                "or more: --eval-rows)"
+                if ev["rows"] < MIN_EVAL_ROWS
+                else ""
+            )
         )
-        writer.write(metrics_lib.EvalRecord(step=step, **ev))
+        writer.write(metrics_lib.EvalRecord(step=step, **ev, bad_lines=eval_bad_lines))
         return ev
 
     interval: list[tuple[np.ndarray, dict]] = []
@@ -431,7 +506,13 @@ def train_and_evaluate(
         t_data = time.perf_counter()
         batch_local = stream.next_batch()
         data_wait += time.perf_counter() - t_data
-        state, m = train_step(state, mesh_lib.to_global(batch_local, mesh, config.batch_size))
+        batch = mesh_lib.to_global(batch_local, mesh, config.batch_size)
+        if step == start + 1:  # compile before the first interval's clock starts
+            t_compile = time.perf_counter()
+            train_step = train_step.lower(state, batch).compile()
+            say(f"compiled the train step in {time.perf_counter() - t_compile:.1f} s")
+            t_interval, net0, data_wait = time.perf_counter(), net_tx_bytes(), 0.0
+        state, m = train_step(state, batch)
         interval.append((batch_local["label"], m))
         bar.update(1)
         if _due(step, config.log_every, config.steps):
@@ -454,13 +535,14 @@ def train_and_evaluate(
             net0 = net1
             bar.set_postfix(loss=f"{rec.loss:.4f}", ratio=f"{rec.compression_ratio:.1f}")
             say(_describe_interval(rec))
-            say("  per-table ratio: " + " ".join(f"{r:.1f}" for r in rec.ratio_per_table))
+            say(_describe_tables(rec))
             writer.write(rec)
             interval, t_interval, data_wait = [], time.perf_counter(), 0.0
         if _due(step, config.eval_every, config.steps):
             final_eval = run_eval(step)
             t_interval, net0 = time.perf_counter(), net_tx_bytes()
         if _due(step, config.checkpoint_every, config.steps):
+            _check_loss([m for _, m in interval], step)  # never checkpoint a diverged state
             checkpoints.save(mngr, state, {"data_position": stream.position(), "step": step})
             t_interval, net0 = time.perf_counter(), net_tx_bytes()
     bar.close()
