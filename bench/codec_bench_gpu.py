@@ -25,11 +25,14 @@ time of one call (1 GB = 1e9 bytes); ``fraction_of_copy`` divides by the copy's 
 
 Usage::
 
-    python -m bench.codec_bench_gpu --out bench/results            # all cases
-    python -m bench.codec_bench_gpu --out /tmp/r --quick           # DLRM shape + one dump
+    python -m bench.codec_bench_gpu --out bench/results            # all cases, all forms
+    python -m bench.codec_bench_gpu --quick --json /tmp/bench.json # gpu_check.sh's quick run
 
-Writes ``codec_bench_gpu_<device>.json`` into ``--out`` (rewritten after every case, with
-``complete`` false until the last). Targets (issue 7, H200): fixed-rate compress >= 1000 GB/s and
+``--quick`` (what ``bench/gpu_check.sh`` runs, about a minute on an H200): the forms "fixed"
+and "auto" only (unless ``--forms`` says otherwise), on the DLRM exchange shape and on every
+real dump, tiled to 64 MiB instead of 256 (unless ``--tile-mb`` says otherwise), each beside the
+device copy of the same buffer. Writes ``codec_bench_gpu_<device>.json`` into ``--out``, or the
+file ``--json`` (rewritten after every case, with ``complete`` false until the last). Targets (issue 7, H200): fixed-rate compress >= 1000 GB/s and
 decompress >= 1500 GB/s; the max-ratio form ("entropy") >= 300 GB/s both ways. Each form's
 entry also records the frame forms it produced (raw / fixed-rate / dictionary / Huffman codes /
 Huffman index counts over up to 1024 chunks): the dictionary forms run the parallel
@@ -58,6 +61,8 @@ from jax_lossy_comm import _ffi
 from jax_lossy_comm.frame import CODECS, MODES, frame_capacity, frame_info
 
 FORMS = ("raw", *LIBRARY_FORMS)
+QUICK_FORMS = ("fixed", "auto")
+QUICK_TILE_BYTES = 64 << 20
 TARGETS_GBPS = {
     "fixed": {"compress": 1000.0, "decompress": 1500.0},
     "entropy": {"compress": 300.0, "decompress": 300.0},
@@ -126,7 +131,7 @@ def _time_per_call(make, args, raw_bytes, min_total_s=0.05, max_repeats=50):
 
 
 # ------------------------------------------------------------------------------ cases
-def load_cases(quick: bool, tile_bytes: int = TILE_BYTES):
+def load_cases(tile_bytes: int = TILE_BYTES):
     cases, synthetic = [], False
     try:
         dumps = list(bu.iter_dumps())
@@ -161,7 +166,7 @@ def load_cases(quick: bool, tile_bytes: int = TILE_BYTES):
             {"source": "terabyte dumps" if not synthetic else "synthetic"},
         )
     )
-    for d in dumps[:1] if quick else dumps:
+    for d in dumps:
         copies = max(1, math.ceil(tile_bytes / d.array.nbytes))
         x = np.broadcast_to(d.array, (copies,) + d.array.shape).copy()
         cases.append(
@@ -277,14 +282,24 @@ def main(argv=None):
     )
     ap.add_argument("--out", default=str(bu.RESULTS_DIR), help="folder for the JSON result")
     ap.add_argument("--eb", type=float, default=0.01, help="relative error bound (REL mode)")
-    ap.add_argument("--quick", action="store_true", help="DLRM shape and one tiled dump only")
-    ap.add_argument("--forms", default=",".join(FORMS), help="codec forms, comma separated")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="forms fixed and auto, dumps tiled to 64 MiB (each unless given)",
+    )
+    ap.add_argument(
+        "--forms",
+        default=None,
+        help=f"codec forms, comma separated (default {','.join(FORMS)}; "
+        f"quick: {','.join(QUICK_FORMS)})",
+    )
     ap.add_argument(
         "--tile-mb",
         type=float,
-        default=TILE_BYTES / 2**20,
-        help="size the dumps are tiled to, MiB (default 256)",
+        default=None,
+        help="size the dumps are tiled to, MiB (default 256; quick: 64)",
     )
+    ap.add_argument("--json", default=None, help="the result's path (default: in --out)")
     ap.add_argument(
         "--allow-cpu",
         action="store_true",
@@ -310,9 +325,11 @@ def main(argv=None):
         print("codec_bench_gpu: the extension was built without CUDA handlers", file=sys.stderr)
         return 2
     _ffi.ensure_registered()
-    forms = [f for f in args.forms.split(",") if f]
-    tile_bytes = int(args.tile_mb * 2**20)
-    cases, synthetic = load_cases(args.quick, tile_bytes)
+    forms_arg = args.forms or ",".join(QUICK_FORMS if args.quick else FORMS)
+    forms = [f for f in forms_arg.split(",") if f]
+    tile_mb = args.tile_mb or (QUICK_TILE_BYTES if args.quick else TILE_BYTES) / 2**20
+    tile_bytes = int(tile_mb * 2**20)
+    cases, synthetic = load_cases(tile_bytes)
     results = []
     rec = bu.environment_record(
         {
@@ -324,11 +341,12 @@ def main(argv=None):
             "tile_bytes": tile_bytes,
             "targets_gbps": TARGETS_GBPS,
             "forms": forms,
+            "quick": args.quick,
             "cases": [c[0] for c in cases],
         }
     )
     kind = str(getattr(dev, "device_kind", dev.platform)).replace(" ", "_")
-    out = Path(args.out) / f"codec_bench_gpu_{kind}.json"
+    out = Path(args.json) if args.json else Path(args.out) / f"codec_bench_gpu_{kind}.json"
     with jax.default_device(dev):
         for name, x, meta in cases:
             results.append(bench_case(name, x, meta, dev, args.eb, forms))
