@@ -514,7 +514,7 @@ def rel_bound_within(x_min: float, x_max: float, eb_abs: float) -> float:
     """REL bound whose float32 `eb_abs` (as the library computes it) is <= `eb_abs`.
 
     The library computes, in float32, `range = max - min` and `eb_abs32 = eb_rel * range`
-    (xla_ffi/frame.h). The harness checks `max |x - x_hat| <= eb_abs` in float64, so the
+    (xla_ffi/quant.h, plan_quant). The harness checks `max |x - x_hat| <= eb_abs` in float64, so the
     REL bound passed is the largest float32 `eb_rel` with `float32(eb_rel * range) <= eb_abs`
     (it differs from `eb_abs / range` by at most a few float32 ulps).
 

@@ -3,7 +3,8 @@
 These are the only ``jax.ffi.ffi_call`` sites of the library. Chunks are the last two
 dimensions ``[rows, dim]`` of the input (e.g. the pooled embeddings a table owner sends to one
 peer); leading dimensions are independent chunks, each with its own error bound. The format is
-described in ``xla_ffi/frame.h``; sizes and names in :mod:`jax_lossy_comm.frame`.
+described in ``xla_ffi/format.h`` (the quantizer in ``xla_ffi/quant.h``); sizes and names in
+:mod:`jax_lossy_comm.frame`.
 
 Inside ``shard_map`` the outputs are typed like the inputs: ``jax.ffi.ffi_call`` types its
 outputs as invariant over the mesh axes, which makes a later ``psum`` transpose into a sum of

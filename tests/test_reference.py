@@ -114,7 +114,8 @@ def assert_same_decode(frames, nbytes, rows: int, dim: int, dtype: np.dtype, wha
 
 
 def np_checksum(frame_bytes: bytes) -> int:
-    """frame.h lc_checksum, written independently in numpy (to re-seal corrupted frames)."""
+    """checksum.h lc_checksum (format.h: checksum_seed + checksum_word), written independently
+    in numpy (to re-seal corrupted frames)."""
     m = 0xFFFFFFFF
 
     def fmix(h):
