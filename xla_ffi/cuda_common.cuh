@@ -109,11 +109,18 @@ __device__ __forceinline__ void block_minmax(float& mn, float& mx, float* rmin, 
   __syncthreads();
 }
 
-// The frame checksum (format.h: checksum_seed + checksum_word) computed by the whole block.
+// The frame checksum (format.h: checksum_seed + checksum_word) computed by the whole block. A
+// 4-aligned frame's whole words are read as words (what checksum_word assembles from their
+// bytes, little-endian as the GPU); word 1 (the checksum field) and a partial last word go
+// through checksum_word.
 __device__ __forceinline__ uint32_t block_checksum(const uint8_t* f, size_t n, uint32_t* red) {
   uint32_t s = 0;
   const size_t words = (n + 3) / 4;
-  for (size_t i = threadIdx.x; i < words; i += kThreads) s += lc::checksum_word(f, n, i);
+  const size_t whole = ((uintptr_t)f & 3) == 0 ? n / 4 : 0;
+  const uint32_t* fw = reinterpret_cast<const uint32_t*>(f);
+  for (size_t i = threadIdx.x; i < words; i += kThreads)
+    s += i < whole && i != 1 ? lc::fmix32(fw[i] ^ (uint32_t)(i * 0x9E3779B9u))
+                             : lc::checksum_word(f, n, i);
   s = block_sum(s, red);
   return lc::checksum_seed(n) + s;
 }
@@ -166,8 +173,16 @@ __device__ void smem_to_frame(uint8_t* out, size_t cap, size_t off, size_t len,
   for (size_t m = threadIdx.x; m < nw; m += kThreads) dw[m] = __funnelshift_r(src[m], src[m + 1], sh);
 }
 
+// p[0, len) = 0 by the block: bytes up to an 8-byte boundary and after the last whole 8-byte
+// word, 8-byte stores between (the frame tail up to the capacity, often most of the frame).
 __device__ __forceinline__ void block_zero(uint8_t* p, size_t len) {
-  for (size_t k = threadIdx.x; k < len; k += kThreads) p[k] = 0;
+  size_t head = (8 - ((uintptr_t)p & 7)) & 7;
+  if (head > len) head = len;
+  const size_t nw = (len - head) >> 3, tail = head + (nw << 3);
+  if (threadIdx.x < head) p[threadIdx.x] = 0;
+  for (size_t k = tail + threadIdx.x; k < len; k += kThreads) p[k] = 0;
+  unsigned long long* pw = reinterpret_cast<unsigned long long*>(p + head);
+  for (size_t m = threadIdx.x; m < nw; m += kThreads) pw[m] = 0ull;
 }
 
 __device__ __forceinline__ uint64_t block_sum64(uint64_t v, uint64_t* red) {

@@ -43,12 +43,13 @@ namespace gpu {
       uint64_t dim, int mode, int codec, uint8_t* __restrict__ frames, size_t cap,            \
       int32_t* __restrict__ nbytes, uint8_t* ws, size_t ws_stride
 
-// The plan of one chunk (quant.h) from its finite range, reduced by the block.
+// The plan of one chunk (quant.h) from its finite range, reduced by the block. The raw codec
+// quantizes nothing (its plan is never ok), so it skips the pass over the input.
 template <int D>
 __device__ lc::QuantPlan chunk_plan(const uint8_t* in, uint64_t n, float eb, int mode, int codec,
                                     float* rmin, float* rmax) {
-  float mn, mx;
-  chunk_range<D>(in, n, rmin, rmax, &mn, &mx);
+  float mn = 0.0f, mx = 0.0f;
+  if (codec != lc::kCodecRaw) chunk_range<D>(in, n, rmin, rmax, &mn, &mx);
   return lc::plan_quant(mn, mx, eb, mode, codec, n);
 }
 
