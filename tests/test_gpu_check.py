@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(
 
 def _run(out: Path, *args: str, **env: str):
     full = {k: v for k, v in os.environ.items() if not k.startswith(("JLC_CUDA", "GPU_CHECK"))}
-    full.update(PYTHON=sys.executable, **env)
+    full.update({"PYTHON": sys.executable, **env})
     run = subprocess.run(
         ["bash", str(SCRIPT), str(out), *args],
         capture_output=True,
@@ -98,3 +98,24 @@ def test_stage_past_its_limit_fails_the_run_and_the_rest_still_runs(tmp_path):
     assert stages["bench"][:2] == ("timeout", "1")
     assert stages["memcheck"][0] == stages["racecheck"][0] == "dry-run"
     assert lines[-1].startswith("overall   failed: 1 passed, 1 failed, 0 skipped, 4 dry-run")
+
+
+def test_failed_build_skips_the_gpu_stages(tmp_path):
+    # The GPU mode on this machine: `pip install .` is stood in for (nothing is installed), and
+    # the import check then finds no GPU (or the extension without CUDA handlers, or no nvcc is
+    # found at all): the build fails and every later stage is skipped, saying why.
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" pip install "*) echo "pip install stood in for"; exit 0 ;; esac\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    fake.chmod(0o755)
+    run, lines, stages = _run(tmp_path / "out", PYTHON=str(fake))
+    assert run.returncode == 1, (run.stdout[-3000:], run.stderr[-3000:])
+    assert "mode=gpu" in lines[0]
+    assert stages["build"][0] == "failed"
+    for name in ("tests", "bench", "memcheck", "racecheck"):
+        assert stages[name][0] == "skipped", (name, stages[name])
+        assert stages[name][3] == "no build", stages[name]
+    assert lines[-1].startswith("overall   failed: 1 passed, 1 failed, 4 skipped, 0 dry-run")
