@@ -70,6 +70,8 @@ K_MEMCHECK="fuzz_small or (dictionary_forms_hot_rows and float32 and (auto or en
 K_RACECHECK="fuzz_small"
 T0=$(date +%s)
 SUMMARY="$OUT/summary.txt"
+# A rerun into the same folder leaves nothing of the run before.
+rm -f "$OUT"/{summary.txt,env.txt,build.log,tests.log,bench.log,bench.json,bench.json.tmp,sanitizer.log}
 N_PASS=0 N_FAIL=0 N_SKIP=0 N_DRY=0
 # The installed package, not the checkout, must be imported on the GPU run: python -P keeps the
 # checkout off sys.path, pytest's importlib mode does not put it back, and the bench package
@@ -165,6 +167,7 @@ else
 fi
 
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
+export PYTHONUNBUFFERED=1  # logs hold every line printed before a stage's time limit hit
 
 # gpu_stage NAME LIMIT: whether the GPU stage NAME runs (records a skip and says no otherwise).
 gpu_stage() {
