@@ -1,9 +1,11 @@
 """The README's Python example runs as written and its claims hold."""
 
 import re
+import tomllib
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def test_readme_api_example_runs():
@@ -21,3 +23,42 @@ def test_readme_gives_exactly_two_fresh_machine_commands():
     text = README.read_text()
     section = text.split("## Fresh machine: the two commands")[1].split("\n## ")[0]
     assert len(re.findall(r"```bash\n", section)) == 2
+
+
+def _fresh_machine_commands():
+    section = README.read_text().split("## Fresh machine: the two commands")[1].split("\n## ")[0]
+    return section, re.findall(r"```bash\n(.*?)\n```", section, re.S)
+
+
+def test_the_two_commands_share_one_install_step_that_skips_an_existing_install():
+    """The second command must not rebuild the extension the first one built (issue 13 item
+    16): both start with the same install step, which runs pip only when the virtual
+    environment lacks the built extension or the test tools, and installs the extra that
+    holds both the test and the training dependencies."""
+    _, (train, test) = _fresh_machine_commands()
+    install = "python3 -m venv .venv && { .venv/bin/python -c 'import jax_lossy_comm._ext, pytest' 2>/dev/null || .venv/bin/pip install -e '.[test]'; } && "
+    assert train.startswith(install) and test.startswith(install)
+    assert (
+        train[len(install) :] == ".venv/bin/python -m models.dlrm.train --devices 8 --out runs/dlrm"
+    )
+    assert test[len(install) :] == ".venv/bin/python -m pytest -q"
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert "jax_lossy_comm[train]" in extras["test"] and "pytest>=8" in extras["test"]
+
+
+def test_the_readme_names_the_build_prerequisites_and_the_cuda_switch():
+    section, _ = _fresh_machine_commands()
+    text = " ".join(section.split())
+    assert "a C++17 compiler" in text
+    assert (
+        "CMake (3.18+) and Ninja are taken from the system when present, else the build fetches them from PyPI"
+        in text
+    )
+    assert (
+        "With `nvcc` on `PATH` the CUDA handlers are compiled too, which adds about two minutes; `export JLC_CUDA=OFF`"
+        in text
+    )
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    assert "cmake_minimum_required(VERSION 3.18" in cmake and "set(CMAKE_CXX_STANDARD 17)" in cmake
