@@ -262,6 +262,16 @@ def test_bad_flags_exit_2_with_one_line_before_jax_starts(argv, message, capsys)
     assert err.strip().splitlines()[-1].startswith("python -m models.dlrm.main: error: ")
 
 
+def test_help_shows_the_values_used_not_none_or_empty_strings():
+    text = " ".join(flags.build_parser().format_help().split())
+    assert "None" not in text and "(preset: '')" not in text
+    assert "--data DATA file, folder or glob (absent = synthetic)" in text
+    assert "--init-timeout SECONDS stop with an error when not every process has joined the " \
+        "coordinator by then (default: 120)" in text  # fmt: skip
+    assert "--restart remove the earlier run in --out (checkpoints, metrics) and start from " \
+        "step 0" in text  # fmt: skip
+
+
 def test_every_codec_choice_is_one_the_exchange_accepts():
     from models.dlrm.exchange import QCOMM_CODECS
 

@@ -343,6 +343,8 @@ def _show_preset_values(p: argparse.ArgumentParser) -> None:
             values = {n: getattr(c, dest) for n, c in configs.items()}
         else:
             continue
+        if set(values.values()) == {""}:  # absent in every preset: the help says what then
+            continue
         if len(set(map(repr, values.values()))) == 1:
             shown = repr(next(iter(values.values())))
         else:
