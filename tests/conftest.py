@@ -6,6 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+#: The multi-process tests' worker scripts (``_*.py``) set XLA_FLAGS when imported; the test
+#: command's --doctest-modules would import them while collecting, before the test modules
+#: start JAX, and every test would then see the worker's device count.
+collect_ignore_glob = ["_*.py"]
+
 #: ../shared/data beside the checkout (real dumps and Criteo rows), or None when absent.
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DUMPS = DATA / "emb_dumps" if (DATA / "emb_dumps" / "manifest.json").is_file() else None

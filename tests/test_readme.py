@@ -1,6 +1,8 @@
 """The README's Python example runs as written and its claims hold."""
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -62,3 +64,17 @@ def test_the_readme_names_the_build_prerequisites_and_the_cuda_switch():
     )
     cmake = (ROOT / "CMakeLists.txt").read_text()
     assert "cmake_minimum_required(VERSION 3.18" in cmake and "set(CMAKE_CXX_STANDARD 17)" in cmake
+
+
+def test_the_test_command_collects_every_test_module():
+    """``python -m pytest -q`` (the README's test command) collects without errors: a worker
+    script imported by --doctest-modules once set 4 devices for all (issue 13 item 16)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "error" not in r.stdout.splitlines()[-1]
