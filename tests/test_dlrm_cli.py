@@ -172,10 +172,18 @@ def test_a_non_finite_integer_feature_is_a_malformed_line(tmp_path, value):
     assert len(ev["label"]) == 3 and bad_eval == 1 and np.isfinite(ev["dense"]).all()
 
 
-def test_a_diverging_loss_stops_the_run_naming_the_step(tmp_path):
-    rc, text = _train(tmp_path / "o", *SMALL, "--steps", "4", "--learning-rate", "1e30")
+@pytest.mark.parametrize("every", [("--log-every", "2"), ("--log-every", "4", "--eval-every", "1")])
+def test_a_diverging_loss_stops_the_run_naming_the_step(tmp_path, every):
+    # Caught at the log interval, or at an evaluation before it (NaN logits reached
+    # scikit-learn and ended the run in its traceback "Input contains NaN").
+    rc, text = _train(tmp_path / "o", *SMALL, *every, "--steps", "4", "--learning-rate", "1e30")
     assert rc == 1, text[-3000:]
-    assert "error: the training loss is nan at step 2: training diverged" in text
+    assert (
+        "error: the training loss is nan at step 2: training diverged" in text
+        if every[1] == "2"  # the parameters are NaN after step 1, its evaluation says so
+        else "error: the predictions on the evaluation set are not finite after step 1: "
+        "training diverged" in text
+    )
     assert "Traceback" not in text
     assert not (tmp_path / "o" / "checkpoints" / "4").exists()
 

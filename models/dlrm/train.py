@@ -190,7 +190,14 @@ def evaluate(ctx: StepContext, eval_step, state, eval_set: dict, eval_batch: int
 
             logits = multihost_utils.process_allgather(logits, tiled=True)
         logits_all.append(np.asarray(logits)[:m])
-    return compute_metrics(eval_set["label"], np.concatenate(logits_all))
+    logits = np.concatenate(logits_all)
+    if not np.isfinite(logits).all():
+        raise TrainingDivergedError(
+            f"the predictions on the evaluation set are not finite after step "
+            f"{int(mesh_lib.to_host(state.step))}: training diverged (a smaller "
+            "--learning-rate? non-finite inputs?)"
+        )
+    return compute_metrics(eval_set["label"], logits)
 
 
 class TrainingDivergedError(RuntimeError):
@@ -476,6 +483,7 @@ def train_and_evaluate(
     writer = open_metrics(metrics_path, config, ctx, start, label=label, data=data_desc)
 
     def run_eval(step: int) -> dict:
+        _check_loss([m for _, m in interval], step)
         ev = evaluate(ctx, eval_step, state, eval_set, config.eval_batch_size)
         say(
             f"eval @ {step}: AUC {ev['auc']:.5f} log loss {ev['logloss']:.5f} "
