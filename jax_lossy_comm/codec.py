@@ -201,6 +201,8 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
 def _chunk_shape(frames: jax.Array, shape: Sequence[int]) -> tuple[int, int]:
     shape = tuple(int(s) for s in shape)
     lead = tuple(frames.shape[:-1])
+    if any(s < 0 for s in shape):
+        raise ValueError(f"shape must have sizes >= 0, got {shape}")
     if len(shape) == 2:
         return shape
     if len(shape) == len(lead) + 2 and shape[:-2] == lead:

@@ -136,7 +136,7 @@ encode_fixed_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs
     // 1. Range over finite values.
     float mn, mx;
     chunk_range<D>(in, n, sh.rmin, sh.rmax, &mn, &mx);
-    const lc::QuantPlan p = lc::plan_quant(mn, mx, ebs[c], mode, codec, n);
+    const lc::QuantPlan p = lc::plan_quant(mn, mx, ebs[c], mode, codec, n, D);
     const size_t raw = hdr + (size_t)n * isz;
     size_t codes_off = lc::quant_header_bytes(rows, dim, 0, false, 0), fixed = 0;
     uint64_t n_out = 0;
@@ -550,7 +550,7 @@ encode_dict_kernel(const uint8_t* __restrict__ x, const float* __restrict__ ebs,
     uint8_t* out = frames + (size_t)c * cap;
     float mn, mx;
     chunk_range<D>(in, n, sh.rmin, sh.rmax, &mn, &mx);
-    const lc::QuantPlan p = lc::plan_quant(mn, mx, ebs[c], mode, codec, n);
+    const lc::QuantPlan p = lc::plan_quant(mn, mx, ebs[c], mode, codec, n, D);
     if (!p.ok) {  // raw (lossless) or overflow
       const lc::FormChoice form = lc::choose_form(codec, false, raw, 0, 0, cap);
       emit_unquantized<D>(form, in, rows, dim, out, cap, nbytes + c, sh.red);
