@@ -5,7 +5,7 @@ Run: ``python -m bench.half_type_capacity [--chunks 10000] [--min-eb 0.01 0.03 0
 For bfloat16 and float16, ``--chunks`` chunks of mixed shapes ([2048, 64], [128, 32], [16, 32],
 [64, 8], [3, 5]) and scales (standard normal times 10^U(-3, 3)), plus the real Terabyte
 embedding dumps cast to the type (from ``--data``, when present), are compressed with
-``codec="fixed"`` into ``frame_capacity(shape, dtype, "fixed", min_eb)`` (no outlier room) at
+``codec="fixed"`` into ``frame_capacity(shape, dtype, "fixed", min_eb, outliers=--outliers)`` at
 bounds ``min_eb``, ``1.5 min_eb`` and ``3 min_eb``, each chunk at one of them. Printed per
 dtype and ``min_eb``: chunks, overflowed frames (``nbytes < 0``), chunks whose decoded values
 miss the bound ``eb * (max - min)`` in float64, and the outliers written. One JSON line per
@@ -50,10 +50,10 @@ def batches(dtype, n_chunks: int, seed: int, data: pathlib.Path):
                 return
 
 
-def run(dtype, min_eb: float, n_chunks: int, seed: int, data: pathlib.Path) -> dict:
+def run(dtype, min_eb: float, n_chunks: int, seed: int, data: pathlib.Path, room: int = 0) -> dict:
     n = over = viol = outliers = 0
     for shape, x in batches(dtype, n_chunks, seed, data):
-        cap = frame.frame_capacity(shape, dtype, "fixed", min_eb)
+        cap = frame.frame_capacity(shape, dtype, "fixed", min_eb, outliers=room)
         eb = np.float32(min_eb) * np.float32([1.0, 1.5, 3.0])[np.arange(len(x)) % 3]
         frames, nbytes = lc.compress(jnp.asarray(x), jnp.asarray(eb), codec="fixed", capacity=cap)
         nb = np.asarray(nbytes)
@@ -68,6 +68,7 @@ def run(dtype, min_eb: float, n_chunks: int, seed: int, data: pathlib.Path) -> d
     return {
         "dtype": np.dtype(dtype).name,
         "min_eb": min_eb,
+        "outlier_room": room,
         "chunks": n,
         "overflows": over,
         "violations": viol,
@@ -84,6 +85,12 @@ def main(argv=None) -> None:
     ap.add_argument("--min-eb", type=float, nargs="+", default=[0.01, 0.03, 0.05])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--outliers",
+        type=int,
+        default=0,
+        help="outlier room in the capacity (the exchange reserves DEFAULT_OUTLIERS = 16)",
+    )
+    ap.add_argument(
         "--data",
         type=pathlib.Path,
         default=pathlib.Path(__file__).resolve().parents[1] / "../shared/data/emb_dumps",
@@ -93,7 +100,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     for dtype in (ml_dtypes.bfloat16, np.float16):
         for min_eb in a.min_eb:
-            r = run(dtype, min_eb, a.chunks, a.seed, a.data)
+            r = run(dtype, min_eb, a.chunks, a.seed, a.data, a.outliers)
             if a.json:
                 print(json.dumps(r), flush=True)
             else:

@@ -297,7 +297,7 @@ class FrameInfo(NamedTuple):
     index_huffman: bool
     rows: int
     dim: int
-    eb_abs: float | None
+    eb_abs: float | None  # the stored half step: eb_abs for float32, lower for half types
     base: float | None
     n_outliers: int
     n_unique: int
