@@ -674,8 +674,9 @@ def compress(
     """Encodes each chunk ``x[..., rows, dim]`` into a frame, in pure jax.numpy.
 
     The frames of ``codec="raw"`` and ``"fixed"`` equal the compiled codec's byte for byte
-    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - min) / (2 eb_abs)), 0,
-    maxcode)`` without prediction, reconstruction checked exactly against ``eb_abs`` in the
+    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - min) / (2 h)), 0,
+    maxcode)`` without prediction (``h = eb_abs`` for float32, the half step of quant.h
+    ``half_step`` for half types), reconstruction checked exactly against ``eb_abs`` in the
     input dtype (neighbouring code retried), misses, NaN and +-Inf stored exactly as outliers.
     ``"auto"`` takes the smaller of the raw and the fixed-rate frame; ``"dedup"`` and
     ``"entropy"`` write the fixed-rate frame (no dictionary or Huffman forms here).
@@ -683,8 +684,9 @@ def compress(
     Args:
       x: ``float32 | bfloat16 | float16 [..., rows, dim]``; leading dims are chunks.
       error_bound: float, broadcastable to ``x.shape[:-2]``, may be traced. ``mode="rel"``:
-        ``eb_abs = error_bound * (max - min)`` over the chunk's finite values; ``"abs"``:
-        ``eb_abs = error_bound``. Negative or non-finite: the chunk is stored raw.
+        ``eb_abs = error_bound * (max - min)`` over the chunk's finite values, rounded toward
+        zero; ``"abs"``: ``eb_abs = error_bound``. Negative or non-finite: the chunk is stored
+        raw.
       mode: ``"rel"`` or ``"abs"`` (static).
       codec: a name in :data:`jax_lossy_comm.frame.CODECS` (static).
       capacity: static bytes per frame; default the raw frame size (always fits).
