@@ -114,7 +114,10 @@ def compress(
       error_bound: scalar or array broadcastable to ``x.shape[:-2]``, float; may be traced
         (changing it does not recompile). ``mode="rel"``: ``eb_abs = error_bound * (max - min)``
         over the chunk (SZ's REL mode, as in the paper); ``mode="abs"``: ``eb_abs = error_bound``.
-        A negative or non-finite traced bound stores the chunk raw (lossless).
+        Every finite value comes back, in ``x``'s dtype, within ``eb_abs`` computed in float64
+        (the stored float32 bound is rounded toward zero; bfloat16/float16 chunks leave room for
+        the rounding to their dtype). A negative or non-finite traced bound stores the chunk raw
+        (lossless).
       mode: ``"rel"`` or ``"abs"`` (static).
       codec: ``"auto" | "raw" | "fixed" | "dedup" | "entropy"`` (static).
       capacity: static bytes per frame; default :func:`frame_capacity` of the shape, dtype,
@@ -203,6 +206,8 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
 def _chunk_shape(frames: jax.Array, shape: Sequence[int]) -> tuple[int, int]:
     shape = tuple(int(s) for s in shape)
     lead = tuple(frames.shape[:-1])
+    if any(s < 0 for s in shape):
+        raise ValueError(f"shape must have sizes >= 0, got {shape}")
     if len(shape) == 2:
         return shape
     if len(shape) == len(lead) + 2 and shape[:-2] == lead:

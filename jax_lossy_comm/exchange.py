@@ -77,7 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_lossy_comm.codec import check_dtype, concrete_error_bound
+from jax_lossy_comm.codec import _varying_axes, check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import (
     DEFAULT_MIN_ERROR_BOUND,
     DEFAULT_OUTLIERS,
@@ -675,6 +675,15 @@ def compressed_all_to_all_with_stats(
     dtype = check_dtype(x.dtype, "x")
     p = jax.lax.axis_size(axis_name)
     lay = make_layout(x.shape, p, split_axis, concat_axis, config.table_axis, tiled)
+    if x.size == 0:  # nothing to compress (e.g. no tables on this shard): the exact empty result
+        y = jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)
+        zero = jnp.float32(0)
+        ratio = jnp.ones(lay.grid, jnp.float32)
+        return y, ExchangeStats(zero, zero, zero, ratio, jnp.int32(0), jnp.int32(0), zero)
+    axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    missing = tuple(a for a in axes if a not in _varying_axes(x))
+    if missing:  # x the same on every device (in_specs=P()): typed as varying, as the
+        x = jax.lax.pcast(x, missing, to="varying")  # exchange's result is (no-op w/o check_vma)
     path = resolve_path(config.path)
     dense = path in ("dense", "packed")
     fwd, bwd = config.forward, config.backward

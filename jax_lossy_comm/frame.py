@@ -35,6 +35,7 @@ FORMAT_TABLE = {
     "HEADER_FIXED_BYTES": 8,
     "CHECKSUM_OFFSET": 4,
     "MAX_BITS": 24,
+    "HALF_STEP_FLOOR": 0.875,
     "MAX_HUFFMAN_LENGTH": 12,
     "MAX_HUFFMAN_SYMBOLS": 4096,
     "SEGMENT_SYMBOLS": 1024,
@@ -77,6 +78,9 @@ VERSION: int = _F.VERSION
 HEADER_FIXED_BYTES: int = _F.HEADER_FIXED_BYTES
 CHECKSUM_OFFSET: int = _F.CHECKSUM_OFFSET
 MAX_BITS: int = _F.MAX_BITS
+#: bfloat16/float16 chunks: the quantizer's half step is at least this fraction of ``eb_abs``
+#: (room for the decoder's rounding to the half type), which sets their code width.
+HALF_STEP_FLOOR: float = _F.HALF_STEP_FLOOR
 MAX_HUFFMAN_LENGTH: int = _F.MAX_HUFFMAN_LENGTH
 MAX_HUFFMAN_SYMBOLS: int = _F.MAX_HUFFMAN_SYMBOLS
 SEGMENT_SYMBOLS: int = _F.SEGMENT_SYMBOLS
@@ -166,19 +170,26 @@ def raw_frame_bytes(rows: int, dim: int, dtype) -> int:
     return header_bytes(rows, dim) + rows * dim * _dtype_size(dtype)
 
 
-def rel_code_bits(min_error_bound: float) -> int:
+def rel_code_bits(min_error_bound: float, dtype=np.float32) -> int:
     """Bits of a quantization code in REL mode for relative bounds >= ``min_error_bound``.
 
     The largest code is ``range / (2 * eb_rel * range) = 1 / (2 eb_rel)`` (plus one for float
     rounding), so the width depends on the bound alone (Feng et al., SC24, sec. 4.1). 32 (no
-    quantization) when that exceeds :data:`MAX_BITS` bits or the bound is not > 0.
+    quantization) when that exceeds :data:`MAX_BITS` bits or the bound is not > 0. bfloat16 and
+    float16 chunks quantize with a half step down to :data:`HALF_STEP_FLOOR` times the bound (the
+    decoder rounds to the half type), so their width is that of ``HALF_STEP_FLOOR * eb_rel``.
 
     >>> rel_code_bits(0.01), rel_code_bits(0.05), rel_code_bits(1e-9)
     (6, 4, 32)
+    >>> rel_code_bits(1 / 61), rel_code_bits(1 / 61, "bfloat16")
+    (5, 6)
     """
-    if not float(min_error_bound) > 0:
+    eb = float(min_error_bound)
+    if np.dtype(dtype) != np.float32:
+        eb *= HALF_STEP_FLOOR
+    if not eb > 0:
         return 32
-    m = 1.0 / (2.0 * float(min_error_bound))
+    m = 1.0 / (2.0 * eb)
     if not m < 2**MAX_BITS:
         return 32
     return int(int(m) + 1).bit_length()
@@ -244,8 +255,9 @@ def frame_capacity(
       int: bytes per frame; the trailing dimension of ``compress``'s frames.
 
     Raises:
-      ValueError: unknown codec or mode, non-positive ``min_error_bound``, or ``codec="fixed"``
-        without a REL ``min_error_bound``.
+      ValueError: unknown codec or mode, a negative size in ``shape``, non-positive
+        ``min_error_bound``, or ``codec="fixed"`` without a REL ``min_error_bound``.
+      TypeError: ``dtype`` other than float32, bfloat16 or float16.
     """
     if codec not in CODECS:
         raise ValueError(f"codec must be one of {sorted(CODECS)}, got {codec!r}")
@@ -254,6 +266,10 @@ def frame_capacity(
     if len(shape) < 2:
         raise ValueError(f"shape must end with (rows, dim), got {tuple(shape)}")
     rows, dim = int(shape[-2]), int(shape[-1])
+    if rows < 0 or dim < 0:
+        raise ValueError(f"shape must have sizes >= 0, got {tuple(shape)}")
+    if np.dtype(dtype) not in DTYPES:
+        raise TypeError(f"dtype must be float32, bfloat16 or float16, got {np.dtype(dtype)}")
     check_chunk_size(rows, dim, dtype)
     raw = raw_frame_bytes(rows, dim, dtype)
     if min_error_bound is None or mode != "rel" or codec not in ("auto", "fixed"):
@@ -264,7 +280,7 @@ def frame_capacity(
             )
         return raw
     eb = check_min_error_bound(min_error_bound)
-    fixed = fixed_frame_bytes(rows, dim, rel_code_bits(eb), dtype, outliers)
+    fixed = fixed_frame_bytes(rows, dim, rel_code_bits(eb, dtype), dtype, outliers)
     return fixed if codec == "fixed" else min(raw, fixed)
 
 
@@ -281,7 +297,7 @@ class FrameInfo(NamedTuple):
     index_huffman: bool
     rows: int
     dim: int
-    eb_abs: float | None
+    eb_abs: float | None  # the stored half step: eb_abs for float32, lower for half types
     base: float | None
     n_outliers: int
     n_unique: int

@@ -159,6 +159,76 @@ def _dequantize(base, q, step, code: int):
     return _round_to_dtype(base + _product(q, step), code)
 
 
+def _prev_toward_zero(v, step):
+    """quant.h ``prev_toward_zero``: the float32 below ``v >= 0`` where ``step``."""
+    down = step & (v > 0) & jnp.isfinite(v)
+    return jnp.where(down, _f32(_u32(v) - jnp.uint32(1)), v)
+
+
+def _rel_bound(eb, vmin, vmax):
+    """quant.h ``rel_bound``: ``eb * (vmax - vmin)`` never above the exact product, float32.
+
+    The range rounded toward zero (TwoSum), then the product (Dekker's split: every partial
+    product is exact, so a fused multiply-add cannot change them).
+    """
+    r = vmax - vmin
+    bb = r - vmax
+    r = _prev_toward_zero(r, ((vmax - (r - bb)) + ((-vmin) - bb)) < 0)
+    p = _product(eb, r)
+    c = jnp.float32(4097)
+
+    def split(a):
+        t = _product(c, a)
+        hi = t - (t - a)
+        return hi, a - hi
+
+    ah, al = split(eb)
+    bh, bl = split(r)
+    ep = ((_product(ah, bh) - p) + _product(ah, bl) + _product(al, bh)) + _product(al, bl)
+    in_range = (
+        (p >= jnp.float32(2.0**-60)) & (r <= jnp.float32(2.0**100)) & (eb <= jnp.float32(2.0**100))
+    )
+    return _prev_toward_zero(p, ~(ep >= 0) | ~in_range)
+
+
+def _exponent_of(f):
+    """values.h ``exponent_of``: the unbiased float32 exponent, int32."""
+    return ((_u32(f) >> 23) & 0xFF).astype(_I32) - 127
+
+
+def _half_step(eb_abs, vmin, vmax, code: int):
+    """quant.h ``half_step``: the stored half step ``h <= eb_abs`` (``eb_abs`` for float32).
+
+    The same binade loop (at most 11 binades matter, ulps in ``[eb_abs / 512, 2 eb_abs]``), run
+    as 12 masked steps.
+    """
+    if code == _F32:
+        return eb_abs
+    mbits, emin = (7, -126) if code == _BF16 else (10, -14)
+    amin, amax = jnp.abs(vmin), jnp.abs(vmax)
+    top = jnp.maximum(amin, amax) + eb_abs
+    bot = jnp.where((vmin <= 0) & (vmax >= 0), jnp.float32(0), jnp.minimum(amin, amax) - eb_abs)
+    kbot = jnp.where((bot > 0) & (_exponent_of(bot) > emin), _exponent_of(bot), emin)
+    ktop = _exponent_of(top)
+    k0 = jnp.minimum(ktop, _exponent_of(eb_abs * jnp.float32(2)) + mbits)
+    best = eb_abs
+    going = jnp.bool_(True)
+    for j in range(12):
+        k = k0 - j
+        e = jnp.clip(k - mbits, -126, 127)
+        u = _f32(((e + 127) << 23).astype(_U32))
+        going = going & (k >= kbot) & (k - mbits >= -126) & ~(u < eb_abs * jnp.float32(1 / 512))
+        q = eb_abs / u
+        fl = lax.round(q, lax.RoundingMethod.TO_NEAREST_EVEN)
+        fl = jnp.where(fl > q, fl - 1, fl)
+        span = _product(fl + jnp.where(k == ktop, jnp.float32(0.5), jnp.float32(0.25)), u)
+        best = jnp.where(going & (span < best), span, best)
+    h = _product(best, jnp.float32(1 - 1 / 1024))
+    lo = _product(eb_abs, jnp.float32(frame.HALF_STEP_FLOOR))
+    ok = (eb_abs > 0) & jnp.isfinite(eb_abs)
+    return jnp.where(ok, jnp.where(h > lo, h, lo), eb_abs)
+
+
 def _within_bound(x, y, eb):
     """values.h ``within_bound``: ``|x - y| <= eb`` decided exactly (TwoSum), float32 -> bool."""
     s = x - y
@@ -328,8 +398,9 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     # 1. Range over finite values. 2. Feasibility. 3. Quantize and verify.
     vmin, vmax = _value_range(v, finite)
     value_range = vmax - vmin
-    eb_abs = jnp.where(mode == frame.MODES["rel"], eb * value_range, eb)
-    step = eb_abs * jnp.float32(2)
+    eb_abs = jnp.where(mode == frame.MODES["rel"], _rel_bound(eb, vmin, vmax), eb)
+    half = _half_step(eb_abs, vmin, vmax, code)
+    step = half * jnp.float32(2)
     inv = jnp.float32(1) / step
     mc = lax.round(value_range * inv, lax.RoundingMethod.TO_NEAREST_EVEN)
     constant = value_range == 0
@@ -360,7 +431,7 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
         + n_out * (pb + isz)
     )
     quant = quant_ok & ((codec != frame.CODECS["auto"]) | (fixed_bytes < raw_bytes))
-    quant = quant & ((fixed_bytes <= capacity) | (raw_bytes > capacity))
+    quant = quant & ((fixed_bytes <= capacity) | (raw_bytes >= fixed_bytes))
     best = jnp.where(quant, fixed_bytes, raw_bytes)
 
     # 5. Write it (each piece has length 0 when its form is not chosen).
@@ -381,7 +452,7 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     n_out_bytes, n_out_len = _varint(n_out.astype(_U32))
     pieces = _header_pieces(form, flags, when(quant, bits).astype(_U32), rows, dim) + [
         (xbytes.reshape(-1), when(~quant, n * isz)),
-        (_le_bytes(_u32(jnp.stack([eb_abs, vmin])), 4).reshape(-1), when(quant, 8)),
+        (_le_bytes(_u32(jnp.stack([half, vmin])), 4).reshape(-1), when(quant, 8)),
         (n_out_bytes, when(quant, n_out_len)),
         (_pack(codes, bits), when(quant, packed)),
         (_le_bytes(pos, pb).reshape(-1), when(quant, n_out * pb)),
@@ -603,8 +674,9 @@ def compress(
     """Encodes each chunk ``x[..., rows, dim]`` into a frame, in pure jax.numpy.
 
     The frames of ``codec="raw"`` and ``"fixed"`` equal the compiled codec's byte for byte
-    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - min) / (2 eb_abs)), 0,
-    maxcode)`` without prediction, reconstruction checked exactly against ``eb_abs`` in the
+    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - min) / (2 h)), 0,
+    maxcode)`` without prediction (``h = eb_abs`` for float32, the half step of quant.h
+    ``half_step`` for half types), reconstruction checked exactly against ``eb_abs`` in the
     input dtype (neighbouring code retried), misses, NaN and +-Inf stored exactly as outliers.
     ``"auto"`` takes the smaller of the raw and the fixed-rate frame; ``"dedup"`` and
     ``"entropy"`` write the fixed-rate frame (no dictionary or Huffman forms here).
@@ -612,8 +684,9 @@ def compress(
     Args:
       x: ``float32 | bfloat16 | float16 [..., rows, dim]``; leading dims are chunks.
       error_bound: float, broadcastable to ``x.shape[:-2]``, may be traced. ``mode="rel"``:
-        ``eb_abs = error_bound * (max - min)`` over the chunk's finite values; ``"abs"``:
-        ``eb_abs = error_bound``. Negative or non-finite: the chunk is stored raw.
+        ``eb_abs = error_bound * (max - min)`` over the chunk's finite values, rounded toward
+        zero; ``"abs"``: ``eb_abs = error_bound``. Negative or non-finite: the chunk is stored
+        raw.
       mode: ``"rel"`` or ``"abs"`` (static).
       codec: a name in :data:`jax_lossy_comm.frame.CODECS` (static).
       capacity: static bytes per frame; default the raw frame size (always fits).

@@ -24,6 +24,7 @@ SCALARS = (
     "HEADER_FIXED_BYTES",
     "CHECKSUM_OFFSET",
     "MAX_BITS",
+    "HALF_STEP_FLOOR",
     "MAX_HUFFMAN_LENGTH",
     "MAX_HUFFMAN_SYMBOLS",
     "SEGMENT_SYMBOLS",
@@ -100,7 +101,10 @@ def test_rel_code_bits_match_the_extension():
     grid += [1 / (2 * (2**b - 1)) for b in range(1, 25)]  # at the edges of each width
     for eb in grid:
         assert frame.rel_code_bits(eb) == ext.rel_bits_for(float(eb)), eb
+        for dt, code in frame.DTYPES.items():  # half types: the width of HALF_STEP_FLOOR * eb
+            assert frame.rel_code_bits(eb, dt) == ext.rel_bits_for(float(eb), code), (eb, dt)
     assert frame.rel_code_bits(0.01) == 6 and frame.rel_code_bits(1e-9) == 32
+    assert frame.HALF_STEP_FLOOR == ext.HALF_STEP_FLOOR
 
 
 def test_frame_capacity_uses_the_shared_sizes():
@@ -108,7 +112,7 @@ def test_frame_capacity_uses_the_shared_sizes():
     for (rows, dim), eb in itertools.product([(256, 64), (1, 1), (3000, 4)], BOUNDS[:-1]):
         for dt, code in frame.DTYPES.items():
             raw = ext.raw_frame_bytes(rows, dim, code)
-            bits = ext.rel_bits_for(eb)
+            bits = ext.rel_bits_for(eb, code)
             fixed = ext.fixed_frame_bytes(rows, dim, bits, code, 3)
             assert frame.frame_capacity((rows, dim), dt, "auto", eb, outliers=3) == min(raw, fixed)
             assert frame.frame_capacity((rows, dim), dt, "fixed", eb, outliers=3) == fixed

@@ -50,11 +50,11 @@ __device__ lc::QuantPlan chunk_plan(const uint8_t* in, uint64_t n, float eb, int
                                     float* rmin, float* rmax) {
   float mn = 0.0f, mx = 0.0f;
   if (codec != lc::kCodecRaw) chunk_range<D>(in, n, rmin, rmax, &mn, &mx);
-  return lc::plan_quant(mn, mx, eb, mode, codec, n);
+  return lc::plan_quant(mn, mx, eb, mode, codec, n, D);
 }
 
-// Code of one value (quant.h), with the neighbour retry.
-// Code of one value; *ok false makes it an outlier (the code is still written, as on the CPU).
+// Code of one value (quant.h), with the neighbour retry; *ok false makes it an outlier (the
+// code is still written, as on the CPU).
 template <int D>
 __device__ __forceinline__ uint32_t quantize_one(float v, const lc::QuantPlan& p, bool* ok) {
   const float qf = lc::quant_code(v, p);

@@ -143,7 +143,7 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   // 1. Range over finite values; 2. the quantization plan (quant.h).
   float vmin = 0.0f, vmax = 0.0f;
   if (n > 0) finite_range<D>(src, ns, &vmin, &vmax);
-  const QuantPlan plan = plan_quant(vmin, vmax, eb, mode, codec, n);
+  const QuantPlan plan = plan_quant(vmin, vmax, eb, mode, codec, n, D);
   const bool quant_ok = plan.ok;
   const int bits = plan.bits;
   // 3. Quantize and verify every value (branch-free, vectorisable), then collect outliers,

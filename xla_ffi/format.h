@@ -20,7 +20,9 @@
 //   u32 checksum over the whole frame with these four bytes read as zero (checksum.h)
 //   varint rows, varint dim
 //   raw form:       rows*dim values in the input dtype
-//   quantized form: f32 eb_abs, f32 base (the chunk minimum), varint n_outliers,
+//   quantized form: f32 half step h (float32 chunks: eb_abs; half types: at most eb_abs, leaving
+//                   room for the rounding to the half type, quant.h), f32 base (the chunk
+//                   minimum), varint n_outliers,
 //                   [dedup: varint n_unique], codes section, [dedup: index section],
 //                   outlier positions (pos_bytes each), outlier values (input dtype)
 //   bit-packed section: count*bits bits, LSB first, padded to a byte
@@ -28,7 +30,7 @@
 //                     length of each segment of kSeg symbols, then one LSB-first bit stream of
 //                     canonical codes padded to a byte; segment k starts at the sum of the
 //                     lengths before it (segments decode independently, e.g. on a GPU)
-// Decoding x_hat = base + (float)q * (2 * eb_abs) in float32, rounded to the output dtype.
+// Decoding x_hat = base + (float)q * (2 * h) in float32, rounded to the output dtype.
 //
 // The header is written by write_header and parsed by parse_header, here only. Everything is
 // plain C++ without allocation; LC_HD marks functions usable on host and device.
@@ -57,6 +59,10 @@ constexpr int kMaxHuffLen = 12;         // decode table of at most 4096 entries
 constexpr int kMaxHuffSymbols = 4096;   // larger alphabets are bit-packed
 constexpr int kSeg = 1024;              // symbols per independently decodable segment
 constexpr int64_t kMaxFrameBytes = 2147483647;  // byte counts travel as int32
+// bfloat16/float16: the decoder rounds x_hat to the half type, so the quantizer's half step is
+// below eb_abs (quant.h half_step); it never goes below this fraction of eb_abs, which bounds
+// the code width (rel_bits_for) and so the fixed-rate capacity.
+constexpr float kHalfStepFloor = 0.875f;
 
 enum Form : int { kFormRaw = 0, kFormQuant = 1 };
 enum DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
@@ -215,8 +221,9 @@ LC_HD size_t dict_frame_bytes(uint64_t rows, uint64_t dim, int dtype, uint64_t n
 }
 // Largest code in REL mode for a relative bound eb_rel: range / (2 eb_rel range) = 1/(2 eb_rel),
 // plus one for float rounding; 32 when that exceeds kMaxBits bits (no quantization) or eb_rel
-// is not > 0.
-LC_HD int rel_bits_for(double eb_rel) {
+// is not > 0. Half types: the half step may be down to kHalfStepFloor * eb_abs.
+LC_HD int rel_bits_for(double eb_rel, int dtype = kF32) {
+  if (dtype != kF32) eb_rel *= (double)kHalfStepFloor;
   if (!(eb_rel > 0.0)) return 32;
   double m = 1.0 / (2.0 * eb_rel);
   if (!(m < (double)(1u << kMaxBits))) return 32;
@@ -240,7 +247,8 @@ struct FormChoice {
 // The form a codec writes, from the candidate sizes (fixed and dict are read only when the
 // values can be quantized and the codec allows the form): "fixed" the fixed-rate form,
 // "dedup"/"entropy" the dictionary form, "auto" the smallest (raw on a tie), "raw" or data
-// that cannot be quantized the raw form; raw also wherever only raw fits the capacity.
+// that cannot be quantized the raw form; raw also wherever only raw fits the capacity. Over
+// the capacity, bytes is the smallest size that would have fitted: the chosen form's or raw's.
 LC_HD FormChoice choose_form(int codec, bool quant_ok, size_t raw, size_t fixed, size_t dict,
                              size_t capacity) {
   FormChoice c = {kWriteRaw, raw};
@@ -252,7 +260,7 @@ LC_HD FormChoice choose_form(int codec, bool quant_ok, size_t raw, size_t fixed,
       if (dict < c.bytes) { c.kind = kWriteDict; c.bytes = dict; }
     }
   }
-  if (c.bytes > capacity && raw <= capacity) { c.kind = kWriteRaw; c.bytes = raw; }
+  if (c.bytes > capacity && raw < c.bytes) { c.kind = kWriteRaw; c.bytes = raw; }
   return c;
 }
 
@@ -261,7 +269,7 @@ struct FrameHeader {
   int form, dtype, mode, bits;
   bool dedup, codes_huff, index_huff;
   uint64_t rows, dim, n_outliers, n_unique;
-  float eb_abs, base;
+  float eb_abs, base;  // eb_abs: the stored half step h (== eb_abs for float32 chunks)
 };
 
 LC_HD FrameHeader raw_header(uint64_t rows, uint64_t dim, int dtype) {

@@ -24,6 +24,7 @@ void export_format(nb::module_& m) {
   m.attr("HEADER_FIXED_BYTES") = lc::kHeaderFixed;
   m.attr("CHECKSUM_OFFSET") = lc::kChecksumOffset;
   m.attr("MAX_BITS") = lc::kMaxBits;
+  m.attr("HALF_STEP_FLOOR") = (double)lc::kHalfStepFloor;
   m.attr("MAX_HUFFMAN_LENGTH") = lc::kMaxHuffLen;
   m.attr("MAX_HUFFMAN_SYMBOLS") = lc::kMaxHuffSymbols;
   m.attr("SEGMENT_SYMBOLS") = lc::kSeg;
@@ -68,8 +69,10 @@ void export_format(nb::module_& m) {
         },
         nb::arg("rows"), nb::arg("dim"), nb::arg("bits"), nb::arg("dtype"), nb::arg("n_outliers"),
         "Bytes of a fixed-rate frame with `bits`-bit codes and n_outliers exact values.");
-  m.def("rel_bits_for", [](double eb_rel) { return lc::rel_bits_for(eb_rel); }, nb::arg("eb_rel"),
-        "Code bits in REL mode for relative bounds >= eb_rel (32: more than MAX_BITS).");
+  m.def("rel_bits_for", [](double eb_rel, int dtype) { return lc::rel_bits_for(eb_rel, dtype); },
+        nb::arg("eb_rel"), nb::arg("dtype") = 0,
+        "Code bits in REL mode for relative bounds >= eb_rel and dtype code dtype (32: more "
+        "than MAX_BITS).");
   m.def("pos_bytes_for", [](uint64_t n) { return lc::pos_bytes_for(n); }, nb::arg("n"),
         "Bytes of one outlier position in a chunk of n values.");
 }

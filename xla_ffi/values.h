@@ -84,8 +84,19 @@ template <> struct Val<kF16> {
   static LC_HD float round(float f) { return f16_to_f32(f32_to_f16(f)); }
 };
 
+// The unbiased exponent e of a float32 with |f| in [2^e, 2^(e+1)) (-127 for zero and
+// subnormals, 128 for Inf and NaN).
+LC_HD int exponent_of(float f) { return (int)((f2u(f) >> 23) & 0xffu) - 127; }
+// 2^e as a float32 for -126 <= e <= 127.
+LC_HD float pow2f(int e) { return u2f((uint32_t)(e + 127) << 23); }
+
 // Round half to even for v >= 0 without libm (the x86-64 baseline has no roundss): below 2^23,
 // adding 2^23 leaves no fraction bits, so the FPU's round-to-nearest-even does it. == rintf(v).
 LC_HD float rint_nonneg(float v) { return v < 8388608.0f ? (v + 8388608.0f) - 8388608.0f : v; }
+// floor(v) for 0 <= v < 2^23, without libm.
+LC_HD float floor_nonneg(float v) {
+  const float r = rint_nonneg(v);
+  return r > v ? r - 1.0f : r;
+}
 
 }  // namespace lc
