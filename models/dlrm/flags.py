@@ -16,6 +16,7 @@ import os
 from jax_lossy_comm import CODECS as LIBRARY_CODECS
 from models.dlrm import error_bounds
 from models.dlrm.configs import PRESETS, Config, get_config
+from models.dlrm.configs.default import EMBEDDING_DTYPES
 from models.dlrm.exchange import QCOMM_CODECS
 
 PROG = "python -m models.dlrm.main"
@@ -188,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="split tables with more rows "
         "than this row-wise over devices (-1: a device's fair share; 0: never)",
+    )
+    d.add_argument(
+        "--embedding-dtype",
+        choices=EMBEDDING_DTYPES,
+        default=None,
+        help="dtype of the embedding tables and of the pooled embeddings the exchange sends "
+        "(the MLPs, the loss and the optimizer's arithmetic stay float32)",
     )
     d.add_argument(
         "--shuffle-block-rows",

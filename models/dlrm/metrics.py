@@ -74,7 +74,8 @@ class TrainRecord:
         compilation of the train step not (it is compiled before the first interval).
       compression_ratio: the exchange ratio, raw / frame bytes (the codec's ratio; the log's
         "exchange ratio (raw/frames)", curves.png's solid ratio line).
-      raw_bytes: bytes the exact float32 exchange would move.
+      raw_bytes: bytes the exact exchange would move (in ``Config.embedding_dtype``: 4 bytes
+        per pooled value in float32, 2 in bfloat16/float16).
       frame_bytes: bytes of the frames (what a variable-size exchange moves).
       moved_bytes: bytes the exchange really moved (static capacity on the dense path).
       moved_ratio: the moved ratio, raw / moved bytes (what the wire saved; the log's "moved

@@ -106,14 +106,19 @@ def pooled_lookup(table: jax.Array, rows: jax.Array, valid: jax.Array) -> jax.Ar
       valid: bool[..., H], False entries contribute nothing (padding of multi-hot bags).
 
     Returns:
-      float32[..., dim], the sum over H of the valid rows.
+      ``table.dtype[..., dim]``, the sum over H of the valid rows: accumulated in float32,
+      then rounded once to the table's dtype (a bfloat16/float16 table's pooled embeddings are
+      what the exchange sends, in that dtype).
     """
     vecs = jnp.take(table, jnp.clip(rows, 0, table.shape[0] - 1), axis=0)
-    return jnp.sum(jnp.where(valid[..., None], vecs, 0.0), axis=-2)
+    pooled = jnp.sum(jnp.where(valid[..., None], vecs, 0.0), axis=-2, dtype=jnp.float32)
+    return pooled.astype(table.dtype)
 
 
-def _init_buffer(key, placement: TablePlacement) -> jax.Array:
+def _init_buffer(key, placement: TablePlacement, dtype=jnp.float32) -> jax.Array:
     """Uniform(-1/sqrt(rows_t), 1/sqrt(rows_t)) per table (reference DLRM), zero padding.
+
+    Drawn in float32 and rounded once to ``dtype`` (the same draws for every dtype).
 
     ``rows_t`` is the whole table's rows, also for a piece of a row-wise split table. The
     per-row scale is computed on the devices from the ``[P, L]`` slot plan (a host-built
@@ -129,22 +134,22 @@ def _init_buffer(key, placement: TablePlacement) -> jax.Array:
     inside = (row >= lo) & (row < hi)  # [P, L, R]; a row is in at most one slot
     scale = jnp.sum(jnp.where(inside, jnp.asarray(slot_scale, jnp.float32)[:, :, None], 0.0), 1)
     u = jax.random.uniform(key, (p, r, dim), jnp.float32, -1.0, 1.0)
-    return u * scale[..., None]
+    return (u * scale[..., None]).astype(dtype)
 
 
 class ShardedEmbedding(nnx.Module):
     """All tables (or their row-wise pieces) of a ``TablePlacement`` in one parameter
-    ``float32[P, R, dim]``.
+    ``dtype[P, R, dim]`` (``Config.embedding_dtype``: float32, bfloat16 or float16).
 
     Shard the parameter on axis 0 over the table axis of the mesh; inside ``shard_map``
-    each device sees ``float32[1, R, dim]`` and calls ``lookup``.
+    each device sees ``dtype[1, R, dim]`` and calls ``lookup``.
     """
 
-    def __init__(self, placement: TablePlacement, *, rngs: nnx.Rngs):
+    def __init__(self, placement: TablePlacement, *, dtype=jnp.float32, rngs: nnx.Rngs):
         # Static plan pieces as tuples (hashable graph metadata; numpy arrays are not).
         self.offsets = tuple(tuple(int(v) for v in row) for row in placement.offsets)
         self.slot_rows = tuple(tuple(int(v) for v in row) for row in placement.slot_rows)
-        self.table = nnx.Param(_init_buffer(rngs.params(), placement))
+        self.table = nnx.Param(_init_buffer(rngs.params(), placement, dtype))
 
     def lookup(self, ids: jax.Array, device_index: jax.Array) -> jax.Array:
         """Pooled lookup of this device's L local tables for the whole global batch.
@@ -157,7 +162,7 @@ class ShardedEmbedding(nnx.Module):
             (``jax.lax.axis_index``).
 
         Returns:
-          float32[B, L, dim] pooled embeddings; zeros for dummy slots.
+          ``table.dtype[B, L, dim]`` pooled embeddings; zeros for dummy slots.
         """
         offsets = jnp.asarray(self.offsets, jnp.int32)[device_index]  # [L]
         slot_rows = jnp.asarray(self.slot_rows, jnp.int32)[device_index]  # [L]

@@ -24,6 +24,7 @@ Reference: Naumov et al., arXiv 1906.00091 (DLRM); Feng et al., SC24, arXiv 2407
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -134,12 +135,24 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     slot_rows = jnp.asarray(pl.slot_rows, jnp.int32)  # [P, L]
 
     def sparse_sgd(table, ids_local, di, g_pooled, lr):
-        """table float32[1, R, dim] minus lr x the row gradients of the looked-up rows (the
-        dense gradient is zero elsewhere; repeated rows accumulate, as in a scatter-add)."""
+        """table dtype[1, R, dim] minus lr x the row gradients of the looked-up rows (the
+        dense gradient is zero elsewhere; repeated rows accumulate, as in a scatter-add).
+
+        The arithmetic is float32 (``g_pooled``, in the table's dtype, is cast up). A
+        bfloat16/float16 table: each row's updates are summed in float32 and the updated row
+        is rounded once to the table's dtype (a scatter-add in that dtype would round after
+        every repeated id and lose updates below its spacing one by one)."""
         valid = (ids_local >= 0) & (ids_local < slot_rows[di][None, :, None])  # [B, L, H]
         rows = jnp.where(valid, ids_local + slot_offsets[di][None, :, None], table.shape[1])
-        upd = jnp.broadcast_to((-lr * g_pooled)[:, :, None, :], rows.shape + (pl.dim,))
-        return table.at[0, rows.reshape(-1)].add(upd.reshape(-1, pl.dim), mode="drop")
+        upd = -lr * g_pooled.astype(jnp.float32)
+        upd = jnp.broadcast_to(upd[:, :, None, :], rows.shape + (pl.dim,)).reshape(-1, pl.dim)
+        rows = rows.reshape(-1)
+        if table.dtype == jnp.float32:
+            return table.at[0, rows].add(upd, mode="drop")
+        uniq, inv = jnp.unique(rows, size=rows.size, fill_value=table.shape[1], return_inverse=True)
+        summed = jax.ops.segment_sum(upd, inv.reshape(-1), num_segments=rows.size)
+        old = jnp.take(table[0], uniq, axis=0, mode="fill", fill_value=0).astype(jnp.float32)
+        return table.at[0, uniq].set((old + summed).astype(table.dtype), mode="drop")
 
     def body(head_p, table, eb_slots, dense, ids, label, lr=None, grad_ef=None):
         # dense float32[b, 13], ids int32[b, T, H], label float32[b], table float32[1, R, dim],
@@ -170,7 +183,9 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
                 backward=cfg.exchange_backward,
                 path=cfg.exchange_path,
             )
-            emb_all = gather_tables(y)  # [b, T, dim]
+            # The head (MLPs, interaction, loss) is float32: cast the exchanged embeddings up
+            # here (a bfloat16/float16 table's cotangents go back down in its dtype).
+            emb_all = gather_tables(y.astype(jnp.float32))  # [b, T, dim]
             logits = nnx.merge(head_gd, head_p)(dense, emb_all)  # [b]
             loss = jnp.sum(optax.sigmoid_binary_cross_entropy(logits, label)) / global_b
             return loss, (logits, stats, pooled)
@@ -178,7 +193,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         # Varying like the pooled embeddings it is added to: an invariant probe's cotangent
         # would be summed over the devices (shard_map's transpose of an invariant input).
         probe = jax.lax.pcast(
-            jnp.zeros((global_b, pl.local_tables, pl.dim), jnp.float32), AXIS, to="varying"
+            jnp.zeros((global_b, pl.local_tables, pl.dim), table.dtype), AXIS, to="varying"
         )
         if not compute_grads:
             loss, (logits, stats, pooled) = local_loss(head_p, table, probe)
@@ -197,9 +212,10 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         loss = jax.lax.psum(loss, AXIS)
         slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
         if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them
+            pooled32 = pooled.astype(jnp.float32)  # statistics in float32 for any table dtype
             slot_stats.update(
-                value_range=(pooled.max(axis=(0, 2)) - pooled.min(axis=(0, 2)))[None],
-                cotangent_abs_mean=jnp.mean(jnp.abs(g_probe), axis=(0, 2))[None],
+                value_range=(pooled32.max(axis=(0, 2)) - pooled32.min(axis=(0, 2)))[None],
+                cotangent_abs_mean=jnp.mean(jnp.abs(g_probe), axis=(0, 2), dtype=jnp.float32)[None],
                 distinct_fraction=_distinct_fraction(ids_local)[None],
             )
         byte_stats = {
@@ -261,8 +277,11 @@ def make_train_step(ctx: StepContext):
                 "embedding": {"table": g_table},
             }
         else:
+            # float32 optimizer arithmetic (and state, train.setup) for any table dtype;
+            # apply_updates rounds the new table once to its dtype.
+            f32 = functools.partial(jax.tree.map, lambda a: a.astype(jnp.float32))
             grads = {"head": g_head, "embedding": {"table": g_table}}
-            updates, opt_state = ctx.tx.update(grads, state.opt_state, state.params)
+            updates, opt_state = ctx.tx.update(f32(grads), state.opt_state, f32(state.params))
             params = optax.apply_updates(state.params, updates)
         table_stats = (
             {

@@ -62,7 +62,8 @@ def create_model(
             config.top_mlp,
             rngs=rngs,
         )
-        return head, models.ShardedEmbedding(placement, rngs=rngs)
+        emb = models.ShardedEmbedding(placement, dtype=config.embedding_dtype, rngs=rngs)
+        return head, emb
 
     head, emb = nnx.eval_shape(build) if abstract else build()
     head_gd, head_p = nnx.split(head, nnx.Param)
@@ -130,9 +131,10 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
     def init_state():
         _, params = create_model(config, placement, config.seed)
         grad_ef = grad_allreduce.init_state(config, params["head"], mesh.size)
-        return TrainState(
-            jnp.zeros((), jnp.int32), params, tx.init(params), eb_hook.init(), grad_ef
-        )
+        # The optimizer's state is float32 whatever Config.embedding_dtype (its arithmetic
+        # runs in float32: step.py hands it float32 gradients and parameters).
+        opt_state = tx.init(jax.tree.map(lambda a: a.astype(jnp.float32), params))
+        return TrainState(jnp.zeros((), jnp.int32), params, opt_state, eb_hook.init(), grad_ef)
 
     shard = mesh_lib.state_shardings(jax.eval_shape(init_state), mesh, table_shape)
     # error-feedback residuals: one block per device, never gathered
@@ -329,7 +331,7 @@ def start_over(workdir: str) -> str | None:
 def params_checksum(state: TrainState, mesh: jax.sharding.Mesh) -> float:
     """Sum of ``|x|`` over every parameter (float32 on the devices): a bit-level resume check."""
     total = jax.jit(
-        lambda p: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(p)),
+        lambda p: sum(jnp.sum(jnp.abs(x), dtype=jnp.float32) for x in jax.tree.leaves(p)),
         out_shardings=NamedSharding(mesh, P()),
     )(state.params)
     return float(mesh_lib.to_host(total))

@@ -73,6 +73,9 @@ TERABYTE_CARDINALITIES = (
     36,
 )
 
+#: ``Config.embedding_dtype`` choices (``--embedding-dtype``).
+EMBEDDING_DTYPES = ("float32", "bfloat16", "float16")
+
 
 @dataclasses.dataclass
 class Config:
@@ -94,6 +97,10 @@ class Config:
     split_rows: int = -1
     # Number of dense (integer) features.
     num_dense: int = 13
+    # dtype of the embedding tables and of the pooled embeddings (what the exchange sends):
+    # "float32", "bfloat16" or "float16". The dense MLPs, the loss and the optimizer's
+    # arithmetic stay float32 (step.py casts at the exchange's output and in the row update).
+    embedding_dtype: str = "float32"
 
     # ---- data ----
     # Input file, folder or glob; "" = the synthetic Criteo-like generator.
@@ -220,6 +227,11 @@ class Config:
             )
         if self.top_mlp[-1] != 1:
             raise ValueError(f"top_mlp must end in 1, got {self.top_mlp}")
+        if self.embedding_dtype not in EMBEDDING_DTYPES:
+            raise ValueError(
+                f"embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got "
+                f"{self.embedding_dtype!r}"
+            )
         if self.compression not in ("on", "off"):
             raise ValueError(f"compression must be 'on' or 'off', got {self.compression!r}")
         if self.exchange_path not in ("auto", "dense", "packed", "ragged"):
