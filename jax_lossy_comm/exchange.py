@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 from typing import NamedTuple
 
@@ -629,21 +630,12 @@ def _codec_bound(codec, bound, grid, what):
     return _prepare_bound(bound, grid, what)
 
 
-def compressed_all_to_all_with_stats(
-    x,
-    axis_name,
-    split_axis: int,
-    concat_axis: int,
-    *,
-    axis_index_groups=None,
-    tiled: bool = False,
-    error_bound=None,
-    backward_error_bound=None,
-    config: ExchangeConfig | None = None,
-):
+def compressed_all_to_all_with_stats(x, axis_name, split_axis, concat_axis, **kwargs):
     """:func:`compressed_all_to_all` that also returns this device's :class:`ExchangeStats`.
 
-    Arguments, errors and references as :func:`compressed_all_to_all`.
+    Arguments (bound against :func:`compressed_all_to_all`'s signature, so the keyword
+    arguments and their defaults are the same), errors and references as
+    :func:`compressed_all_to_all`.
 
     Returns:
       ``(y, ExchangeStats)``: ``y`` as ``jax.lax.all_to_all`` returns it (``x``'s dtype),
@@ -666,6 +658,24 @@ def compressed_all_to_all_with_stats(
       >>> int(raw[0]), int(moved[0]), round(float(raw[0] / moved[0]), 2)  # 6-bit codes
       (65536, 13240, 4.95)
     """
+    args = inspect.signature(compressed_all_to_all).bind(
+        x, axis_name, split_axis, concat_axis, **kwargs
+    )
+    args.apply_defaults()
+    return _exchange_with_stats(**args.arguments)
+
+
+def _exchange_with_stats(
+    x,
+    axis_name,
+    split_axis,
+    concat_axis,
+    axis_index_groups,
+    tiled,
+    error_bound,
+    backward_error_bound,
+    config,
+):
     if axis_index_groups is not None:
         raise NotImplementedError("compressed_all_to_all: axis_index_groups is not supported")
     config = ExchangeConfig() if config is None else config
@@ -800,14 +810,5 @@ def compressed_all_to_all(
       Feng et al., SC24, arXiv 2407.04272, sec. 3 (exchange, straight-through backward) and
       sec. 4 (quantization without prediction, REL bound).
     """
-    return compressed_all_to_all_with_stats(
-        x,
-        axis_name,
-        split_axis,
-        concat_axis,
-        axis_index_groups=axis_index_groups,
-        tiled=tiled,
-        error_bound=error_bound,
-        backward_error_bound=backward_error_bound,
-        config=config,
-    )[0]
+    args = (axis_index_groups, tiled, error_bound, backward_error_bound, config)
+    return _exchange_with_stats(x, axis_name, split_axis, concat_axis, *args)[0]

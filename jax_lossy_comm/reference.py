@@ -663,14 +663,7 @@ def _decompress_chunks(frames, nbytes, *, rows, dim, dtype):
     return jax.vmap(decode)(frames, nbytes)
 
 
-def compress(
-    x: jax.Array,
-    error_bound,
-    *,
-    mode: str = "rel",
-    codec: str = "auto",
-    capacity: int | None = None,
-):
+def compress(x, error_bound, *, mode="rel", codec="auto", capacity=None):
     """Encodes each chunk ``x[..., rows, dim]`` into a frame, in pure jax.numpy.
 
     The frames of ``codec="raw"`` and ``"fixed"`` equal the compiled codec's byte for byte
