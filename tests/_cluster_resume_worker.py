@@ -32,7 +32,8 @@ def lines_of(batch) -> list[int]:
 
 
 def main(pid: int, nproc: int, port: int) -> None:
-    from models.dlrm import checkpoints, input_pipeline
+    from models.dlrm import checkpoints
+    from models.dlrm import data as data_lib
     from models.dlrm.configs import get_config
     from models.dlrm.step import TrainState
 
@@ -42,7 +43,7 @@ def main(pid: int, nproc: int, port: int) -> None:
     )
 
     def data(position):
-        out = input_pipeline.make_data(config, 8, position, process_index=pid, num_processes=nproc)
+        out = data_lib.make_data(config, 8, position, process_index=pid, num_processes=nproc)
         return out[0]  # (stream, eval set, description, ...)
 
     stream = data(None)

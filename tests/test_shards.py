@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench.input_bench import criteo_text
+from models.dlrm import data as data_lib
 from models.dlrm import input_pipeline as ip
 from models.dlrm import preprocess as pp
 from models.dlrm import shards
@@ -197,7 +198,8 @@ def test_trainer_shard_path_equals_text_path(tmp_path):
         "shards": dataclasses.replace(base, data=str(tmp_path / "shards")),
     }
     made = {
-        k: ip.make_data(c, 64, None, process_index=1, num_processes=2) for k, c in configs.items()
+        k: data_lib.make_data(c, 64, None, process_index=1, num_processes=2)
+        for k, c in configs.items()
     }
     (ts, te), (ss, se, desc) = made["text"][:2], made["shards"][:3]
     assert "shards" in desc and "file order" in desc
@@ -210,7 +212,7 @@ def test_trainer_shard_path_equals_text_path(tmp_path):
     assert results["text"] == results["shards"]
     assert 0.0 < results["shards"]["auc"] < 1.0
     with pytest.raises(ValueError, match="hashed into table rows"):
-        ip.make_data(dataclasses.replace(configs["shards"], max_ind_range=400), 64, None)
+        data_lib.make_data(dataclasses.replace(configs["shards"], max_ind_range=400), 64, None)
 
 
 @pytest.mark.slow

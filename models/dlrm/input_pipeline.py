@@ -25,14 +25,8 @@ import glob
 import os
 import re
 import zlib
-from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-
-from models.dlrm import synthetic
-
-if TYPE_CHECKING:
-    from models.dlrm.configs import Config
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -411,101 +405,3 @@ class SyntheticStream:
         lb = self.global_batch // self.num_processes
         lo = self.process_index * lb
         return {k: v[lo : lo + lb] for k, v in b.items()}
-
-
-class Data(NamedTuple):
-    """What ``make_data`` gives a run (unpacks like a tuple).
-
-    Attributes:
-      stream: ``stream.next_batch()`` gives this process's batch; ``stream.position()`` where
-        it resumes; ``stream.bad_lines`` (file streams) distinct malformed lines skipped.
-      eval_set: the whole evaluation set (dict of numpy arrays, every process holds it).
-      description: one line for the log.
-      eval_bad_lines: malformed lines skipped reading the evaluation set.
-    """
-
-    stream: Any
-    eval_set: dict[str, np.ndarray]
-    description: str
-    eval_bad_lines: int = 0
-
-
-def make_data(
-    config: Config,
-    local_batch: int,
-    position: dict | None,
-    *,
-    process_index: int = 0,
-    num_processes: int = 1,
-) -> Data:
-    """The training stream and evaluation set a run's ``config`` asks for, for one process.
-
-    Without ``config.data``: the synthetic generator (``synthetic.SyntheticCriteo``, seeded by
-    ``config.seed``). With it: ``CriteoFileStream`` over the files, and the evaluation set from
-    ``config.eval_data`` or, without it, every ``config.holdout_every``-th line of the data;
-    a folder of shards (``models.dlrm.preprocess``) goes to ``shards.make_data``.
-
-    Args:
-      config: the run's Config (``data``, ``eval_data``, ``data_format``, ``eval_rows``,
-        ``holdout_every``, ``skip_bad_lines``, the synthetic fields, ``seed``).
-      local_batch: rows per batch of this process (global batch / processes).
-      position: where to resume the stream (a checkpoint's ``data_position``), or None.
-      process_index, num_processes: this process and the process count (jax.distributed).
-
-    Returns:
-      ``Data(stream, eval_set, description, eval_bad_lines)``.
-
-    Raises:
-      FileNotFoundError: no file matches ``config.data`` or ``config.eval_data``.
-      MalformedLineError: a bad evaluation line without ``skip_bad_lines``.
-    """
-    rows = config.table_rows()
-    pid, nproc = process_index, num_processes
-    if config.data and os.path.isfile(os.path.join(config.data, "manifest.json")):
-        from models.dlrm import shards  # imports this module
-
-        return Data(*shards.make_data(config, local_batch, position, process_index=pid,
-                                num_processes=nproc))  # fmt: skip
-    if not config.data:
-        gen = synthetic.SyntheticCriteo(
-            rows, config.num_dense, config.synthetic_multi_hot, config.synthetic_zipf_a, config.seed
-        )
-        stream = SyntheticStream(
-            gen, local_batch * nproc, process_index=pid, num_processes=nproc, position=position
-        )
-        eval_set = gen.eval_set(config.eval_rows)
-        desc = (
-            f"SYNTHETIC Criteo-like data (project generator, not real Criteo): "
-            f"{len(rows)} tables, Zipf a={config.synthetic_zipf_a}, "
-            f"{config.eval_rows} held-out rows"
-        )
-        return Data(stream, eval_set, desc)
-    paths = expand_paths(config.data)
-    holdout = 0 if config.eval_data else config.holdout_every
-    stream = CriteoFileStream(
-        paths,
-        config.data_format,
-        rows,
-        local_batch,
-        skip_bad_lines=config.skip_bad_lines,
-        holdout_every=holdout,
-        process_index=pid,
-        num_processes=nproc,
-        position=position,
-    )
-    eval_paths = expand_paths(config.eval_data) if config.eval_data else paths
-    eval_set, bad = read_eval_set(
-        eval_paths,
-        config.data_format,
-        rows,
-        config.eval_rows,
-        skip_bad_lines=config.skip_bad_lines,
-        holdout_every=holdout,
-    )
-    desc = (
-        f"{config.data_format} files {paths[:3]}{'...' if len(paths) > 3 else ''}; eval "
-        f"{len(eval_set['label'])} rows from "
-        f"{f'held-out lines (every {holdout}-th)' if holdout else eval_paths[:3]}"
-        f"{f'; {bad} bad eval lines skipped' if bad else ''}"
-    )
-    return Data(stream, eval_set, desc, bad)

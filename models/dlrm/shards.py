@@ -329,7 +329,7 @@ class ShardStream:
 
 
 def make_data(config: Config, local_batch, position, *, process_index=0, num_processes=1):
-    """``input_pipeline.make_data`` (same arguments) for a ``config.data`` folder of shards.
+    """``data.make_data`` (same arguments) for a ``config.data`` folder of shards.
 
     The stream is a ``ShardStream`` (seed ``config.seed``, blocks of
     ``config.shuffle_block_rows`` shuffled every epoch, or file order if it is 0). The
@@ -338,7 +338,7 @@ def make_data(config: Config, local_batch, position, *, process_index=0, num_pro
     ``config.holdout_every``-th row of the shards.
 
     Returns:
-      ``(stream, eval_set, description)`` as ``input_pipeline.make_data``.
+      ``(stream, eval_set, description)`` as ``data.make_data``.
 
     Raises:
       ValueError: the shards were hashed into other table rows than ``config.table_rows()``,

@@ -4,7 +4,7 @@ Layout after the Flax imagenet example: ``create_model`` / ``create_optimizer`` 
 ``evaluate`` / ``compute_metrics`` and ``train_and_evaluate(config, workdir)``, the one entry
 point (the command line, ``main.py``, only turns flags into the ``Config``). Elsewhere, one
 concern per module: the sharded train and eval steps in ``step.py``, the mesh and host/device
-arrays in ``mesh.py``, data selection in ``input_pipeline.make_data``, checkpoints in
+arrays in ``mesh.py``, data selection in ``data.make_data``, checkpoints in
 ``checkpoints.py``, the metrics.jsonl schema in ``metrics.py``, plots in ``plots.py`` and the
 host network counters in ``netdev.py``.
 
@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import _ffi as codec_ffi
-from models.dlrm import checkpoints, grad_allreduce, input_pipeline, models, plots, sharding
+from models.dlrm import checkpoints, data, grad_allreduce, models, plots, sharding
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
@@ -448,7 +448,7 @@ def train_and_evaluate(
     state, meta = restore_latest(config, mngr, init_state, shard)
     position = meta["data_position"] if meta else None
     # Data first: a bad file is reported before anything is compiled.
-    stream, eval_set, data_desc, eval_bad_lines = input_pipeline.make_data(
+    stream, eval_set, data_desc, eval_bad_lines = data.make_data(
         config,
         config.batch_size // nproc,
         position,
