@@ -522,6 +522,19 @@ def trainer_env() -> dict[str, str]:
     return env
 
 
+# ---- codec result rows (the codec benchmark's tables and the report's)
+def bound_label(row: dict[str, Any]) -> str:
+    """`ok` within eb_abs; `exceeds` over it (the codec makes no bound promise); `VIOLATED` an
+    error-bounded codec over its bound."""
+    return "ok" if row["bound_ok"] else ("VIOLATED" if row["error_bounded"] else "exceeds")
+
+
+def not_run(row: dict[str, Any], width: int | None = None) -> str:
+    """Why a row has no measurement: its status and the skip reason or the error (its first
+    `width` characters)."""
+    return f"{row['status']}: {(row.get('skip_reason') or row.get('error', ''))[:width]}"
+
+
 def _json_default(o: Any) -> Any:
     if isinstance(o, (np.floating, np.integer)):
         return o.item()

@@ -425,32 +425,20 @@ def run(
     return result
 
 
-def bound_label(row: dict[str, Any]) -> str:
-    """`ok` within eb_abs; `exceeds` over it (the codec makes no bound promise); `VIOLATED` an
-    error-bounded codec over its bound."""
-    return "ok" if row["bound_ok"] else ("VIOLATED" if row["error_bounded"] else "exceeds")
-
-
-def not_run(row: dict[str, Any], width: int | None = None) -> str:
-    """Why a row has no measurement: its status and the skip reason or the error (its first
-    `width` characters)."""
-    return f"{row['status']}: {(row.get('skip_reason') or row.get('error', ''))[:width]}"
-
-
 def format_table(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     """Plain-text table: codec, ratio, max_err/eb_abs, compress and decompress GB/s, bound.
 
-    bound: `bound_label`; skipped and failed codecs say so (`not_run`).
+    bound: `bench_util.bound_label`; skipped and failed codecs say so (`bench_util.not_run`).
     """
     head = f"{'codec':<22} {'ratio':>9} {'maxerr/eb':>10} {'comp GB/s':>10} {'dec GB/s':>9}  bound"
     lines = [title, head, "-" * len(head)] if title else [head, "-" * len(head)]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"{r['codec']:<22} {not_run(r)}")
+            lines.append(f"{r['codec']:<22} {bu.not_run(r)}")
             continue
         lines.append(
             f"{r['codec']:<22} {r['ratio']:>9.2f} {r['max_err_over_eb']:>10.4f} "
-            f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {bound_label(r)}"
+            f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {bu.bound_label(r)}"
         )
     return "\n".join(lines) + "\n"
 

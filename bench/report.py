@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_util as bu
-from bench import codec_bench, figures, netns_bench, pareto, train_compare
+from bench import figures, netns_bench, pareto, train_compare
 
 REPO = bu.REPO_ROOT
 RESULTS = bu.RESULTS_DIR
@@ -181,9 +181,9 @@ def codec_table(peers: dict[str, Any], dump: str, eb_rel: float) -> str:
     ]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"| {r['codec']} | {codec_bench.not_run(r, 80)} | | | | | |")
+            lines.append(f"| {r['codec']} | {bu.not_run(r, 80)} | | | | | |")
             continue
-        bound = codec_bench.bound_label(r)
+        bound = bu.bound_label(r)
         lines.append(
             f"| {'**' + r['codec'] + '**' if r['codec'] == 'jlc-auto' else r['codec']} "
             f"| {r['ratio']:.2f} | {r['max_err_over_eb']:.4f} | "
