@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -299,17 +298,13 @@ def test_a_csv_header_without_a_column_names_the_file(tmp_path):
 # ---- item 12: multi-host waits are named and time out; gloo stays quiet -------------------
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("pid", [0, 1])
 def test_a_peer_that_never_starts_is_named_and_times_out_in_one_line(tmp_path, pid):
     """Process ``pid`` of 2 starts alone (process 0 runs the coordinator, process 1 finds
     none): it says what it waits for, then gives up after --init-timeout with one line."""
-    addr = f"127.0.0.1:{_free_port()}"
+    from _multiprocess import free_port
+
+    addr = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     rc, text = _train(
         tmp_path / "o", "--devices", "2", "--coordinator", addr, "--num-processes", "2",
@@ -338,47 +333,53 @@ def test_timeout_flags_have_defaults_and_must_be_positive(capsys):
 
 
 def test_two_processes_print_no_gloo_banners(tmp_path):
-    addr = f"127.0.0.1:{_free_port()}"
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "models.dlrm.main",
-                "--preset",
-                "tiny",
-                "--no-progress",
-                "--out",
-                str(tmp_path / "o"),
-                *SMALL,
-                "--steps",
-                "1",
-                "--log-every",
-                "1",
-                "--checkpoint-every",
-                "0",
-                "--coordinator",
-                addr,
-                "--num-processes",
-                "2",
-                "--process-id",
-                str(i),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for i in range(2)
-    ]
+    from _multiprocess import start_trainers
+
+    args = ["--preset", "tiny", "--no-progress", "--out", str(tmp_path / "o"), *SMALL]
+    procs = start_trainers([*args, "--steps", "1", "--log-every", "1", "--checkpoint-every", "0"])
     outs = [p.communicate(timeout=TIMEOUT) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         assert "[Gloo]" not in out + err
     assert "step 1: loss" in outs[0][0] and "final: " in outs[0][0]  # the run's own lines stay
+
+
+def test_a_peer_killed_mid_run_stops_the_survivor_with_one_line(tmp_path):
+    # Before: a traceback of the gloo read error, then jax's shutdown barrier aborted the
+    # survivor with a fatal log and a native stack trace. Now: one line, exit 3, and the step
+    # a rerun resumes from.
+    from _multiprocess import start_trainers
+
+    out = tmp_path / "o"
+    args = ["--preset", "tiny", "--no-progress", "--out", str(out), *SMALL, "--steps", "100000"]
+    args += ["--log-every", "1", "--checkpoint-every", "3", "--heartbeat-timeout", "10"]
+    survivor, victim = start_trainers(args, stderr=subprocess.STDOUT)
+    try:
+        lines = []
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:  # until the survivor has passed a checkpoint
+            line = survivor.stdout.readline()
+            lines.append(line)
+            if line.startswith("step 5:") or not line:
+                break
+        assert any(x.startswith("step 5:") for x in lines), "".join(lines)[-3000:]
+        victim.send_signal(signal.SIGKILL)
+        rest, _ = survivor.communicate(timeout=120)
+    finally:
+        for p in (survivor, victim):
+            p.kill()
+            p.communicate()
+    assert survivor.returncode == 3, rest[-3000:]
+    assert "Traceback" not in rest and "Check failure" not in rest, rest[-3000:]
+    errors = [x for x in rest.splitlines() if x.startswith("error:")]
+    assert len(errors) == 1, rest[-3000:]
+    steps = checkpoints.complete_steps(str(out))
+    assert steps and steps[-1] >= 3, steps
+    assert errors[0].startswith("error: process 0: another process of the run stopped (")
+    assert errors[0].endswith(
+        f"restart every process with the same command: the run resumes from step {steps[-1]}, "
+        "its last checkpoint"
+    )
 
 
 # ---- item 14: what the run prints and plots -----------------------------------------------

@@ -35,6 +35,26 @@ class CheckpointError(ValueError):
 _REQUIRED = ("_CHECKPOINT_METADATA", "state/_METADATA", "state/manifest.ocdbt", "meta/metadata")
 
 
+def _step_folders(directory: str):
+    """``(step, folder, missing required files)`` of every step folder, ascending."""
+    if not os.path.isdir(directory):
+        return
+    for name in sorted((n for n in os.listdir(directory) if n.isdigit()), key=int):
+        step_dir = os.path.join(directory, name)
+        yield (
+            int(name),
+            step_dir,
+            [f for f in _REQUIRED if not os.path.exists(os.path.join(step_dir, f))],
+        )
+
+
+def complete_steps(workdir: str) -> list[int]:
+    """The complete checkpoint steps of a run's ``workdir`` (ascending), read from the file
+    system alone (no orbax manager, no collective: safe after a peer process died)."""
+    directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+    return [step for step, _, missing in _step_folders(directory) if not missing]
+
+
 def remove_incomplete(directory: str) -> list[int]:
     """Deletes the step folders of ``directory`` that lack a file every complete step has
     (``_REQUIRED``): what a kill during orbax's pruning leaves. Only process 0 deletes.
@@ -42,15 +62,11 @@ def remove_incomplete(directory: str) -> list[int]:
     Returns:
       The steps removed (ascending), each also logged as a warning.
     """
-    if not os.path.isdir(directory):
-        return []
     removed = []
-    for name in sorted((n for n in os.listdir(directory) if n.isdigit()), key=int):
-        step_dir = os.path.join(directory, name)
-        missing = [f for f in _REQUIRED if not os.path.exists(os.path.join(step_dir, f))]
+    for step, step_dir, missing in _step_folders(directory):
         if missing:
             _remove_step(step_dir, f"it lacks {missing}")
-            removed.append(int(name))
+            removed.append(step)
     return removed
 
 

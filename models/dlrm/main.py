@@ -162,13 +162,59 @@ def setup_jax(args: argparse.Namespace) -> None:
         raise ValueError(f"--devices {args.devices}: jax sees {have} local devices")
 
 
+#: What gloo, NCCL and jax's coordination service say when another process of the run is gone
+PEER_LOST = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Connection refused",
+    "Broken pipe",
+    "heartbeat",
+    "unhealthy",
+    "remote process exited",  # NCCL
+)
+
+
+def peer_lost_reason(e: BaseException) -> str | None:
+    """The line of a runtime error that says another process of the run died (gloo's read
+    error, a missed heartbeat), or None for other errors."""
+    for line in str(e).splitlines():
+        if any(p in line for p in PEER_LOST):
+            return line.split("] ", 1)[-1].strip()[:200]
+    return None
+
+
+def stop_after_peer_lost(reason: str, workdir: str) -> None:
+    """Prints one line and ends the process at once (exit 3): jax's exit handler would wait at
+    a shutdown barrier the dead peer never reaches, then abort with a fatal log and a native
+    stack trace."""
+    import jax
+
+    from models.dlrm.checkpoints import complete_steps
+
+    steps = complete_steps(workdir)
+    resume = (
+        f"resumes from step {steps[-1]}, its last checkpoint"
+        if steps
+        else "starts from step 0 (no checkpoint yet)"
+    )
+    print(
+        f"error: process {jax.process_index()}: another process of the run stopped ({reason}); "
+        f"restart every process with the same command: the run {resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(3)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parses ``argv``, trains (twice with ``--compare``) and writes ``--out/final.json``.
 
     Returns:
       The exit status: 0; 2 for bad data or a checkpoint that cannot be restored, 1 for a
       diverged (non-finite) training loss, each printed as one line. Bad flags exit 2
-      through argparse.
+      through argparse. A multi-process run whose peer process dies ends this process with
+      exit status 3 and one line naming the checkpoint step a rerun resumes from.
     """
     parser = flags.build_parser()
     args = parser.parse_args(argv)
@@ -196,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     except train.TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except jax.errors.JaxRuntimeError as e:
+        reason = peer_lost_reason(e) if jax.process_count() > 1 else None
+        if reason is None:
+            raise
+        stop_after_peer_lost(reason, args.out)
     if jax.process_index() == 0:
         with open(os.path.join(args.out, "final.json"), "w") as f:
             json.dump(results, f, indent=1)
