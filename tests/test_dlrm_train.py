@@ -148,7 +148,9 @@ def _timing_free(records):
 
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     """A real kill: SIGKILL the trainer once its step-10 checkpoint exists (mid-run), resume
-    it, and compare with an uninterrupted run of the same command."""
+    it, and compare with an uninterrupted run of the same command. The compressed exchange
+    and the compressed gradient all-reduce with error feedback are on, so the error-bound
+    state and the error-feedback residuals must survive the kill bit for bit (issue 15)."""
     full, killed = tmp_path / "full", tmp_path / "killed"
     steps = 60
     common = (
@@ -164,6 +166,8 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
         "5",
         "--compression",
         "on",
+        "--grad-allreduce",
+        "compressed",
         "--seed",
         "7",
     )
@@ -186,6 +190,9 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     a = json.load(open(full / "final.json"))["on"]
     b = json.load(open(killed / "final.json"))["on"]
     assert a == b  # parameters checksum, AUC, log loss, accuracy: bit-identical
+    assert "error feedback on" in out
+    assert all(0 < r["allreduce_moved_bytes"] < r["allreduce_raw_bytes"] / 4
+               for r in _records(killed, "train"))  # fmt: skip
     # The metrics log of the resumed run matches too: records after the checkpoint were
     # dropped and rewritten (log intervals align with the checkpoints here).
     assert _timing_free(_records(full, "train")) == _timing_free(_records(killed, "train"))
