@@ -49,18 +49,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_trainers(args: list[str], nproc: int = 2, port: int | None = None, **popen):
+def start_trainers(args, nproc: int = 2, port: int | None = None, **popen):
     """Starts ``nproc`` trainer processes ``python -m models.dlrm.main ARGS --coordinator
     127.0.0.1:PORT --num-processes N --process-id I`` from the repository root, without the
-    parent's XLA_FLAGS, stdout and stderr piped as text (``popen`` overrides); returns them."""
+    parent's XLA_FLAGS, stdout and stderr piped as text (``popen`` overrides); returns them.
+    ``args``: the flags, or a function of the process id giving them."""
     addr = f"127.0.0.1:{port or free_port()}"
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     kw = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     kw.update(popen)
-    cmd = [sys.executable, "-m", "models.dlrm.main", *args, "--coordinator", addr]
+    flags_of = args if callable(args) else lambda i: args
     return [
         subprocess.Popen(
-            [*cmd, "--num-processes", str(nproc), "--process-id", str(i)],
+            [sys.executable, "-m", "models.dlrm.main", *flags_of(i), "--coordinator", addr]
+            + ["--num-processes", str(nproc), "--process-id", str(i)],
             cwd=Path(__file__).resolve().parent.parent,
             **kw,
         )

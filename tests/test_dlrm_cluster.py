@@ -288,49 +288,14 @@ def test_a_workdir_not_shared_between_processes_is_a_clear_error(tmp_path):
     # Each process its own --out (hosts without a shared file system): before, one process
     # could restore a checkpoint while the other started fresh, and the job hung.
     import subprocess
-    import sys
 
-    from _multiprocess import free_port
+    from _multiprocess import start_trainers
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    port = free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "models.dlrm.main",
-                "--preset",
-                "tiny",
-                "--devices",
-                "2",
-                "--steps",
-                "2",
-                "--eval-every",
-                "0",
-                "--checkpoint-every",
-                "0",
-                "--eval-rows",
-                "64",
-                "--no-progress",
-                "--out",
-                str(tmp_path / f"host{i}"),
-                "--coordinator",
-                f"127.0.0.1:{port}",
-                "--num-processes",
-                "2",
-                "--process-id",
-                str(i),
-            ],
-            cwd=root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
-        for i in range(2)
-    ]
+    args = ["--preset", "tiny", "--devices", "2", "--steps", "2", "--eval-every", "0"]
+    args += ["--checkpoint-every", "0", "--eval-rows", "64", "--no-progress"]
+    procs = start_trainers(
+        lambda i: [*args, "--out", str(tmp_path / f"host{i}")], stderr=subprocess.STDOUT
+    )
     outs = []
     try:
         outs = [p.communicate(timeout=240)[0] for p in procs]
