@@ -150,6 +150,23 @@ def test_non_finite_and_fractional_dense_values_follow_the_text_reader(tmp_path)
     assert_same_rows(tmp_path / "o", [str(src)], "kaggle", skip_bad_lines=True)
 
 
+def test_minus_zero_and_hex_counts_follow_the_text_reader(tmp_path):
+    """Values an int64 parse reads otherwise than float(): "-0" is -0.0 (its transform too)
+    and "0x1f" is not a number; alone in their chunks, with nothing else odd nearby."""
+    lines = criteo_text(30, seed=2).decode().splitlines(keepends=True)
+    for k, j, value in ((4, 3, "-0"), (11, 6, "-00"), (19, 2, "0x1f"), (25, 9, "0X10")):
+        fields = lines[k].split("\t")
+        fields[j] = value
+        lines[k] = "\t".join(fields)
+    src = tmp_path / "x.txt"
+    src.write_text("".join(lines))
+    r = convert([str(src)], tmp_path / "o", skip_bad_lines=True)
+    assert (r.rows, r.bad_lines) == (28, 2)
+    label, dense, _ = shard_rows(tmp_path / "o")
+    assert np.signbit(dense[4, 2]) and np.signbit(dense[11, 5])
+    assert_same_rows(tmp_path / "o", [str(src)], "kaggle", skip_bad_lines=True)
+
+
 def test_bad_line_error_names_file_and_line(tmp_path):
     src = tmp_path / "day_3"
     good = criteo_text(50, seed=3).decode().splitlines(keepends=True)
@@ -200,8 +217,8 @@ def test_file_changing_while_read_is_an_error(tmp_path, monkeypatch):
     src.write_bytes(criteo_text(2000, seed=1))
     chunks = pp._chunks
 
-    def growing(path, chunk_bytes, skip_header):
-        for k, item in enumerate(chunks(path, chunk_bytes, skip_header)):
+    def growing(path, *args):
+        for k, item in enumerate(chunks(path, *args)):
             if k == 1:
                 with open(path, "ab") as f:
                     f.write(criteo_text(10, seed=2))

@@ -12,17 +12,21 @@ little-endian column files plus one ``manifest.json`` for the folder:
 Row ``i`` of a shard is the ``i``-th usable line of its source, so a shard reader sees exactly
 the rows the text reader yields, in the same order, with bit-identical values.
 
-Parsing: pyarrow's CSV reader (Apache Arrow, C++; multi-threaded, streaming, a per-row callback
-for rows with the wrong field count, binary columns that skip UTF-8 validation, C++ gzip
-streams) tokenizes chunks of about ``chunk_bytes`` cut at line ends; the chunks are converted
-on a thread pool (pyarrow and numpy release the GIL) and written in order. Hex ids are decoded
-vectorized: every 8-character value is one unaligned 64-bit word, split into four 16-bit
-character pairs looked up in a 65536-entry table (value, or "not hex"). A chunk whose rows are
-not all plain (a row with the wrong field count, a whitespace-only line, a label other than 0
-or 1, a dense value pyarrow does not parse or that is not finite, an id that is not empty
-or 8 hex digits) is converted instead line by line by ``input_pipeline.LineParser`` itself, so bad lines get the
-text reader's treatment exactly: ``MalformedLineError`` naming ``file:line``, or, with
-``skip_bad_lines``, skipped and counted.
+Parsing: pyarrow's CSV reader (Apache Arrow, C++; streaming, a per-row callback for rows
+with the wrong field count, binary columns that skip UTF-8 validation) tokenizes chunks of
+about ``chunk_bytes`` cut at line ends; the chunks are converted on a thread pool (pyarrow and
+numpy release the GIL) and written in order. Text buffers and output columns are reused chunk
+after chunk (fresh ones cost page faults). Gzip sources are decompressed by igzip (ISA-L, the
+``isal`` package, 2-4x zlib's speed) in a thread of its own, overlapping the parsing. Counts
+are parsed as int64 and transformed by a table lookup; hex ids are decoded vectorized: every
+8-character value is one 64-bit word whose bytes become digits and merge into a uint32
+(characters checked by ``bytes.translate``). A chunk whose rows are not all plain (a row with
+the wrong field count, a whitespace-only line, a label other than 0 or 1, a count that is not
+an integer (parsed as float64 then), a value int64 and ``float()`` read differently ("-0",
+"0x1f"), a non-finite value, an id that is not empty or 8 hex digits) is converted instead line
+by line by ``input_pipeline.LineParser`` itself, so bad lines get the text reader's treatment
+exactly: ``MalformedLineError`` naming ``file:line``, or, with ``skip_bad_lines``, skipped and
+counted.
 
 Resume: the manifest is rewritten (atomically) after every finished source file; running the
 same command again skips finished files whose source and outputs still match and redoes the
@@ -50,12 +54,15 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from collections import deque
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+from isal import igzip_threaded
+from isal.isal_zlib import error as IsalError
 
 from models.dlrm import input_pipeline as ip
 
@@ -74,7 +81,8 @@ TRANSFORM = {
     "rows": "usable lines in source order; whitespace-only lines skipped",
 }
 _HASH_PIECE = 16 << 20
-_BLOCK_BYTES = 4 << 20  # pyarrow parse block: large blocks parse slower (cache)
+_BLOCK_BYTES = 2 << 20  # pyarrow parse block: large blocks parse slower (cache)
+_GZIP_BLOCK_BYTES = 4 << 20  # decompressed bytes the gzip thread hands over at a time
 
 
 class ShardFormatError(ValueError):
@@ -102,26 +110,61 @@ def _hex_pair_table() -> np.ndarray:
 _HEX_PAIRS = _hex_pair_table()
 
 
-def _decode_hex8(arr: pa.Array, rows: int) -> np.ndarray | None:
-    """uint32[n] ``int(v, 16) % rows`` of a binary column (empty = 0), None if not all plain."""
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+_LANES = {b: np.uint64(int.from_bytes(bytes([b]) * 8, "little")) for b in (0x01, 0x0F)}
+_PAIRS = np.uint64(0x000F000F000F000F)
+
+
+def _hex8_values(data: bytes) -> np.ndarray:
+    """uint32 values of ``data``, a run of 8-character hex numbers (digits checked already).
+
+    Eight characters are one little-endian 64-bit word; each byte becomes its digit value
+    (``c & 15``, plus 9 for a letter: ``c >> 6``), neighbouring digits merge into bytes, and
+    the four bytes, first character first, are a big-endian uint32.
+    """
+    x = np.frombuffer(data, "<u8")
+    digits = x >> np.uint64(6)
+    digits &= _LANES[0x01]
+    digits *= np.uint64(9)
+    digits += x & _LANES[0x0F]
+    pairs = digits & _PAIRS
+    pairs <<= np.uint64(4)
+    digits >>= np.uint64(8)
+    digits &= _PAIRS
+    pairs |= digits  # 16-bit lanes: a byte of the value, most significant first
+    return pairs.view(np.uint16).astype(np.uint8).view(">u4").astype(np.uint32)
+
+
+def _decode_hex8(arr: pa.Array, rows: int, out: np.ndarray) -> bool:
+    """``out[i] = int(v, 16) % rows`` for the values of a binary column (empty = 0).
+
+    Returns False (``out`` partly written) unless every value is empty or 8 hex digits.
+    """
     _, offsets_buf, data_buf = arr.buffers()
     n = len(arr)
     offsets = np.frombuffer(offsets_buf, np.int32, n + 1, arr.offset * 4)
-    lengths = np.diff(offsets)
-    if np.bitwise_and(lengths, ~8).any():  # a length other than 0 or 8
-        return None
-    first, count = int(offsets[0]), int(offsets[-1] - offsets[0]) // 8
-    words = np.frombuffer(data_buf, "<u8", count, first) if count else np.empty(0, "<u8")
-    pairs = _HEX_PAIRS[words.view(np.uint16)]
-    if count and pairs.max() > 0xFF:
-        return None
-    values = pairs.astype(np.uint8).view(">u4").astype(np.uint32)  # first character first
-    values %= np.uint32(rows)
-    if count == n:
-        return values
-    out = np.zeros(n, np.uint32)
-    out[lengths == 8] = values
-    return out
+    first, last = int(offsets[0]), int(offsets[-1])
+    present = None
+    if last - first != 8 * n:  # some values are empty (or of another length)
+        lengths = np.diff(offsets)
+        # Lengths of at most 8 that sum to 8 per non-empty value: all 0 or 8.
+        if lengths.max() > 8 or 8 * np.count_nonzero(lengths) != last - first:
+            return False
+        present = lengths.astype(bool)
+    if last == first:
+        out[:] = 0
+        return True
+    data = memoryview(data_buf)[first:last].tobytes()
+    if data.translate(None, _HEX_DIGITS):  # a character that is not a hex digit
+        return False
+    values = _hex8_values(data)
+    if present is None:
+        np.remainder(values, np.uint32(rows), out=out)
+    else:
+        values %= np.uint32(rows)
+        out[:] = 0
+        out[present] = values
+    return True
 
 
 _DENSE_TABLE_SIZE = 1 << 16
@@ -144,6 +187,68 @@ def _transform_dense(raw: np.ndarray) -> np.ndarray:
     if rest.any():
         out[rest] = ip.transform_dense(raw[rest])
     return out
+
+
+def _transform_dense_int(part: pa.Array, out: np.ndarray) -> None:
+    """``out[:] = input_pipeline.transform_dense(x)`` of an int64 column, bit for bit
+    (null = missing = 0).
+
+    A table lookup, the index clipped to ``[0, 65535]`` (a negative count is 0.0, as the
+    transform's ``max(x, 0)``); values past the table go through ``transform_dense``.
+    """
+    n = len(part)
+    validity, data = part.buffers()
+    raw = np.frombuffer(data, np.int64, n, part.offset * 8)
+    np.take(_DENSE_TABLE, raw, mode="clip", out=out)
+    if n and raw.max() >= _DENSE_TABLE_SIZE:
+        big = raw >= _DENSE_TABLE_SIZE
+        out[big] = ip.transform_dense(raw[big].astype(np.float64))
+    if part.null_count:  # whatever the values under nulls, missing is 0.0
+        bits = np.frombuffer(validity, np.uint8)
+        valid = np.unpackbits(bits, count=part.offset + n, bitorder="little")[part.offset :]
+        np.multiply(out, valid, out=out)
+
+
+def _has_minus_zero(buf: bytearray, start: int, stop: int) -> bool:
+    """Whether ``buf[start:stop]`` holds ``b"-0"`` (as 16-bit words at both alignments:
+    faster than ``bytearray.find``, which is slow for this needle)."""
+    minus_zero = np.uint16(0x302D)  # b"-0" little-endian
+    return any(
+        (np.frombuffer(buf, "<u2", (stop - at) // 2, at) == minus_zero).any()
+        for at in (start, start + 1)
+    )
+
+
+class _Slot:
+    """A chunk's text buffer and its output columns, reused chunk after chunk: fresh
+    buffers for every chunk cost page faults (a third of the time)."""
+
+    def __init__(self, text_bytes: int):
+        self.buf = bytearray(text_bytes)
+        self.out = {}
+
+    def columns(self, rows: int) -> dict[str, np.ndarray]:
+        """Output arrays of ``rows`` rows (label [rows], dense [rows, 13], ids [rows, 26])."""
+        for name, (dtype, width) in COLUMNS.items():
+            if name not in self.out or len(self.out[name]) < rows:
+                self.out[name] = np.empty((rows, width), dtype)
+        return {
+            "label": self.out["label"][:rows, 0],
+            "dense": self.out["dense"][:rows],
+            "ids": self.out["ids"][:rows],
+        }
+
+
+_scratch = threading.local()
+
+
+def _scratch_columns(rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's column-major scratch: dense float32[13, rows], ids uint32[26, rows]."""
+    if getattr(_scratch, "rows", -1) < rows:
+        _scratch.rows = rows
+        _scratch.dense = np.empty((ip.NUM_DENSE, rows), np.float32)
+        _scratch.ids = np.empty((ip.NUM_SPARSE, rows), np.uint32)
+    return _scratch.dense[:, :rows], _scratch.ids[:, :rows]
 
 
 @dataclasses.dataclass
@@ -187,18 +292,19 @@ class _ChunkConverter:
             quoted_strings_can_be_null=False,
         )
 
-    def __call__(self, chunk: memoryview) -> _Chunk:
-        """Columns of a chunk of whole lines (the last may lack its newline).
+    def __call__(self, slot: _Slot, start: int, stop: int) -> _Chunk:
+        """Columns of the whole lines ``slot.buf[start:stop]`` (the last may lack its
+        newline), in ``slot``'s arrays when every line is plain.
 
         Raises:
           _BadLine: a malformed line and not ``skip_bad_lines`` (its index in the chunk).
         """
-        fast = self._fast(chunk)
+        fast = self._fast(slot, start, stop)
         if fast is not None:  # every line, empty ones included, is a row
-            return _Chunk(*fast, lines=len(fast[0]), bad_lines=0)
-        return self._line_by_line(chunk)
+            return _Chunk(**fast, lines=len(fast["label"]), bad_lines=0)
+        return self._line_by_line(bytes(slot.buf[start:stop]))
 
-    def _fast(self, chunk):
+    def _read(self, text, convert):
         odd = []
 
         def on_invalid_row(row):
@@ -213,55 +319,69 @@ class _ChunkConverter:
             ignore_empty_lines=False,  # an empty line is an invalid row: line by line
             invalid_row_handler=on_invalid_row,
         )
-        for convert in self.converts:
-            try:
-                table = pacsv.read_csv(
-                    pa.py_buffer(chunk),
-                    read_options=pacsv.ReadOptions(
-                        column_names=self.names, block_size=_BLOCK_BYTES, use_threads=False
-                    ),
-                    parse_options=options,
-                    convert_options=convert,
-                )
+        try:
+            table = pacsv.read_csv(
+                pa.py_buffer(text),
+                read_options=pacsv.ReadOptions(
+                    column_names=self.names, block_size=_BLOCK_BYTES, use_threads=False
+                ),
+                parse_options=options,
+                convert_options=convert,
+            )
+        except pa.ArrowInvalid:  # a value not of this type
+            return None
+        return None if odd else table
+
+    def _fast(self, slot, start, stop):
+        buf = slot.buf
+        if buf.find(b"x", start, stop) >= 0 or buf.find(b"X", start, stop) >= 0:
+            return None  # Arrow reads "0x1f" as a number, Python's float does not
+        converts = self.converts
+        if self.data_format != "csv" and _has_minus_zero(buf, start, stop):
+            converts = converts[1:]  # "-0" is -0.0 for float(), 0 as an int64
+        for convert in converts:
+            table = self._read(memoryview(buf)[start:stop], convert)
+            if table is not None:
                 break
-            except pa.ArrowInvalid:  # a value not of this type: try the next
-                continue
         else:  # no type fits some value: the line-by-line rules decide
             return None
-        if odd:
-            return None
         n = table.num_rows
+        out = slot.columns(n)
         if n == 0:
-            return _empty_columns()
+            return out
         columns = [table.column(name) for name in self.picks]
         if columns[0].null_count:
             return None
         label = columns[0].to_numpy()
         if not ((label == 0.0) | (label == 1.0)).all():
             return None
-        dense = np.empty((ip.NUM_DENSE, n), np.float64)
+        out["label"][:] = label
+        dense, ids = _scratch_columns(n)
+        integers = pa.types.is_integer(columns[1].type)
         for j, col in enumerate(columns[1 : 1 + ip.NUM_DENSE]):
-            dense[j] = col.fill_null(0.0).to_numpy()
-        if not np.isfinite(dense).all():  # nan, inf, 1e400: the line-by-line rules decide
-            return None
-        ids = np.empty((ip.NUM_SPARSE, n), np.uint32)
+            lo = 0
+            for part in col.chunks:  # one per parsed block: no concatenation
+                if integers:
+                    _transform_dense_int(part, dense[j, lo : lo + len(part)])
+                    lo += len(part)
+                    continue
+                raw = (part.fill_null(0.0) if part.null_count else part).to_numpy()
+                if not np.isfinite(raw).all():  # nan, inf, 1e400: the line-by-line rules
+                    return None
+                dense[j, lo : lo + len(raw)] = _transform_dense(raw)
+                lo += len(raw)
         for j, col in enumerate(columns[1 + ip.NUM_DENSE :]):
             lo = 0
-            for part in col.chunks:  # one per parsed block: no concatenation of strings
-                decoded = _decode_hex8(part, self.table_rows[j])
-                if decoded is None:
+            for part in col.chunks:
+                if not _decode_hex8(part, self.table_rows[j], ids[j, lo : lo + len(part)]):
                     return None
-                ids[j, lo : lo + len(part)] = decoded
                 lo += len(part)
-        return (
-            label.astype(np.float32),
-            np.ascontiguousarray(_transform_dense(dense).T),
-            np.ascontiguousarray(ids.T).view(np.int32),
-        )
+        out["dense"][:] = dense.T
+        out["ids"][:] = ids.T.view(np.int32)
+        return out
 
-    def _line_by_line(self, chunk) -> _Chunk:
+    def _line_by_line(self, text: bytes) -> _Chunk:
         labels, dense, ids, bad = [], [], [], 0
-        text = bytes(chunk)
         lines = text.count(b"\n") + (not text.endswith(b"\n"))
         for k, raw in enumerate(text.split(b"\n")):
             if not raw.strip():
@@ -312,39 +432,59 @@ def _source_stat(path: str) -> dict:
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _chunks(path: str, chunk_bytes: int, skip_header: bool):
-    """Yields ``(memoryview of whole lines, bytes before it)`` of a plain or gzip file.
+def _open_text(path: str):
+    """A binary stream of a plain or gzip file (gzip: igzip, decompressing in a thread)."""
+    if _is_gzip(path):
+        return igzip_threaded.open(path, "rb", threads=1, block_size=_GZIP_BLOCK_BYTES)
+    return open(path, "rb", buffering=0)
 
-    Each chunk is a fresh buffer of about ``chunk_bytes`` (the text after its last newline
-    starts the next one). With ``skip_header`` the first line (a CSV header) is left out.
+
+def _chunks(path: str, chunk_bytes: int, skip_header: bool, pool: list | None = None):
+    """Yields ``(slot, start, stop)``: ``slot.buf[start:stop]`` are whole lines of a plain or
+    gzip file, about ``chunk_bytes`` of them (the text after the last newline starts the next
+    chunk). With ``skip_header`` the first line (a CSV header) is left out.
+
+    ``pool``: ``_Slot``s free for reuse (the caller puts a slot back once it is done with
+    its chunk); a new slot is made when it is empty.
 
     Raises:
       ShardFormatError: a truncated or corrupt gzip stream (naming the file).
     """
-    stream = pa.input_stream(path, compression="gzip" if _is_gzip(path) else None)
-    carry, offset = b"", 0
+    pool = [] if pool is None else pool
+    carry = b""
+    try:
+        stream = _open_text(path)
+    except (OSError, EOFError, IsalError) as e:
+        raise ShardFormatError(f"{path}: cannot read it ({e})") from None
     try:
         while True:
-            buf = bytearray(len(carry) + chunk_bytes)
+            slot = pool.pop() if pool else _Slot(0)
+            if len(slot.buf) < len(carry) + chunk_bytes:  # room for a long carried line too
+                slot.buf = bytearray(len(carry) + chunk_bytes + min(chunk_bytes, 1 << 20))
+            buf = slot.buf
             buf[: len(carry)] = carry
-            end = len(carry) + stream.readinto(memoryview(buf)[len(carry) :])
+            view = memoryview(buf)
+            end = len(carry) + stream.readinto(view[len(carry) : len(carry) + chunk_bytes])
+            view.release()
             start = 0
             if skip_header:
                 start = buf.find(b"\n", 0, end) + 1
                 if start == 0 and end > len(carry):  # header longer than a chunk
                     carry = bytes(buf[:end])
+                    pool.append(slot)
                     continue
                 skip_header = False
             if end == len(carry):  # end of file: the rest, without a final newline
                 if end > start:
-                    yield memoryview(buf)[start:end], offset + start
+                    yield slot, start, end
                 return
             cut = buf.rfind(b"\n", start, end) + 1
             carry = bytes(buf[max(cut, start) : end])
             if cut > start:
-                yield memoryview(buf)[start:cut], offset + start
-            offset += max(cut, start)
-    except OSError as e:
+                yield slot, start, cut
+            else:
+                pool.append(slot)
+    except (OSError, EOFError, IsalError) as e:
         raise ShardFormatError(
             f"{path}: cannot read to the end ({e}); the file is cut short "
             "or corrupt, so no shard is written for it"
@@ -475,14 +615,15 @@ def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progres
     rows = lines = bad = 0
     first_line = 2 if csv_header else 1
     try:
-        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-            pending = deque()
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool_ex:
+            pending, pool = deque(), []  # chunks being converted; free slots
 
             def drain(limit):
                 nonlocal rows, lines, bad
                 while len(pending) > limit:
+                    future, slot = pending.popleft()
                     try:
-                        part = pending.popleft().result()
+                        part = future.result()
                     except _BadLine as e:
                         raise ip.MalformedLineError(
                             f"{path}:{first_line + lines + e.k}: {e}"
@@ -490,6 +631,7 @@ def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progres
                         ) from None
                     for name in COLUMNS:
                         writers[name].write(getattr(part, name))
+                    pool.append(slot)
                     rows, lines, bad = (
                         rows + len(part.label),
                         lines + part.lines,
@@ -498,8 +640,8 @@ def _convert_file(path, shard, out_dir, converter, chunk_bytes, threads, progres
                     if progress is not None:
                         progress.update(part.lines)
 
-            for chunk, _ in _chunks(path, chunk_bytes, csv_header):
-                pending.append(pool.submit(converter, chunk))
+            for slot, lo, hi in _chunks(path, chunk_bytes, csv_header, pool):
+                pending.append((pool_ex.submit(converter, slot, lo, hi), slot))
                 drain(threads)
             drain(0)
         if _source_stat(path) != before:
