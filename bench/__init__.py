@@ -9,7 +9,9 @@ Entry points (each ``--help`` lists its options):
   device copy.
 * ``exchange_bench``: raw vs compressed all-to-all on DLRM-shaped data (8 virtual devices).
 * ``train_compare``: DLRM training with the exact, compressed and quantized-comm exchanges.
-* ``netns_bench``: DLRM step time over a rate-limited link in a network namespace (root).
+* ``netns_bench``: DLRM step time over a rate-limited link in network namespaces (root):
+  one limited loopback, or two namespaces ("nodes") joined by a limited veth pair, with
+  TorchRec beside the library (``torchrec_peer``, run in its own venv).
 * ``report``: runs the above and renders every table and figure from the JSON results
   (``--report-only`` re-renders without running anything).
 * ``plot_schedules``: the error-bound schedules figure of docs/error_bound.md.

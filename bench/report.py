@@ -9,10 +9,14 @@ Runs, each in its own subprocess (so each gets its own JAX/XLA settings):
    targets, side by side).
 3. ``python -m bench.train_compare`` -> bench/results/train_compare.json.
 4. ``python -m bench.netns_bench`` -> bench/results/netns.json (root only; skipped otherwise).
+5. ``python -m bench.netns_bench --testbed two-node ...`` -> bench/results/netns_two_node.json
+   (issue 16: the library's exact, flat and hierarchical compressed exchanges and TorchRec
+   with ``--torchrec-python``; root only).
 
 then renders from the JSON results (`render`): the figures (`bench.figures`),
 bench/results/RESULTS.md, bench/results/codec.md, and the README's two result sections
-(between ``<!-- codec-results:begin/end -->`` and ``<!-- bench-results:begin/end -->``), and
+(between ``<!-- codec-results:begin/end -->`` and ``<!-- bench-results:begin/end -->``),
+bench/results/two_node.md and the README's ``<!-- two-node-results:begin/end -->``, and
 prints the summary: the Pareto verdict per real dump at REL 0.01, bound violations, the
 training table and the netns speedups. A part that is skipped keeps its previous JSON (if
 any) in the report.
@@ -50,6 +54,8 @@ BEGIN = "<!-- bench-results:begin -->"
 END = "<!-- bench-results:end -->"
 CODEC_BEGIN = "<!-- codec-results:begin -->"
 CODEC_END = "<!-- codec-results:end -->"
+TWO_NODE_BEGIN = "<!-- two-node-results:begin -->"
+TWO_NODE_END = "<!-- two-node-results:end -->"
 
 
 # ------------------------------------------------------------------------------------ render
@@ -217,27 +223,39 @@ def ratio_matrix(peers: dict[str, Any], tiled: bool) -> str:
     return "\n".join(lines)
 
 
+def _mib(x: float | None) -> str:
+    return "-" if x is None else f"{x / 2**20:.2f} MiB"
+
+
 def netns_table(netns: dict[str, Any]) -> str:
+    """The netns benchmark's table: one row per (rate, mode), medians over rounds; the
+    speedup against each mode's baseline (``netns_bench.baseline``); an in-process bytes
+    column where the runs measured it (two-node testbed)."""
     if netns.get("status") == "skipped":
         return f"Skipped: {netns.get('skip_reason')}"
     runs = netns_bench.median_runs(netns.get("runs", []))
     sp = netns_bench.paired_speedups(netns.get("runs", []))
     per_round = netns_bench.speedups_per_round(netns.get("runs", []))
+    inproc = any(r.get("inprocess_bytes_per_step") is not None for r in runs)
     lines = [
         "| link | exchange | step time | samples/s | forward bytes moved / step | "
-        "link bytes / step | speedup | AUC | log loss |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "link bytes / step | "
+        + ("in-process bytes / step | " if inproc else "")
+        + "speedup | AUC | log loss |",
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if inproc else ""),
     ]
     for r in runs:
-        s = 1.0 if r["mode"] == "exact" else sp.get(r["rate"], {}).get(r["mode"])
+        base = netns_bench.baseline(r["mode"])
+        s = 1.0 if r["mode"] == base else sp.get(r["rate"], {}).get(r["mode"])
         probe = f" (measured {r['probe_gbits']:.2f} Gbit/s)" if r.get("probe_gbits") else ""
-        link = r.get("link_bytes_per_step")
         lines.append(
             f"| {r['rate']}{probe} | {r['mode']} | {r['step_time_s'] * 1e3:.0f} ms | "
-            f"{r['samples_per_s']:.0f} | {r['moved_bytes_per_step'] / 2**20:.2f} MiB | "
-            + (f"{link / 2**20:.2f} MiB" if link else "-")
-            + " | "
-            f"{bu.fmt(s, '.3f')}x | {bu.fmt(r['auc'], '.5f')} | {bu.fmt(r['logloss'], '.5f')} |"
+            f"{r['samples_per_s']:.0f} | {_mib(r.get('moved_bytes_per_step'))} | "
+            f"{_mib(r.get('link_bytes_per_step'))} | "
+            + (f"{_mib(r.get('inprocess_bytes_per_step'))} | " if inproc else "")
+            + f"{bu.fmt(s, '.3f')}x"
+            + ("" if base == "exact" else f" (vs {base})")
+            + f" | {bu.fmt(r['auc'], '.5f')} | {bu.fmt(r['logloss'], '.5f')} |"
         )
     lt = netns_bench.link_times(runs)
     if lt:
@@ -264,6 +282,97 @@ def netns_table(netns: dict[str, Any]) -> str:
     for r in bad:
         lines.append(f"| {r['rate']} | {r['mode']} | {r.get('status')} | | | | | |")
     return "\n".join(lines)
+
+
+def _two_node_targets(res: dict[str, Any], rate: str = "1gbit", target: float = 1.5) -> str:
+    """Issue 16's targets on the two-node testbed: hierarchical compressed >= ``target`` x
+    the library's exact exchange at ``rate``, and its speedup >= the best TorchRec quantized
+    comm's speedup over TorchRec fp32, at equal or better AUC."""
+    runs = res.get("runs", [])
+    sp = netns_bench.paired_speedups(runs).get(rate, {})
+    med = {(r["rate"], r["mode"]): r for r in netns_bench.median_runs(runs)}
+    hier = sp.get("compressed-hierarchical")
+    tr = {m: v for m, v in sp.items() if m.startswith("torchrec-") and "-dcn-" not in m}
+    parts = []
+    if hier is None:
+        parts.append(f"hierarchical compressed at {rate}: no measurement")
+    else:
+        parts.append(
+            f"hierarchical compressed {hier:.2f}x our exact at {rate} (target >= {target}x: "
+            + ("met" if hier >= target else "MISSED")
+            + ")"
+        )
+    flat = sp.get("compressed-flat")
+    if flat is not None:
+        parts.append(f"flat compressed {flat:.2f}x")
+    if tr:
+        best = max(tr, key=tr.get)
+        auc = {m: med.get((rate, m), {}).get("auc") for m in ("compressed-hierarchical", best)}
+        base_auc = {
+            m: med.get((rate, b), {}).get("auc")
+            for m, b in (("compressed-hierarchical", "exact"), (best, "torchrec-fp32"))
+        }
+        parts.append(
+            f"best TorchRec quantized comm {best} {tr[best]:.2f}x TorchRec fp32"
+            + "".join(f"; {m} {v:.2f}x" for m, v in tr.items() if m != best)
+        )
+        if hier is not None:
+            d_ours = (auc["compressed-hierarchical"] or 0) - (
+                base_auc["compressed-hierarchical"] or 0
+            )
+            d_tr = (auc[best] or 0) - (base_auc[best] or 0)
+            parts.append(
+                "speedup target (hierarchical >= best TorchRec quantized): "
+                + ("met" if hier >= tr[best] else "MISSED")
+                + f"; AUC change vs own baseline: hierarchical {d_ours:+.5f}, {best} {d_tr:+.5f}"
+            )
+    eff = {
+        r["mode"]: r.get("qcomm_effective")
+        for r in runs
+        if r.get("qcomm_effective") and r["mode"].startswith("torchrec-")
+    }
+    if eff:
+        parts.append(
+            "TorchRec precisions as run (forward/backward): "
+            + ", ".join(f"{m} {'/'.join(v)}" for m, v in eff.items())
+        )
+    return "Targets (issue 16): " + "; ".join(parts) + "."
+
+
+def two_node_markdown(res: dict[str, Any]) -> str:
+    """The two-node section (bench/results/two_node.md and the README's
+    ``<!-- two-node-results:begin/end -->``) from a ``--testbed two-node`` netns result."""
+    if res.get("status") == "skipped":
+        return f"Skipped: {res.get('skip_reason')}\n"
+    p = res.get("params", {})
+    info = res.get("testbed_info", {})
+    qdisc = next(
+        (r["qdisc"] for r in res.get("runs", []) if r.get("qdisc") not in (None, "none")), "-"
+    )
+    out = [
+        f"Run: {_env_line(res)}; preset {p.get('preset')}, 2 processes x "
+        f"{p.get('devices_per_process')} CPU devices, {p.get('steps')} steps (first "
+        f"{p.get('log_every')} = compile / warm-up, dropped), {p.get('rounds')} interleaved "
+        f"rounds; one network namespace per process joined by a veth pair "
+        f"({', '.join(info.get('addresses', []))}) limited with tc on both ends ("
+        + qdisc.split(" |")[0].split("\n")[0][:90]
+        + "); in-process traffic on each namespace's own loopback. Gloo pinned to the veth: "
+        + str(info.get("gloo_address", "-"))
+        + ". Same synthetic data (shards written once), table sizes, dims, MLPs, batch and "
+        "SGD for the library's trainer and TorchRec (DistributedModelParallel, table-wise, "
+        "gloo). Link bytes: what crossed the veth per step (both directions); in-process: "
+        "what the two loopbacks carried. Speedup: median over rounds of the baseline's / "
+        "the mode's step time in the same round (our modes vs `exact`, TorchRec's vs "
+        "`torchrec-fp32`). **CPU speed is not GPU speed**: both stacks run on 2 shared CPU "
+        "cores here, so the absolute samples/s say nothing of a GPU cluster; the ratios show "
+        "what each stack's exchange saves on a limited link.",
+        "",
+        netns_table(res),
+        "",
+        _two_node_targets(res),
+        "",
+    ]
+    return "\n".join(out)
 
 
 def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.5) -> str:
@@ -577,6 +686,7 @@ def render(results: Path = RESULTS, *, readme: bool = True) -> int:
     train = _load(results / "train_compare.json")
     netns = _load(results / "netns.json")
     codec = _load(results / "codec.json")
+    two_node = _load(results / "netns_two_node.json")
     try:
         for p in figures.plot_all(results):
             print(f"wrote {p}")
@@ -590,10 +700,17 @@ def render(results: Path = RESULTS, *, readme: bool = True) -> int:
         (results / "codec.md").write_text(codec_markdown(codec))
         print(f"wrote {results / 'codec.md'}")
         sections.insert(0, (CODEC_BEGIN, CODEC_END, codec_markdown(codec)))
+    if two_node:
+        (results / "two_node.md").write_text(two_node_markdown(two_node))
+        print(f"wrote {results / 'two_node.md'}")
+        sections.append((TWO_NODE_BEGIN, TWO_NODE_END, two_node_markdown(two_node)))
     if readme and README.is_file():
         _update_readme(sections)
     print()
     print(summary(peers, train, netns))
+    if two_node:
+        print("== Two-node testbed (netns_two_node.json)")
+        print(netns_bench.format_summary(two_node))
     return rc
 
 
@@ -606,6 +723,19 @@ def _step(name: str, python: str, module: str, out: str, extra: Sequence[str]) -
         f"### {name}: exit {rc} after {(_dt.datetime.now() - t0).total_seconds():.0f} s", flush=True
     )
     return rc
+
+
+def two_node_args(torchrec_python: str, quick: bool = False) -> list[str]:
+    """The two-node step's flags (issue 16's acceptance run): 2 processes x 2 devices at
+    1 Gbit/s and unlimited, 2 interleaved rounds, the library's exact / flat / hierarchical
+    exchanges and, given ``torchrec_python``, TorchRec fp32 and each quantized comm."""
+    modes = ["exact", "compressed-flat", "compressed-hierarchical"]
+    if torchrec_python:
+        modes += ["torchrec-fp32", "torchrec-fp16", "torchrec-bf16", "torchrec-int8"]
+    out = ["--testbed", "two-node", "--devices-per-process", "2", "--modes", *modes]
+    out += ["--rates", "1gbit"] if quick else ["--rates", "1gbit", "unlimited", "--rounds", "2"]
+    out += ["--steps", "9"] if quick else []
+    return out + (["--torchrec-python", torchrec_python] if torchrec_python else [])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -625,6 +755,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--skip-codec", action="store_true", help="skip the issue-2 targets suite")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--skip-netns", action="store_true")
+    ap.add_argument(
+        "--skip-two-node",
+        action="store_true",
+        help="skip the two-node testbed with TorchRec (issue 16)",
+    )
+    ap.add_argument(
+        "--torchrec-python",
+        default=os.environ.get("JLC_TORCHREC_PYTHON", ""),
+        help="interpreter of the TorchRec venv (see bench/torchrec_peer.py); without it the "
+        "two-node step runs the library's modes only",
+    )
+    ap.add_argument("--two-node-args", default="", help="extra flags for the two-node step")
     ap.add_argument("--report-only", action="store_true", help="only re-render from the JSON")
     ap.add_argument(
         "--quick",
@@ -651,6 +793,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("rate-limited link", args.skip_netns, args.train_python, "bench.netns_bench",
          "netns.json", ["--rates", "1gbit", "--steps", "9"] if args.quick else [],
          args.netns_args),
+        ("two-node testbed", args.skip_two_node, args.train_python, "bench.netns_bench",
+         "netns_two_node.json", two_node_args(args.torchrec_python, args.quick),
+         args.two_node_args),
     ]  # fmt: skip
     for name, skip, python, module, out, extra, more in steps:
         if not (skip or args.report_only):
