@@ -98,18 +98,6 @@ class SourceChangedError(RuntimeError):
 # ------------------------------------------------------------------------------------------
 
 
-def _hex_pair_table() -> np.ndarray:
-    table = np.full(1 << 16, 0xFFFF, np.uint16)
-    digits = {c: int(c, 16) for c in "0123456789abcdefABCDEF"}
-    for a, va in digits.items():
-        for b, vb in digits.items():
-            table[ord(a) | ord(b) << 8] = va * 16 + vb
-    return table
-
-
-_HEX_PAIRS = _hex_pair_table()
-
-
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _LANES = {b: np.uint64(int.from_bytes(bytes([b]) * 8, "little")) for b in (0x01, 0x0F)}
 _PAIRS = np.uint64(0x000F000F000F000F)

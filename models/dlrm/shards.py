@@ -28,6 +28,7 @@ References:
 
 from __future__ import annotations
 
+import bisect
 import os
 import queue
 import threading
@@ -72,13 +73,17 @@ class ShardDataset:
         shards = [s for s in self.manifest["shards"] if s["rows"] > 0]
         self._starts = np.cumsum([0] + [s["rows"] for s in shards]).astype(np.int64)
         self.num_rows = int(self._starts[-1])
+        self._bounds = self._starts.tolist()  # for bisect: cheaper than searchsorted per read
+        # Plain ndarray views of the maps: slicing an np.memmap runs Python-level hooks.
         self._maps = {
             name: [
-                np.memmap(
-                    os.path.join(directory, s["files"][name]["file"]),
-                    dtype=dtype,
-                    mode="r",
-                    shape=(s["rows"], width),
+                np.asarray(
+                    np.memmap(
+                        os.path.join(directory, s["files"][name]["file"]),
+                        dtype=dtype,
+                        mode="r",
+                        shape=(s["rows"], width),
+                    )
                 )
                 for s in shards
             ]
@@ -94,10 +99,11 @@ class ShardDataset:
 
     def read(self, start: int, stop: int, out: dict, at: int) -> None:
         """Copies dataset rows ``[start, stop)`` into ``out[name][at : at + stop - start]``."""
-        shard = int(np.searchsorted(self._starts, start, side="right")) - 1
+        bounds = self._bounds
+        shard = bisect.bisect_right(bounds, start) - 1
         while start < stop:
-            end = min(stop, int(self._starts[shard + 1]))
-            lo, hi = start - int(self._starts[shard]), end - int(self._starts[shard])
+            end = min(stop, bounds[shard + 1])
+            lo, hi = start - bounds[shard], end - bounds[shard]
             for name in NAMES:
                 out[name][at : at + hi - lo] = self._maps[name][shard][lo:hi]
             at, start, shard = at + hi - lo, end, shard + 1
@@ -160,7 +166,7 @@ class _Order:
         self.rows_per_epoch = int(self.train_before[-1])
         if self.rows_per_epoch == 0:
             raise ValueError("the dataset has no training rows")
-        self._epoch, self._perm, self._cum = None, None, None
+        self._epoch, self._perm, self._cum, self._train_before = None, None, None, None
 
     def _train_below(self, x):
         """Training rows among dataset rows ``[0, x)``."""
@@ -180,8 +186,11 @@ class _Order:
                 if self.shuffle
                 else np.arange(n)
             )
-            self._epoch, self._perm = epoch, perm
-            self._cum = np.concatenate([[0], np.cumsum(self.block_train[perm])])
+            cum = np.concatenate([[0], np.cumsum(self.block_train[perm])])
+            # Lists: bisect and indexing per segment cost less than numpy calls.
+            self._epoch, self._perm, self._cum = epoch, perm.tolist(), cum.tolist()
+            if self._train_before is None:
+                self._train_before = self.train_before.tolist()
         return self._perm, self._cum
 
     def segments(self, start, stop):
@@ -189,9 +198,9 @@ class _Order:
         while start < stop:
             epoch, offset = divmod(start, self.rows_per_epoch)
             perm, cum = self._epoch_order(epoch)
-            k = int(np.searchsorted(cum, offset, side="right")) - 1
-            take = min(stop - start, int(cum[k + 1]) - offset)
-            t0 = int(self.train_before[perm[k]]) + offset - int(cum[k])
+            k = bisect.bisect_right(cum, offset) - 1
+            take = min(stop - start, cum[k + 1] - offset)
+            t0 = self._train_before[perm[k]] + offset - cum[k]
             yield t0, t0 + take
             start += take
 
