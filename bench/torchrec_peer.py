@@ -4,7 +4,8 @@ One process of a 2-process TorchRec run: ``torchrec.models.dlrm.DLRM`` (or ``DLR
 ``DistributedModelParallel`` with table-wise sharding (the planner's only allowed sharding
 type; each rank is its own host: ``local_world_size=1``), ``torch.distributed`` with gloo on
 the CPU, and the pooled-embedding all-to-all in fp32 or through TorchRec's quantized comms
-(``QCommsConfig``: FP16, BF16, INT8 forward; FBGEMM's codecs). The model, batch, optimizer
+(``QCommsConfig``: FP16, BF16, INT8 forward; FBGEMM's codecs; BF16 really BF16, see
+``qcomm_registry``). The model, batch, optimizer
 and data are the library trainer's (``python -m models.dlrm.main``) for the same preset:
 
 * tables, embedding dim, bottom and top MLP, global batch, learning rate, seed and shard
@@ -213,21 +214,24 @@ def qcomm_registry(qcomm: str):
     """TorchRec's codec registry for ``--qcomm`` (None for fp32) and the effective
     (forward, backward) precisions of the pooled all-to-all.
 
-    Built as TorchRec builds it for a CPU (gloo) run, ``device=cpu``: TorchRec then replaces
-    BF16 by FP16 on gloo (its own rule, with a warning), and the effective precisions say so.
+    Built as ``get_qcomm_codecs_registry`` builds it (one ``get_qcomm_codecs`` per comm op,
+    same ``QCommsConfig``) but without its CPU rule, which replaces BF16 by FP16 on a CPU
+    device ("not supported on GLOO"): gloo's ``all_to_all_single`` in torch 2.14 carries
+    bfloat16 (checked on 2 processes), so ``bf16`` runs the BF16 codec it names.
     """
-    import torch
-    from torchrec.distributed.fbgemm_qcomm_codec import (
-        CommType,
-        QCommsConfig,
-        get_qcomm_codecs_registry,
-    )
+    from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig, get_qcomm_codecs
+    from torchrec.distributed.types import CommOp
 
     fwd, bwd = QCOMMS[qcomm]
-    cfg = QCommsConfig(forward_precision=CommType[fwd], backward_precision=CommType[bwd])
-    reg = get_qcomm_codecs_registry(cfg, device=torch.device("cpu"))
-    if reg is None:
+    if (fwd, bwd) == ("FP32", "FP32"):
         return None, ("FP32", "FP32")
+    cfg = QCommsConfig(forward_precision=CommType[fwd], backward_precision=CommType[bwd])
+    ops = (
+        CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL,
+        CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER,
+        CommOp.SEQUENCE_EMBEDDINGS_ALL_TO_ALL,
+    )
+    reg = {op.name: get_qcomm_codecs(cfg) for op in ops}
     codecs = reg["POOLED_EMBEDDINGS_ALL_TO_ALL"]
     eff = tuple(str(c._comm_precision.name) for c in (codecs.forward, codecs.backward))
     return reg, eff
