@@ -19,6 +19,7 @@ from jax_lossy_comm.exchange import (
     ExchangeStats,
     compressed_all_to_all,
     compressed_all_to_all_with_stats,
+    node_bytes,
     resolve_path,
 )
 from jax_lossy_comm.frame import (
@@ -60,5 +61,6 @@ __all__ = [
     "frame_info",
     "frame_status",
     "make_layout",
+    "node_bytes",
     "resolve_path",
 ]

@@ -53,6 +53,26 @@ runs as the exact ``jax.lax.all_to_all`` of ``x`` (lossless) under ``lax.cond``;
 wrong on chunks of about 4 MiB and up, jax issue 40830), so the same code runs across
 processes started with ``jax.distributed.initialize`` (gloo on CPU, NCCL on GPU).
 
+Hierarchical exchange (``ExchangeConfig(topology="hierarchical")``, issue 16): on a
+two-level mesh ``axis_name=(node_axis, local_axis)`` (N nodes x L devices, device ``n * L + l``
+as ``jax.lax.all_to_all`` numbers a tuple of axes, node-major) only blocks whose destination
+is on another node are coded; devices of one node talk over NVLink-class links where coding
+costs more time than it saves. As HugeCTR's and NCCL-based stacks' hierarchical all-to-all
+(which compress nothing), it runs in two stages: (1) over the node axis, every device sends
+each other node, in one message, the blocks for all L devices of that node, coded as frames;
+its own node's blocks are not coded (zeroed before the codec, so their frames are headers that
+never leave the device, and taken exact after); (2) an exact ``all_to_all`` over the local
+axis hands every device its blocks (those from other nodes pass through their node-peer with
+the same local index). The result is ``jax.lax.all_to_all(x, (node_axis, local_axis), ...)``
+with own-node blocks bit-equal and other-node blocks bit-equal to the flat compressed
+exchange's (the same chunks, bounds and codec give the same frames). Chunks stay one per
+(destination device, table), so a ``[P, T]`` bound keeps its meaning per (peer, table) and
+each chunk its own REL range (grouping a node's L blocks into one chunk would widen the range
+and merge L bounds into one); only the messages are per node. Fixed-size codecs (one chunk
+per destination) code one chunk per destination node. Overflow agrees over both axes (one
+``pmax``): every device falls back together. The gradient is the transposed hierarchical
+exchange: exact, or the backward codec across nodes only.
+
 Measured by ``bench/exchange_bench.py`` on the Terabyte dumps, 8 devices: the dense capacity
 is the fixed-rate size (5.33x at REL 0.01; at bounds >= ``min_error_bound`` it overflows only
 on chunks with more than ``DEFAULT_OUTLIERS`` NaN/Inf or unquantizable values). A speculative
@@ -95,8 +115,10 @@ __all__ = [
     "PATHS",
     "ExchangeConfig",
     "ExchangeStats",
+    "TOPOLOGIES",
     "compressed_all_to_all",
     "compressed_all_to_all_with_stats",
+    "node_bytes",
     "packed_buckets",
     "resolve_path",
 ]
@@ -107,6 +129,8 @@ PACKED_BUCKET_STEP = 2.0**0.5
 #: ... down to this fraction of the full capacity (smaller needs use the smallest bucket).
 PACKED_MIN_FRACTION = 1.0 / 64
 PATHS = ("auto", "dense", "packed", "ragged")
+#: ``ExchangeConfig.topology`` choices (module docstring, "Hierarchical exchange").
+TOPOLOGIES = ("flat", "hierarchical")
 _TEST_PATHS = ("_ragged_emulated",)  # ragged offsets through dense collectives (CPU tests)
 
 
@@ -130,6 +154,20 @@ class ExchangeStats(NamedTuple):
       fallback: int32 scalar, 1 when the exchange ran as the exact ``all_to_all`` because a
         frame on some device overflowed (the same on every device), else 0.
       capacity_bytes: float32 scalar, the static frame capacity of the chosen path.
+      intra_node_bytes: float32 scalar, bytes this device sent to the other devices of its
+        node (its own block never counts). Flat: their share of ``moved_bytes`` (compressed
+        like every block); hierarchical: the exact intra-node stage, ``raw_bytes * (L - 1) /
+        L`` (blocks from other nodes pass through it too). None from the all-reduce.
+      inter_node_raw_bytes: float32 scalar, raw bytes of the blocks whose destination is on
+        another node (what the exact exchange sends across nodes). None from the all-reduce.
+      inter_node_moved_bytes: float32 scalar, bytes this device really sent across nodes
+        (after a fallback: ``inter_node_raw_bytes``). None from the all-reduce.
+
+    Nodes: with ``axis_name=(node_axis, local_axis)`` (or a longer tuple) a node is one index
+    of the first axis; with a single axis name the whole axis is one node (the inter-node
+    fields are 0). The flat exchange's ``moved_bytes`` also counts the device's own block, so
+    ``intra_node_bytes + inter_node_moved_bytes`` is ``moved_bytes`` less that block's share;
+    the hierarchical exchange's ``moved_bytes`` is that sum (own blocks never move).
     """
 
     raw_bytes: jax.Array
@@ -139,6 +177,9 @@ class ExchangeStats(NamedTuple):
     overflow_count: jax.Array
     fallback: jax.Array
     capacity_bytes: jax.Array
+    intra_node_bytes: jax.Array | None = None
+    inter_node_raw_bytes: jax.Array | None = None
+    inter_node_moved_bytes: jax.Array | None = None
 
 
 # --------------------------------------------------------------------------------- config
@@ -171,16 +212,21 @@ class ExchangeConfig:
         per-peer codec (``Int8Rowwise``, ``BF16``) it only shapes ``compression_ratio``.
       path: how variable-size frames travel: ``"auto"`` (:func:`resolve_path`), ``"dense"``,
         ``"packed"`` or ``"ragged"`` (module docstring). Fixed-size codecs ignore it.
+      topology: ``"flat"`` (default): one exchange over ``axis_name``, every block coded;
+        ``"hierarchical"``: ``axis_name=(node_axis, local_axis)``, only blocks whose
+        destination is on another node are coded, exact among the devices of a node
+        (module docstring, "Hierarchical exchange").
 
     Raises:
       TypeError: a codec that is not a :class:`jax_lossy_comm.CommCodec`.
-      ValueError: unknown ``path``, a ``table_axis`` that is not an int or None.
+      ValueError: unknown ``path`` or ``topology``, a ``table_axis`` that is not an int or
+        None.
 
     Examples:
       >>> from jax_lossy_comm import ExchangeConfig, FrameCodec, Int8Rowwise
       >>> ExchangeConfig(forward=FrameCodec(min_error_bound=0.01), table_axis=1)
       ExchangeConfig(forward=FrameCodec(mode='rel', codec='auto', min_error_bound=0.01, \
-capacity=None), backward=None, table_axis=1, path='auto')
+capacity=None), backward=None, table_axis=1, path='auto', topology='flat')
       >>> c = ExchangeConfig(forward=Int8Rowwise(), backward=Int8Rowwise())
       >>> hash(c) == hash(ExchangeConfig(forward=Int8Rowwise(), backward=Int8Rowwise()))
       True
@@ -195,6 +241,7 @@ got 'sideways'
     backward: CommCodec | None = None
     table_axis: int | None = None
     path: str = "auto"
+    topology: str = "flat"
 
     def __post_init__(self):
         _check_codec("forward", self.forward, optional=False)
@@ -207,6 +254,10 @@ got 'sideways'
             )
         if self.path not in PATHS + _TEST_PATHS:
             raise ValueError(f"ExchangeConfig.path must be one of {PATHS}, got {self.path!r}")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(
+                f"ExchangeConfig.topology must be one of {TOPOLOGIES}, got {self.topology!r}"
+            )
 
 
 def _ragged_supported() -> bool:
@@ -255,6 +306,7 @@ class _Plan(NamedTuple):
     capacity: int
     backward: CommCodec | None
     backward_capacity: int
+    topology: str  # "flat" | "hierarchical" (axis_name = (node_axis, local_axis))
 
 
 # --------------------------------------------------------------------------- wire paths
@@ -472,20 +524,26 @@ class SentFrames(NamedTuple):
       overflow_count: int32 scalar, this device's frames that did not fit (``nbytes < 0``).
       any_overflow: bool scalar, some device's frame did not fit (a ``pmax``: the same on
         every device).
+      moved_per_peer: float32[P], the share of ``moved_bytes`` sent to each destination (the
+        device's own slot included), or None.
     """
 
     receive: object
     moved_bytes: jax.Array
     overflow_count: jax.Array
     any_overflow: jax.Array
+    moved_per_peer: jax.Array | None = None
 
 
-def send_frames(axis_name, path: str, frames, nbytes) -> SentFrames:
+def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> SentFrames:
     """Agrees on overflow (one scalar ``pmax``) and prepares the exchange of variable-size
     frames ``uint8[P, (T,) cap]`` with byte counts ``int32[P, (T,)]`` over ``path``
     (``"dense" | "packed" | "ragged" | "_ragged_emulated"``). Shared by the exchange and the
-    all-reduce's reduce-scatter."""
+    all-reduce's reduce-scatter. ``agree_axis`` (default ``axis_name``): the axis of the
+    ``pmax``, so every device of it takes the same branch (the hierarchical exchange sends
+    over the node axis and agrees over both)."""
     ax = axis_name
+    agree = ax if agree_axis is None else agree_axis
     cap = frames.shape[-1]
     n_over = (nbytes < 0).sum().astype(jnp.int32)
     if path == "packed":
@@ -495,7 +553,7 @@ def send_frames(axis_name, path: str, frames, nbytes) -> SentFrames:
         p_, t_ = frames.shape[0], nbytes.size // frames.shape[0]
         fr3, nb2 = frames.reshape(p_, t_, cap), nbytes.reshape(p_, t_)
         need = (4 * t_ + jnp.maximum(nb2, 0).sum(axis=1)).max().astype(jnp.int32)
-        agg = jax.lax.pmax(jnp.stack([n_over, need]), ax)
+        agg = jax.lax.pmax(jnp.stack([n_over, need]), agree)
         any_over = agg[0] > 0
         buckets = packed_buckets(t_, cap)
         k = bucket_index(buckets, agg[1])
@@ -508,78 +566,172 @@ def send_frames(axis_name, path: str, frames, nbytes) -> SentFrames:
             rf, rnb = unpack_frames(rbuf, t_, cap)
             return rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
 
-        comp_moved = jnp.asarray(buckets, jnp.float32)[k] * frames.shape[0]
+        bucket = jnp.asarray(buckets, jnp.float32)[k]
+        comp_moved = bucket * frames.shape[0]
+        per_peer = jnp.full(frames.shape[0], bucket)
     else:
-        any_over = jax.lax.pmax(n_over, ax) > 0
+        any_over = jax.lax.pmax(n_over, agree) > 0
 
         def receive():
             return _exchange_frames(ax, path, frames, nbytes)
 
+        p_ = frames.shape[0]
         counts = 4.0 * nbytes.size
         if path == "dense":
             comp_moved = jnp.float32(frames.size + counts)
+            per_peer = jnp.full(p_, (frames.size + counts) / p_, jnp.float32)
         else:  # ragged: whole rows of RAGGED_ROW_BYTES
             row = RAGGED_ROW_BYTES
             used = (jnp.abs(nbytes).astype(jnp.int32) + row - 1) // row * row
             comp_moved = used.astype(jnp.float32).sum() + counts
-    return SentFrames(receive, comp_moved, n_over, any_over)
+            per_peer = used.reshape(p_, -1).astype(jnp.float32).sum(axis=1) + counts / p_
+    return SentFrames(receive, comp_moved, n_over, any_over, per_peer)
 
 
 # ---------------------------------------------------------------------------- one direction
-def _variable_size(plan: _Plan, codec, lay: Layout, cap: int, x, chunks, eb):
-    """Frames of a variable-size codec over ``plan.path``, with the overflow fallback.
+def node_bytes(per_peer, axis_name):
+    """Splits per-destination byte counts into intra-node and inter-node sums.
 
-    Returns ``(y, moved_bytes of the compressed path, n_over, any_over, chunk byte
-    counts)``."""
-    ax = plan.axis_name
-    frames, nbytes = codec.encode(chunks, jnp.broadcast_to(eb, lay.grid), cap)
-    sent = send_frames(ax, plan.path, frames, nbytes)
+    Call inside ``shard_map`` over ``axis_name``. Nodes: with a tuple of two or more axis
+    names, a node is one index of the first (device ``d`` of the flattened axis, node-major
+    as ``jax.lax.all_to_all`` numbers them, is on node ``d // L``, L devices per node); a
+    single axis name is one node. The device's own entry counts in neither sum (it does not
+    leave the device).
 
-    def compressed(_):
-        rf, rnb = sent.receive()
-        return lay.from_chunks(codec.decode(rf, rnb, shape=lay.chunk_shape, dtype=x.dtype))
+    Args:
+      per_peer: float ``[P]``, bytes this device sends to each device of ``axis_name``.
+      axis_name: a mesh axis name or a tuple of them (static).
 
-    def exact(_):
-        # From the chunks the codec read, not from x: XLA would otherwise materialize x a
-        # second time (the producer's fusion recomputed for the cond operand).
-        return lay.from_chunks(jax.lax.all_to_all(chunks, ax, 0, 0, tiled=True))
+    Returns:
+      ``(intra_node, inter_node)``: float32 scalars, the bytes sent to the other devices of
+      this device's node and to the devices of other nodes.
 
-    y = jax.lax.cond(sent.any_overflow, exact, compressed, None)
-    return y, sent.moved_bytes, sent.overflow_count, sent.any_overflow, nbytes
+    Raises:
+      ValueError: ``per_peer`` is not ``[P]`` with P the size of ``axis_name``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from jax.sharding import PartitionSpec as P
+      >>> from jax_lossy_comm import node_bytes
+      >>> mesh = jax.make_mesh((2, 4), ("node", "local"),
+      ...                      axis_types=(jax.sharding.AxisType.Auto,) * 2)
+      >>> def f():  # 100 bytes to every device of the 2 x 4 mesh
+      ...     intra, inter = node_bytes(jnp.full(8, 100.0), ("node", "local"))
+      ...     return intra[None], inter[None]
+      >>> intra, inter = jax.shard_map(f, mesh=mesh, in_specs=(),
+      ...                              out_specs=(P(("node", "local")),) * 2)()
+      >>> float(intra[0]), float(inter[0])  # 3 local peers, 4 peers on the other node
+      (300.0, 400.0)
+    """
+    per_peer = jnp.asarray(per_peer, jnp.float32)
+    p = jax.lax.axis_size(axis_name)
+    if per_peer.shape != (p,):
+        raise ValueError(f"per_peer must have shape ({p},) (the axis size), got {per_peer.shape}")
+    multi = isinstance(axis_name, tuple) and len(axis_name) >= 2
+    local = p // jax.lax.axis_size(axis_name[0]) if multi else p
+    me = jax.lax.axis_index(axis_name)
+    d = jnp.arange(p)
+    same = d // local == me // local
+    intra = jnp.where(same & (d != me), per_peer, 0.0).sum()
+    inter = jnp.where(same, 0.0, per_peer).sum()
+    return intra, inter
 
 
 def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
     """One exchange of ``x`` (the forward, or the cotangent's with ``backward_pass``) through
-    its codec: ``(y, ExchangeStats)``."""
+    its codec: ``(y, ExchangeStats)``.
+
+    The coded exchange runs over ``ax``: the whole axis (flat) or the node axis
+    (hierarchical, the chunks grouped per destination node ``[N, L (x T), rows, dim]``, the
+    own node's slot zeroed before coding and taken exact after, then an exact
+    ``all_to_all`` over the local axis hands every device its blocks)."""
     codec = plan.backward if backward_pass else plan.forward
     cap = plan.backward_capacity if backward_pass else plan.capacity
     table_lay = plan.layout.transposed() if backward_pass else plan.layout
     lay = table_lay if codec.per_table else table_lay.per_peer()
-    chunks = lay.to_chunks(x)
-    raw_bytes = jnp.float32(math.prod(lay.shape) * np.dtype(x.dtype).itemsize)
-    if codec.variable_size:
-        y, comp_moved, n_over, any_over, nbytes = _variable_size(
-            plan, codec, lay, cap, x, chunks, eb
-        )
-        fb = jnp.abs(nbytes).astype(jnp.float32)
-        moved = jnp.where(any_over, raw_bytes, comp_moved)
-        ratio = math.prod(lay.chunk_shape) * np.dtype(x.dtype).itemsize / jnp.maximum(fb, 1.0)
-        fallback = any_over.astype(jnp.int32)
+    chunks = lay.to_chunks(x)  # [P, (T,) rows, dim]
+    item = np.dtype(x.dtype).itemsize
+    raw_bytes = jnp.float32(math.prod(lay.shape) * item)
+    hier = plan.topology == "hierarchical"
+    ax = plan.axis_name[0] if hier else plan.axis_name
+    n = jax.lax.axis_size(ax)  # slots of the coded exchange: nodes, or every peer (flat)
+    grid = lay.grid
+    # c: the coded exchange's operand, one slot per destination (node); chunk `shape`
+    if codec.per_table:
+        c = chunks.reshape((n, -1) + lay.chunk_shape) if hier else chunks
+        shape = lay.chunk_shape
+    else:  # one chunk per destination
+        c = chunks.reshape(n, -1, lay.chunk_shape[1])
+        shape = c.shape[1:]
+    if hier:
+        own_slot = jnp.arange(n) == jax.lax.axis_index(ax)  # [N]: the destination is my node
+        own_c = own_slot.reshape((n,) + (1,) * (c.ndim - 1))
+        send = jnp.where(own_c, jnp.zeros((), c.dtype), c)  # constant chunks: a header each
+        local = grid[0] // n  # L, devices per node
+        own_peer = jnp.repeat(own_slot, local)  # [P]: the peer is on my node
+        own_grid = own_peer.reshape((grid[0],) + (1,) * (len(table_lay.grid) - 1))
     else:
-        wire, nbytes = codec.encode(chunks, None, cap)
-        recv = jax.lax.all_to_all(wire, plan.axis_name, 0, 0, tiled=True)
-        y = lay.from_chunks(codec.decode(recv, nbytes, shape=lay.chunk_shape, dtype=x.dtype))
-        fb = moved = jnp.float32(wire.size * wire.dtype.itemsize)
-        ratio = jnp.full(table_lay.grid, raw_bytes / moved, jnp.float32)
+        send = c
+    if codec.variable_size:
+        eb_send = jnp.broadcast_to(eb, grid).reshape(send.shape[: -len(shape)])
+        frames, nbytes = codec.encode(send, eb_send, cap)
+        sent = send_frames(ax, plan.path, frames, nbytes, agree_axis=plan.axis_name)
+
+        def compressed(_):
+            rf, rnb = sent.receive()
+            return codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
+
+        def exact(_):
+            # From the chunks the codec read, not from x: XLA would otherwise materialize x a
+            # second time (the producer's fusion recomputed for the cond operand).
+            return jax.lax.all_to_all(c, ax, 0, 0, tiled=True)
+
+        any_over = sent.any_overflow
+        r = jax.lax.cond(any_over, exact, compressed, None)
+        fb = jnp.abs(nbytes).astype(jnp.float32).reshape(grid)  # per_table (checked)
+        if hier:  # own-node blocks travel exact
+            fb = jnp.where(own_grid, jnp.float32(math.prod(lay.chunk_shape) * item), fb)
+        ratio = math.prod(lay.chunk_shape) * item / jnp.maximum(fb, 1.0)
+        moved_slot = jnp.where(any_over, raw_bytes / n, sent.moved_per_peer)
+        comp_moved = jnp.where(any_over, raw_bytes, sent.moved_bytes)
+        n_over, fallback = sent.overflow_count, any_over.astype(jnp.int32)
+        frame_bytes = fb.sum()
+    else:
+        wire, nbytes = codec.encode(send, None, cap)
+        r = codec.decode(
+            jax.lax.all_to_all(wire, ax, 0, 0, tiled=True), nbytes, shape=shape, dtype=x.dtype
+        )
+        comp_moved = frame_bytes = jnp.float32(wire.size * wire.dtype.itemsize)
+        moved_slot = jnp.full(n, comp_moved / n)
+        ratio = jnp.full(table_lay.grid, raw_bytes / comp_moved, jnp.float32)
         n_over = fallback = jnp.int32(0)
+    if hier:
+        r = jnp.where(own_c, c, r)  # [N_src, ...]: my own node's blocks, exact
+        r = r.reshape((n, local) + grid[1:] + lay.chunk_shape)  # [N_src, L_dest, ...]
+        r = jax.lax.all_to_all(r, plan.axis_name[1], 1, 1, tiled=True)  # [N_src, L_src, ...]
+        if not codec.variable_size:  # the coded stage's share; own-node blocks exact
+            frame_bytes = comp_moved * (n - 1) / n + raw_bytes / n
+            ratio = jnp.where(own_grid, 1.0, ratio)
+        inter_moved = moved_slot.sum() - jnp.where(own_slot, moved_slot, 0.0).sum()
+        inter_raw = raw_bytes * (n - 1) / n
+        intra = raw_bytes * (local - 1) / local
+        moved = intra + inter_moved
+    else:
+        intra, inter_moved = node_bytes(moved_slot, ax)
+        inter_raw = node_bytes(jnp.full(n, raw_bytes / n), ax)[1]
+        moved = comp_moved
+    y = lay.from_chunks(r.reshape(grid + lay.chunk_shape))
     stats = ExchangeStats(
         raw_bytes=raw_bytes,
-        frame_bytes=fb.sum(),
-        moved_bytes=moved.astype(jnp.float32),
+        frame_bytes=jnp.asarray(frame_bytes, jnp.float32),
+        moved_bytes=jnp.asarray(moved, jnp.float32),
         compression_ratio=ratio.astype(jnp.float32),
         overflow_count=n_over,
         fallback=fallback,
         capacity_bytes=jnp.float32(cap),
+        intra_node_bytes=jnp.asarray(intra, jnp.float32),
+        inter_node_raw_bytes=jnp.asarray(inter_raw, jnp.float32),
+        inter_node_moved_bytes=jnp.asarray(inter_moved, jnp.float32),
     )
     return y, stats
 
@@ -665,6 +817,21 @@ def compressed_all_to_all_with_stats(x, axis_name, split_axis, concat_axis, **kw
     return _exchange_with_stats(**args.arguments)
 
 
+def _check_hierarchical(axis_name, config: ExchangeConfig) -> None:
+    if not (isinstance(axis_name, tuple) and len(axis_name) == 2):
+        raise ValueError(
+            "ExchangeConfig(topology='hierarchical') needs axis_name=(node_axis, local_axis), "
+            f"got {axis_name!r}"
+        )
+    for what in ("forward", "backward"):
+        codec = getattr(config, what)
+        if codec is not None and codec.variable_size and not codec.per_table:
+            raise ValueError(
+                f"ExchangeConfig.{what}: the hierarchical exchange codes variable-size frames "
+                f"per (peer, table) chunk; {type(codec).__name__} has per_table=False"
+            )
+
+
 def _exchange_with_stats(
     x,
     axis_name,
@@ -681,6 +848,8 @@ def _exchange_with_stats(
     config = ExchangeConfig() if config is None else config
     if not isinstance(config, ExchangeConfig):
         raise TypeError(f"config must be an ExchangeConfig, got {config!r}")
+    if config.topology == "hierarchical":
+        _check_hierarchical(axis_name, config)
     x = jnp.asarray(x)
     dtype = check_dtype(x.dtype, "x")
     p = jax.lax.axis_size(axis_name)
@@ -689,7 +858,8 @@ def _exchange_with_stats(
         y = jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)
         zero = jnp.float32(0)
         ratio = jnp.ones(lay.grid, jnp.float32)
-        return y, ExchangeStats(zero, zero, zero, ratio, jnp.int32(0), jnp.int32(0), zero)
+        zi = jnp.int32(0)
+        return y, ExchangeStats(zero, zero, zero, ratio, zi, zi, zero, zero, zero, zero)
     axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     missing = tuple(a for a in axes if a not in _varying_axes(x))
     if missing:  # x the same on every device (in_specs=P()): typed as varying, as the
@@ -718,7 +888,7 @@ def _exchange_with_stats(
         and backward_error_bound is None
     ):
         raise ValueError(f"backward_error_bound is required by {type(bwd).__name__}")
-    plan = _Plan(axis_name, lay, dtype, path, fwd, cap, bwd, bcap)
+    plan = _Plan(axis_name, lay, dtype, path, fwd, cap, bwd, bcap, config.topology)
     return _exchange(plan, x, eb, beb)
 
 
@@ -768,14 +938,17 @@ def compressed_all_to_all(
       backward_error_bound: bound of the backward exchange when ``config.backward`` is a
         codec, broadcastable to its chunk grid (same ``[P, T]`` shape); default
         ``error_bound``.
-      config: the static :class:`ExchangeConfig` (codecs, table axis, wire path); default
-        ``ExchangeConfig()``.
+      config: the static :class:`ExchangeConfig` (codecs, table axis, wire path, topology);
+        default ``ExchangeConfig()``. ``topology="hierarchical"`` needs ``axis_name=
+        (node_axis, local_axis)``.
 
     Returns:
       ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype.
 
     Raises:
-      ValueError: bad axes, a split axis not divisible by (tiled) or not equal to (untiled) the
+      ValueError: a hierarchical topology without an ``axis_name`` pair (or with a
+        variable-size codec that is not per table), bad axes, a split axis not divisible by
+        (tiled) or not equal to (untiled) the
         axis size, a table axis that is the last axis, an error bound that does not broadcast
         to the chunk grid, a concrete negative or non-finite error bound, a missing bound for
         an error-bounded codec, a block the codec cannot encode (``Int8Rowwise``: size not a
@@ -806,9 +979,29 @@ def compressed_all_to_all(
       >>> bool(jnp.abs(y - exact).max() <= 0.05 * 2.0)  # within eb_abs = eb * (max - min)
       True
 
+      Hierarchical on 2 nodes x 4 devices: blocks within a node arrive exact, the others
+      as from the flat exchange:
+
+      >>> mesh2 = jax.make_mesh((2, 4), ("node", "local"),
+      ...                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+      >>> ax = ("node", "local")
+      >>> hcfg = jlc.ExchangeConfig(jlc.FrameCodec(min_error_bound=0.01), table_axis=1,
+      ...                           topology="hierarchical")
+      >>> def h(x, eb):
+      ...     y = jlc.compressed_all_to_all(x, ax, 0, 1, tiled=True, error_bound=eb,
+      ...                                   config=hcfg)
+      ...     return y, jax.lax.all_to_all(x, ax, 0, 1, tiled=True)
+      >>> gh = jax.jit(jax.shard_map(h, mesh=mesh2, in_specs=(P(ax), P()),
+      ...                            out_specs=(P(ax), P(ax))))
+      >>> y, exact = gh(x, eb)  # column 2 * source + table: sources 0-3 are node 0
+      >>> y0, e0 = np.asarray(y[:8]), np.asarray(exact[:8])  # device 0's [8, 8 * 2, 16]
+      >>> bool((y0[:, :8] == e0[:, :8]).all()), bool((y0[:, 8:] == e0[:, 8:]).all())
+      (True, False)
+
     References:
       Feng et al., SC24, arXiv 2407.04272, sec. 3 (exchange, straight-through backward) and
-      sec. 4 (quantization without prediction, REL bound).
+      sec. 4 (quantization without prediction, REL bound). Hierarchical all-to-all: NVIDIA
+      HugeCTR (``HierAll2Allv``), NCCL-based two-stage intra/inter-node exchanges.
     """
     args = (axis_index_groups, tiled, error_bound, backward_error_bound, config)
     return _exchange_with_stats(x, axis_name, split_axis, concat_axis, *args)[0]
