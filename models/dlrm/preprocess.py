@@ -660,7 +660,7 @@ def convert(
     data_format: str,
     table_rows,
     skip_bad_lines: bool = False,
-    chunk_bytes: int = 32 << 20,
+    chunk_bytes: int = 4 << 20,
     threads: int | None = None,
     progress: bool = True,
 ) -> Report:
@@ -782,7 +782,7 @@ def main(argv=None) -> int:
         "--max-ind-range", type=int, default=None, help="cap on table rows (default: the preset's)"
     )
     p.add_argument("--skip-bad-lines", action="store_true")
-    p.add_argument("--chunk-mb", type=int, default=32)
+    p.add_argument("--chunk-mb", type=int, default=4)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--verify", metavar="DIR", help="check a shard folder's sizes and SHA-256")
