@@ -137,34 +137,37 @@ def test_odd_lines_match_the_text_reader(tmp_path):
         assert_same_rows(out, [str(src)], "kaggle", skip_bad_lines=True)
 
 
-def test_non_finite_and_fractional_dense_values_follow_the_text_reader(tmp_path):
-    lines = criteo_text(20, seed=1).decode().splitlines(keepends=True)
-    for k, j, value in ((3, 2, "nan"), (5, 4, "1e400"), (7, 5, "2.5"), (9, 1, "-inf")):
+def _edited_file(path, n, seed, edits):
+    """``n`` generated lines with ``(line, field, value)`` edits, written to ``path``."""
+    lines = criteo_text(n, seed=seed).decode().splitlines(keepends=True)
+    for k, j, value in edits:
         fields = lines[k].split("\t")
         fields[j] = value
         lines[k] = "\t".join(fields)
-    src = tmp_path / "x.txt"
-    src.write_text("".join(lines))
-    r = convert([str(src)], tmp_path / "o", skip_bad_lines=True)
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def test_non_finite_and_fractional_dense_values_follow_the_text_reader(tmp_path):
+    edits = ((3, 2, "nan"), (5, 4, "1e400"), (7, 5, "2.5"), (9, 1, "-inf"))
+    src = _edited_file(tmp_path / "x.txt", 20, 1, edits)
+    r = convert([src], tmp_path / "o", skip_bad_lines=True)
     assert r.lines == 20 and r.rows + r.bad_lines == 20 and r.rows >= 17  # 2.5 is usable
-    assert_same_rows(tmp_path / "o", [str(src)], "kaggle", skip_bad_lines=True)
+    assert_same_rows(tmp_path / "o", [src], "kaggle", skip_bad_lines=True)
 
 
 def test_minus_zero_and_hex_counts_follow_the_text_reader(tmp_path):
-    """Values an int64 parse reads otherwise than float(): "-0" is -0.0 (its transform too)
-    and "0x1f" is not a number; alone in their chunks, with nothing else odd nearby."""
-    lines = criteo_text(30, seed=2).decode().splitlines(keepends=True)
-    for k, j, value in ((4, 3, "-0"), (11, 6, "-00"), (19, 2, "0x1f"), (25, 9, "0X10")):
-        fields = lines[k].split("\t")
-        fields[j] = value
-        lines[k] = "\t".join(fields)
-    src = tmp_path / "x.txt"
-    src.write_text("".join(lines))
-    r = convert([str(src)], tmp_path / "o", skip_bad_lines=True)
-    assert (r.rows, r.bad_lines) == (28, 2)
-    label, dense, _ = shard_rows(tmp_path / "o")
+    """Counts an int64 parse reads otherwise than float(), each file one chunk with nothing
+    else odd: "-0" is -0.0 (its transform too), "0x1f" is no number (a bad line)."""
+    zeros = _edited_file(tmp_path / "z.txt", 30, 2, ((4, 3, "-0"), (11, 6, "-00")))
+    assert convert([zeros], tmp_path / "z", skip_bad_lines=True).rows == 30
+    dense = shard_rows(tmp_path / "z")[1]
     assert np.signbit(dense[4, 2]) and np.signbit(dense[11, 5])
-    assert_same_rows(tmp_path / "o", [str(src)], "kaggle", skip_bad_lines=True)
+    assert_same_rows(tmp_path / "z", [zeros], "kaggle")
+    hexes = _edited_file(tmp_path / "h.txt", 30, 3, ((19, 2, "0x1f"), (25, 9, "0X10")))
+    r = convert([hexes], tmp_path / "h", skip_bad_lines=True)
+    assert (r.rows, r.bad_lines) == (28, 2)
+    assert_same_rows(tmp_path / "h", [hexes], "kaggle", skip_bad_lines=True)
 
 
 def test_bad_line_error_names_file_and_line(tmp_path):
@@ -210,6 +213,11 @@ def test_truncated_gzip_is_an_error(tmp_path):
     assert not (tmp_path / "o" / "part-00000.label").exists()
     with pytest.raises(pp.ShardFormatError, match="not finished"):
         shards.ShardDataset(str(tmp_path / "o"))
+    corrupt = bytearray(data)
+    corrupt[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # zeroed bytes: CRC differs
+    src.write_bytes(corrupt)
+    with pytest.raises(pp.ShardFormatError, match="day_0.gz: cannot read to the end"):
+        convert([str(src)], tmp_path / "o2", "terabyte")
 
 
 def test_file_changing_while_read_is_an_error(tmp_path, monkeypatch):
