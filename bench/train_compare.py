@@ -13,10 +13,14 @@ devices in one process each:
                  re-evaluated every ``steps / 10``).
   int8-rowwise   TorchRec/FBGEMM INT8 row-wise (codec ``jax_lossy_comm.Int8Rowwise``).
   bf16           TorchRec/FBGEMM BF16 (codec ``jax_lossy_comm.BF16``).
+  jlc-paper-ar   jlc-paper plus the compressed gradient all-reduce of the dense MLPs
+                 (``--grad-allreduce compressed``: ``compressed_psum`` with error feedback).
+  jlc-paper-ar-bf16
+                 jlc-paper plus the bf16 gradient all-reduce (PyTorch DDP's bf16 hook).
 
 For each: final AUC and log loss on the held-out set, eval AUC and training loss curves, and
 the bytes moved per step by the forward exchange (all devices; the dense path's static
-capacity for the library on CPU) and the raw bytes. Results: bench/results/train_compare.json.
+capacity for the library on CPU) and the raw bytes, and the gradient all-reduce's bytes. Results: bench/results/train_compare.json.
 
 Usage (from the repo root)::
 
@@ -43,7 +47,17 @@ from bench import bench_util as bu
 from models.dlrm.metrics import MetricsLog, read_metrics
 
 DEFAULT_OUT = bu.RESULTS_DIR / "train_compare.json"
-RUNS = ("exact", "jlc-paper", "jlc-auto", "int8-rowwise", "bf16")
+RUNS = (
+    "exact",
+    "jlc-paper",
+    "jlc-auto",
+    "int8-rowwise",
+    "bf16",
+    "jlc-paper-ar",
+    "jlc-paper-ar-bf16",
+)
+#: runs that add a gradient all-reduce mode to another run
+ALLREDUCE_RUNS = {"jlc-paper-ar": "compressed", "jlc-paper-ar-bf16": "bf16"}
 
 
 def run_flags(name: str, steps: int, early_stage_frac: float) -> list[str]:
@@ -53,6 +67,9 @@ def run_flags(name: str, steps: int, early_stage_frac: float) -> list[str]:
       ValueError: unknown name.
     """
     early = str(max(1, int(steps * early_stage_frac)))
+    if name in ALLREDUCE_RUNS:
+        base = run_flags("jlc-paper", steps, early_stage_frac)
+        return [*base, "--grad-allreduce", ALLREDUCE_RUNS[name]]
     if name == "exact":
         return ["--compression", "off"]
     if name == "jlc-paper":
@@ -94,7 +111,9 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
       eval ``eval_step``/``eval_auc``/``eval_logloss``), ``moved_bytes_per_step`` and
       ``raw_bytes_per_step`` (mean over logged intervals, all devices, forward exchange),
       ``frame_bytes_per_step``, ``exchange_ratio`` (raw / frame), ``moved_ratio`` (raw /
-      moved), ``fallback_steps``, ``samples_per_s`` (median over intervals after the first).
+      moved), ``fallback_steps``, ``samples_per_s`` (median over intervals after the first),
+      ``allreduce_moved_bytes_per_step`` and ``allreduce_raw_bytes_per_step`` (gradient
+      all-reduce, all devices), ``allreduce_fallback_steps``.
     """
     train, final = log.train, log.final
     tot = sum(bu.interval_steps([r.step for r in train])) or 1
@@ -113,6 +132,9 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
         "exchange_ratio": raw / frame if frame else None,
         "moved_ratio": raw / moved if moved else None,
         "fallback_steps": sum(r.fallback_steps for r in train),
+        "allreduce_moved_bytes_per_step": sum(r.allreduce_moved_bytes for r in train) / tot,
+        "allreduce_raw_bytes_per_step": sum(r.allreduce_raw_bytes for r in train) / tot,
+        "allreduce_fallback_steps": sum(r.allreduce_fallback_steps for r in train),
         "samples_per_s": sps[len(sps) // 2] if sps else None,
         "curves": {
             "step": [r.step for r in train],
@@ -171,18 +193,20 @@ def markdown_table(runs: Sequence[dict[str, Any]]) -> str:
     ex = next((r for r in runs if r["name"] == "exact" and r.get("status") == "ok"), None)
     lines = [
         "| exchange | AUC | AUC - exact | log loss | bytes moved / step | raw / moved "
-        "| frames (variable-size) / step | samples/s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| frames (variable-size) / step | grad all-reduce / step | samples/s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         if r.get("status") != "ok":
-            lines.append(f"| {r['name']} | {r.get('status')} | | | | | | |")
+            lines.append(f"| {r['name']} | {r.get('status')} | | | | | | | |")
             continue
+        ar = r.get("allreduce_moved_bytes_per_step")
         d = r["auc"] - ex["auc"] if ex else float("nan")
         lines.append(
             f"| {r['name']} | {r['auc']:.5f} | {d:+.5f} | {r['logloss']:.5f} | "
             f"{r['moved_bytes_per_step'] / 2**20:.3f} MiB | {bu.fmt(r['moved_ratio'])}x | "
             f"{r['frame_bytes_per_step'] / 2**20:.3f} MiB | "
+            f"{'' if ar is None else f'{ar / 2**20:.3f} MiB'} | "
             f"{bu.fmt(r.get('samples_per_s'), '.0f')} |"
         )
     return "\n".join(lines)

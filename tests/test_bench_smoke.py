@@ -320,6 +320,17 @@ def test_trainer_metrics_summaries(tmp_path):
     ]
     with pytest.raises(ValueError):
         train_compare.run_flags("nope", 10, 0.5)
+    paper = train_compare.run_flags("jlc-paper", 100, 0.5)
+    assert train_compare.run_flags("jlc-paper-ar", 100, 0.5) == [
+        *paper,
+        "--grad-allreduce",
+        "compressed",
+    ]
+    assert train_compare.run_flags("jlc-paper-ar-bf16", 100, 0.5)[-2:] == [
+        "--grad-allreduce",
+        "bf16",
+    ]
+    assert m["allreduce_moved_bytes_per_step"] == 0.0 and m["allreduce_fallback_steps"] == 0
     sp = netns_bench.speedups(
         [
             {"rate": "1gbit", "mode": "exact", "status": "ok", "step_time_s": 3.0},
