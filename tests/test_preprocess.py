@@ -247,6 +247,30 @@ def _three_files(tmp_path):
     return paths
 
 
+def test_day_split_last_day_into_test_and_val(tmp_path):
+    paths = _three_files(tmp_path)[:2]
+    last = tmp_path / "day_23"
+    last.write_bytes(criteo_text(701, seed=23))
+    paths.append(str(last))
+    got = pp.day_split(paths, str(tmp_path / "tb"), data_format="terabyte", table_rows=ROWS,
+                       progress=False)  # fmt: skip
+    assert (got["train"].rows, got["test"], got["val"]) == (1100, 351, 350)
+    assert_same_rows(tmp_path / "tb" / "train", paths[:2], "terabyte")
+    assert not (tmp_path / "tb" / "day_last").exists()
+    convert(paths[2:], tmp_path / "d23", "terabyte")
+    day = shard_rows(tmp_path / "d23")
+    test, val = shard_rows(tmp_path / "tb" / "test"), shard_rows(tmp_path / "tb" / "val")
+    for k in range(3):  # test: the first half (rounded up), val: the rest, same bytes
+        assert np.concatenate([test[k], val[k]]).tobytes() == day[k].tobytes()
+    assert len(test[0]) == 351
+    assert pp.read_manifest(tmp_path / "tb" / "val")["split"]["rows"] == [351, 701]
+    again = pp.day_split(paths, str(tmp_path / "tb"), data_format="terabyte", table_rows=ROWS,
+                         progress=False)  # fmt: skip
+    assert (again["train"].files_skipped, again["test"], again["val"]) == (2, 351, 350)
+    with pytest.raises(ValueError, match="at least two"):
+        pp.day_split(paths[:1], str(tmp_path / "x"), data_format="terabyte", table_rows=ROWS)
+
+
 def test_resume_file_by_file(tmp_path, monkeypatch):
     paths = _three_files(tmp_path)
     convert(paths, tmp_path / "fresh")

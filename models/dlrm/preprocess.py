@@ -38,6 +38,8 @@ Usage::
         --config kaggle --max-ind-range 10000000
     python -m models.dlrm.preprocess '/data/tb/day_*.gz' --out /data/tb_shards \\
         --data-format terabyte --config terabyte
+    python -m models.dlrm.preprocess '/data/tb/day_*.gz' --out /data/tb_split \\
+        --data-format terabyte --config terabyte --day-split   # train/, val/, test/
     python -m models.dlrm.preprocess --verify /data/kaggle_shards
 
 References:
@@ -53,6 +55,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -765,6 +768,85 @@ def convert(
     )
 
 
+def split_rows(src_dir: str, parts: dict[str, tuple[int, int]]) -> None:
+    """Copies row ranges of a finished one-shard folder into new shard folders.
+
+    Args:
+      src_dir: a complete shard folder holding one non-empty shard (one source file).
+      parts: output folder -> ``(first_row, stop_row)`` of the source shard's rows.
+
+    Each output gets one shard of those rows (files hashed as written, read and written in
+    pieces: memory stays flat) and a manifest of the source's settings with
+    ``"split": {"from": src_dir, "rows": [first_row, stop_row]}``.
+
+    Raises:
+      ShardFormatError: ``src_dir`` is not complete or holds other than one shard.
+      ValueError: a row range outside the shard or empty.
+    """
+    manifest = read_manifest(src_dir)
+    verify_shards(src_dir, manifest, checksums=False)
+    if len(manifest["shards"]) != 1:
+        raise ShardFormatError(f"{src_dir}: {len(manifest['shards'])} shards, split needs one")
+    shard = manifest["shards"][0]
+    for out_dir, (lo, hi) in parts.items():
+        if not 0 <= lo < hi <= shard["rows"]:
+            raise ValueError(f"rows [{lo}, {hi}) for {out_dir}: the shard has {shard['rows']}")
+        os.makedirs(out_dir, exist_ok=True)
+        files = {}
+        for name, (dtype, width) in COLUMNS.items():
+            row_bytes = width * np.dtype(dtype).itemsize
+            writer = _ColumnWriter(os.path.join(out_dir, f"part-00000.{name}"))
+            with open(os.path.join(src_dir, shard["files"][name]["file"]), "rb") as f:
+                f.seek(lo * row_bytes)
+                left = (hi - lo) * row_bytes
+                while left:
+                    piece = f.read(min(left, _HASH_PIECE))
+                    writer.write(np.frombuffer(piece, np.uint8))
+                    left -= len(piece)
+            files[name] = writer.finish()
+        part = dict(shard, name="part-00000", rows=hi - lo, lines=hi - lo, bad_lines=0)
+        part["files"] = files
+        out = dict(manifest, shards=[part], rows=hi - lo, bad_lines=0)
+        out["split"] = {"from": os.path.abspath(src_dir), "rows": [lo, hi]}
+        _write_manifest(out_dir, out)
+
+
+def day_split(sources, out_dir: str, **convert_kw) -> dict[str, Report | int]:
+    """Criteo 1TB's split (reference DLRM ``dlrm_data_pytorch.py``, MLPerf DLRM): every
+    source but the last (days 0-22) -> ``out_dir/train``; the last (day 23) -> its first
+    ``ceil(n / 2)`` rows ``out_dir/test``, the rest ``out_dir/val``.
+
+    Args:
+      sources: files in day order (``input_pipeline.expand_paths`` sorts ``day_N`` by N).
+      out_dir: parent folder of ``train``, ``val`` and ``test`` (and, while it is split, the
+        last day's own shards in ``day_last``, removed afterwards).
+      convert_kw: ``convert``'s keyword arguments (``data_format``, ``table_rows``, ...).
+
+    Returns:
+      ``{"train": Report, "val": rows, "test": rows}``. Running it again resumes: finished
+      folders are kept.
+
+    Raises:
+      ValueError: fewer than two sources. Otherwise as ``convert`` and ``split_rows``.
+    """
+    paths = list(sources) if not isinstance(sources, str) else ip.expand_paths(sources)
+    if len(paths) < 2:
+        raise ValueError(f"a day split needs at least two source files, got {len(paths)}")
+    train = convert(paths[:-1], os.path.join(out_dir, "train"), **convert_kw)
+    val, test = os.path.join(out_dir, "val"), os.path.join(out_dir, "test")
+    done = all(
+        os.path.exists(os.path.join(d, MANIFEST)) and read_manifest(d).get("complete")
+        for d in (val, test)
+    )
+    if not done:
+        last = os.path.join(out_dir, "day_last")
+        convert(paths[-1:], last, **convert_kw)
+        n = read_manifest(last)["rows"]
+        split_rows(last, {test: (0, (n + 1) // 2), val: ((n + 1) // 2, n)})
+        shutil.rmtree(last)
+    return {"train": train, "val": read_manifest(val)["rows"], "test": read_manifest(test)["rows"]}
+
+
 def main(argv=None) -> int:
     """The command line (see the module docstring)."""
     from models.dlrm.configs import get_config
@@ -786,6 +868,12 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--verify", metavar="DIR", help="check a shard folder's sizes and SHA-256")
+    p.add_argument(
+        "--day-split",
+        action="store_true",
+        help="Criteo 1TB: the last source (day 23) -> OUT/test (first half of its rows, "
+        "rounded up) and OUT/val (the rest), the others -> OUT/train",
+    )
     a = p.parse_args(argv)
     if a.verify:
         verify_shards(a.verify, read_manifest(a.verify))
@@ -797,9 +885,7 @@ def main(argv=None) -> int:
     if a.max_ind_range is not None:
         cfg = dataclasses.replace(cfg, max_ind_range=a.max_ind_range)
     paths = [f for s in a.sources for f in ip.expand_paths(s)]
-    r = convert(
-        paths,
-        a.out,
+    kw = dict(
         data_format=a.data_format,
         table_rows=cfg.table_rows(),
         skip_bad_lines=a.skip_bad_lines,
@@ -807,12 +893,19 @@ def main(argv=None) -> int:
         threads=a.threads or None,
         progress=not a.no_progress,
     )
+    if a.day_split:
+        split = day_split(paths, a.out, **kw)
+        r, where = split["train"], os.path.join(a.out, "train")
+    else:
+        r, where = convert(paths, a.out, **kw), a.out
     print(
         f"{r.rows} rows from {r.lines} lines of {r.files_converted} files "
         f"({r.files_skipped} already done), {r.bad_lines} bad lines skipped, "
         f"{r.output_bytes / 1e9:.2f} GB in {r.seconds:.1f} s "
-        f"({r.lines / max(r.seconds, 1e-9):,.0f} lines/s) -> {a.out}"
+        f"({r.lines / max(r.seconds, 1e-9):,.0f} lines/s) -> {where}"
     )
+    if a.day_split:
+        print(f"last day: {split['test']} rows -> {a.out}/test, {split['val']} rows -> {a.out}/val")
     return 0
 
 
