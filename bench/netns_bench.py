@@ -783,6 +783,13 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
             link_bytes_per_step=statistics.median(link) if link else None,
             fallback_steps=sum(r.fallback_steps for r in log.train),
         )
+        if hasattr(last, "inter_node_moved_bytes"):  # trainers with the node split (issue 16)
+            out.update(
+                exchange_topology=last.exchange_topology,
+                intra_node_bytes_per_step=last.intra_node_bytes / n_last,
+                inter_node_raw_bytes_per_step=last.inter_node_raw_bytes / n_last,
+                inter_node_moved_bytes_per_step=last.inter_node_moved_bytes / n_last,
+            )
     return out
 
 
@@ -1152,6 +1159,12 @@ def format_run(r: dict[str, Any]) -> str:
         f"{_mib(r.get('allreduce_moved_bytes_per_step') or 0, '6.2f')} MiB  link/step "
         f"{_mib(r.get('link_bytes_per_step') or 0, '6.2f')} MiB"
         + (f"  in-process/step {_mib(inproc, '6.2f')} MiB" if inproc is not None else "")
+        + (
+            f"  exchange inter-node/step {_mib(r['inter_node_moved_bytes_per_step'], '6.2f')} "
+            f"MiB intra-node {_mib(r['intra_node_bytes_per_step'], '6.2f')} MiB"
+            if r.get("inter_node_moved_bytes_per_step") is not None
+            else ""
+        )
         + f"  AUC {r['auc']:.5f}  logloss {r['logloss']:.5f}"
     )
 
