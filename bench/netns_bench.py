@@ -130,6 +130,12 @@ MODES = {
     # that cross processes (hierarchical: exact among the devices of a process)
     "compressed-flat": (*_BACKWARD, "--exchange-topology", "flat"),
     "compressed-hierarchical": (*_BACKWARD, "--exchange-topology", "hierarchical"),
+    # the same with the head gradients' all-reduce compressed too (issue 15): what is left on
+    # the link after the hierarchical exchange is mostly that all-reduce
+    "compressed-hierarchical-ar": (
+        *_BACKWARD,
+        *("--exchange-topology", "hierarchical", "--grad-allreduce", "compressed"),
+    ),
 }
 #: TorchRec modes (bench/torchrec_peer.py): name -> (model, qcomm)
 TORCHREC_MODES = {
