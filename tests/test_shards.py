@@ -134,6 +134,26 @@ def test_process_shares_make_the_global_batch(files):
         assert same(want, {k: np.concatenate([g[k] for g in got]) for k in want})
 
 
+def test_read_skipping_equals_a_gather_of_the_training_rows(files):
+    _, ds = files  # shards of 700, 1100 and 500 rows
+    rng = np.random.default_rng(3)
+    cases = [(0, 2300, 2), (0, 2300, 20), (695, 705, 7), (699, 1801, 3), (14, 15, 7)]
+    cases += [
+        (a, a + int(rng.integers(1, 900)), int(rng.integers(2, 40))) for a in range(0, 2000, 97)
+    ]
+    for start, stop, every in cases:
+        stop = min(stop, ds.num_rows)
+        rows = np.arange(start, stop, dtype=np.int64)
+        rows = rows[rows % every != 0]
+        want, got = ds.empty(len(rows) + 3), ds.empty(len(rows) + 3)
+        for out in (want, got):
+            for a in out.values():
+                a[:] = 7  # rows outside the copy must stay untouched
+        ds.take(rows, want, 2)
+        assert ds.read_skipping(start, stop, every, got, 2) == len(rows)
+        assert same(want, got), (start, stop, every)
+
+
 def test_each_process_reads_only_its_share(files, monkeypatch):
     _, ds = files
     read = []
