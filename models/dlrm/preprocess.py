@@ -812,9 +812,10 @@ def split_rows(src_dir: str, parts: dict[str, tuple[int, int]]) -> None:
 
 
 def day_split(sources, out_dir: str, **convert_kw) -> dict[str, Report | int]:
-    """Criteo 1TB's split (reference DLRM ``dlrm_data_pytorch.py``, MLPerf DLRM): every
-    source but the last (days 0-22) -> ``out_dir/train``; the last (day 23) -> its first
-    ``ceil(n / 2)`` rows ``out_dir/test``, the rest ``out_dir/val``.
+    """Criteo 1TB's split: every source but the last (days 0-22) -> ``out_dir/train``; the
+    last (day 23) -> its first ``ceil(n / 2)`` rows ``out_dir/test``, the rest ``out_dir/val``
+    (NVIDIA DeepLearningExamples DLRM ``preproc/run_spark_cpu.sh``, the split MLPerf DLRM
+    and TorchRec's Criteo 1TB pipeline use: day 23 is for validation and testing).
 
     Args:
       sources: files in day order (``input_pipeline.expand_paths`` sorts ``day_N`` by N).
