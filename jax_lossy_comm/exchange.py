@@ -142,14 +142,17 @@ class ExchangeStats(NamedTuple):
       raw_bytes: float32 scalar, this device's payload ``x`` as raw bytes (``x.size *
         itemsize``; every block, the one kept for itself included).
       frame_bytes: float32 scalar, sum of this device's frame sizes (what a variable-size
-        exchange moves; an overflowed frame counts with the size it needed).
+        exchange moves; an overflowed frame counts with the size it needed; hierarchical: the
+        blocks for its own node count raw, they are not coded).
       moved_bytes: float32 scalar, bytes the chosen path really sent: dense, ``chunks *
         capacity`` plus the int32 byte counts; packed, the agreed bucket times P; ragged,
         ``frame_bytes`` plus the byte counts; a fixed-size codec, its wire bytes (no counts);
-        after a fallback, ``raw_bytes``.
+        after a fallback, ``raw_bytes``; hierarchical: ``intra_node_bytes +
+        inter_node_moved_bytes``.
       compression_ratio: float32[P] or float32[P, T], raw / frame bytes of each chunk
-        (destination peer, table); :func:`jax_lossy_comm.compressed_psum_with_stats`:
-        float32[2], its reduce-scatter and all-gather phases.
+        (destination peer, table; hierarchical: 1 for the peers on the own node);
+        :func:`jax_lossy_comm.compressed_psum_with_stats`: float32[2], its reduce-scatter and
+        all-gather phases.
       overflow_count: int32 scalar, this device's frames that did not fit the capacity.
       fallback: int32 scalar, 1 when the exchange ran as the exact ``all_to_all`` because a
         frame on some device overflowed (the same on every device), else 0.
@@ -733,7 +736,17 @@ def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
         inter_node_raw_bytes=jnp.asarray(inter_raw, jnp.float32),
         inter_node_moved_bytes=jnp.asarray(inter_moved, jnp.float32),
     )
+    if hier:  # statistics varying over the node axis only: over both, as the flat ones
+        stats = jax.tree.map(lambda v: _vary_over(v, plan.axis_name), stats)
     return y, stats
+
+
+def _vary_over(v, axis_name):
+    """``v`` typed as varying over every axis of ``axis_name`` when it varies over some
+    (``jax.lax.psum`` over the tuple refuses a partly varying value); else ``v``."""
+    have = _varying_axes(v)
+    missing = tuple(a for a in axis_name if a not in have)
+    return jax.lax.pcast(v, missing, to="varying") if have and missing else v
 
 
 # ---------------------------------------------------------- the straight-through gradient

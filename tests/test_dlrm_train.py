@@ -279,15 +279,24 @@ def test_two_processes_of_four_devices_train(tmp_path):
         )
         for i in range(2)
     ]
-    # The single-process reference (8 devices) runs at the same time.
-    res = _run_all(cmds + [_cmd(tmp_path / "sp", "--devices", "8", *common[2:])])
+    # The single-process reference (8 devices as 2 nodes of 4, as the two processes: both
+    # take the hierarchical exchange by default, issue 16) runs at the same time.
+    sp_cmd = _cmd(tmp_path / "sp", "--devices", "8", "--node-devices", "4", *common[2:])
+    res = _run_all(cmds + [sp_cmd])
     for rc, out in res:
         assert rc == 0, out[-3000:]
     assert "8 x cpu over 2 process(es)" in res[0][1]
+    assert "hierarchical over 2 node(s) of 4 device(s)" in res[0][1]
     mp = _records(tmp_path / "mp", "train")
     sp = _records(tmp_path / "sp", "train")
     assert [r["step"] for r in mp] == [2, 4]
     for a, b in zip(mp, sp):  # same data and model as one process with 8 devices
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        # intra-node exact, inter-node compressed: the bytes of the one process's 2 x 4
+        assert a["exchange_topology"] == b["exchange_topology"] == "hierarchical"
+        for k in ("intra_node_bytes", "inter_node_raw_bytes", "inter_node_moved_bytes"):
+            assert a[k] == b[k], k
+        assert a["intra_node_bytes"] == a["raw_bytes"] * 3 / 4
+        assert 0 < a["inter_node_moved_bytes"] < a["inter_node_raw_bytes"] == a["raw_bytes"] / 2
     mev, sev = _records(tmp_path / "mp", "eval")[-1], _records(tmp_path / "sp", "eval")[-1]
     assert mev["auc"] == pytest.approx(sev["auc"], abs=1e-6)

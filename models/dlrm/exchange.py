@@ -4,7 +4,8 @@
 ``shard_map``: ``float32[B, L, dim]`` (this device's L tables for the global batch) ->
 ``float32[B / P, P * L, dim]`` (this device's samples, all tables, device-major order).
 With ``compression="on"`` it is ``jax_lossy_comm.compressed_all_to_all`` (Feng et al.,
-SC24, arXiv 2407.04272, Sec. 3), with ``"off"`` the exact ``jax.lax.all_to_all``.
+SC24, arXiv 2407.04272, Sec. 3), flat or hierarchical (``topology``: only blocks for other
+nodes coded, ``axis_name=("nodes", "local")``), with ``"off"`` the exact ``jax.lax.all_to_all``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from jax_lossy_comm import (
     FrameCodec,
     Int8Rowwise,
     compressed_all_to_all_with_stats,
+    node_bytes,
 )
 
 #: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
@@ -36,6 +38,7 @@ def embedding_exchange(
     min_error_bound: float | None = None,
     backward: str = "exact",
     path: str = "auto",
+    topology: str = "flat",
 ) -> tuple[jax.Array, ExchangeStats]:
     """Forward all-to-all of pooled embeddings; the backward is the transposed exchange.
 
@@ -49,7 +52,8 @@ def embedding_exchange(
       compression: "on" (``compressed_all_to_all``) or "off" (exact ``all_to_all``).
       codec: codec name for ``compressed_all_to_all`` ("auto" = library's choice), or a
         baseline of ``QCOMM_CODECS`` ("int8-rowwise", "bf16").
-      axis_name: mesh axis of the exchange.
+      axis_name: mesh axis of the exchange: ``"devices"``, or ``("nodes", "local")`` (the
+        statistics then split intra- and inter-node bytes; required by ``"hierarchical"``).
       min_error_bound: static smallest relative bound ``error_bound`` takes over the run; sizes
         the frames of the dense (CPU) exchange (None: the library's default, 0.01). A bound
         below it would send every step down the exact fallback.
@@ -58,11 +62,14 @@ def embedding_exchange(
       path: wire path of ``compressed_all_to_all`` ("dense", "packed", "ragged"; "auto":
         the library's choice, ``jax_lossy_comm.resolve_path``); ignored by the exact exchange
         and the ``QCOMM_CODECS`` baselines.
+      topology: ``"flat"`` (every block coded) or ``"hierarchical"`` (blocks for devices of
+        the own node exact, only the others coded; ``ExchangeConfig.topology``); the exact
+        exchange is the same either way.
 
     Returns:
       ``(y, stats)``: y float32[B / P, P * L, dim] (column ``d * L + j`` = slot j of device
       d), and this device's ``jax_lossy_comm.ExchangeStats`` (the exact exchange reports raw
-      bytes and ratio 1).
+      bytes and ratio 1, its intra- and inter-node bytes raw).
 
     Raises:
       ValueError: unknown ``compression``.
@@ -72,6 +79,7 @@ def embedding_exchange(
     if compression == "off":
         y = jax.lax.all_to_all(pooled, axis_name, 0, 1, tiled=True)
         zero = jnp.int32(0)
+        intra, inter = node_bytes(jnp.full(p, raw_bytes / p), axis_name)
         stats = ExchangeStats(
             raw_bytes,
             raw_bytes,
@@ -80,6 +88,9 @@ def embedding_exchange(
             zero,
             zero,
             jnp.float32(pooled.size * pooled.dtype.itemsize / p),
+            intra,
+            inter,
+            inter,
         )
         return y, stats
     if compression != "on":
@@ -91,7 +102,11 @@ def embedding_exchange(
     else:
         wire = FrameCodec(mode="rel", codec=codec, min_error_bound=min_error_bound)
     config = ExchangeConfig(
-        wire, wire if backward == "compressed" else None, table_axis=1, path=path
+        wire,
+        wire if backward == "compressed" else None,
+        table_axis=1,
+        path=path,
+        topology=topology,
     )
     return compressed_all_to_all_with_stats(
         pooled, axis_name, 0, 1, tiled=True, error_bound=error_bound, config=config

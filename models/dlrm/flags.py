@@ -258,6 +258,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="wire path of the compressed exchange (auto: ragged on GPU, packed on CPU)",
     )
+    c.add_argument(
+        "--exchange-topology",
+        choices=["auto", "flat", "hierarchical"],
+        default=None,
+        help="flat: every block compressed; hierarchical: exact among the devices of a node, "
+        "compressed across nodes; auto: hierarchical with several processes (nodes) of "
+        "several devices each",
+    )
+    c.add_argument(
+        "--node-devices",
+        type=int,
+        default=None,
+        help="devices per node of the two-level mesh (0: one node per process); must divide "
+        "the devices of a process, e.g. 4 of 8 devices: 2 nodes on one process",
+    )
     a = p.add_argument_group("gradient all-reduce")
     a.add_argument(
         "--grad-allreduce",

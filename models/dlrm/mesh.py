@@ -1,9 +1,12 @@
-"""The 1-D device mesh of the trainer and moving arrays between the hosts and the mesh.
+"""The device mesh of the trainer and moving arrays between the hosts and the mesh.
 
-One mesh axis, ``AXIS = "devices"``, over every device of every process (process-major).
-Batches are sharded on it (each device holds ``B / P`` rows); the embedding buffer
-``float32[P, R, dim]`` and its optimizer state are sharded on their first axis; everything
-else (the data-parallel head) is replicated.
+One mesh axis, ``AXIS = "devices"``, over every device of every process (process-major), or
+two, ``NODE_AXES = ("nodes", "local")`` (nodes x devices per node, the same device order),
+where the run spans several nodes (processes) or uses the hierarchical exchange
+(``resolve_topology``). Either way the batch and the tables are sharded over all devices on
+``batch_axis(mesh)`` (``P("devices")`` or ``P(("nodes", "local"))``): each device holds ``B /
+P`` rows; the embedding buffer ``float32[P, R, dim]`` and its optimizer state are sharded on
+their first axis; everything else (the data-parallel head) is replicated.
 """
 
 from __future__ import annotations
@@ -14,23 +17,69 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 AXIS = "devices"
+NODE_AXES = ("nodes", "local")
+TOPOLOGIES = ("auto", "flat", "hierarchical")
 
 
-def make_mesh(devices=None) -> jax.sharding.Mesh:
-    """1-D mesh ``("devices",)`` over ``devices`` (default: all), Auto axis type (inputs of
-    the jitted step need not be placed beforehand; see DESIGN.md's pitfalls).
+def make_mesh(devices=None, node_devices: int | None = None) -> jax.sharding.Mesh:
+    """1-D mesh ``("devices",)`` over ``devices`` (default: all), or with ``node_devices`` K
+    the 2-D mesh ``("nodes", "local")`` of shape ``(P / K, K)`` over the same device order
+    (node n = devices ``n * K .. n * K + K - 1``); Auto axis types (inputs of the jitted step
+    need not be placed beforehand; see DESIGN.md's pitfalls).
 
     The mesh is built from the device order directly, process-major (the devices of one
     process together, in the order given within it; ``to_global`` puts a process's
     consecutive block of the batch on its own devices). ``jax.make_mesh`` is not used: it
     raises "does not support multi-slice topologies" on GPU hosts, where XLA gives every
     host its own ``slice_index`` (2 hosts x 8 GPUs), and a 1-D mesh needs no topology search.
+
+    Raises:
+      ValueError: ``node_devices`` < 1 or not dividing the device count.
     """
     devices = list(jax.devices() if devices is None else devices)
     devices.sort(key=lambda d: d.process_index)  # stable: the given order within a process
+    arr = np.array(devices, dtype=object)
+    if node_devices is None:
+        return jax.sharding.Mesh(arr, (AXIS,), axis_types=(jax.sharding.AxisType.Auto,))
+    if node_devices < 1 or len(devices) % node_devices:
+        raise ValueError(
+            f"node_devices={node_devices} must be >= 1 and divide the {len(devices)} devices"
+        )
     return jax.sharding.Mesh(
-        np.array(devices, dtype=object), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,)
+        arr.reshape(-1, node_devices), NODE_AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2
     )
+
+
+def batch_axis(mesh: jax.sharding.Mesh):
+    """The mesh axis the batch and the tables are sharded on and the step's collectives run
+    over: ``"devices"`` (1-D mesh) or ``("nodes", "local")`` (all devices, node-major)."""
+    names = tuple(mesh.axis_names)
+    return names[0] if len(names) == 1 else names
+
+
+def resolve_topology(choice: str, mesh: jax.sharding.Mesh) -> str:
+    """The embedding exchange's topology (``Config.exchange_topology``) on ``mesh``.
+
+    ``"auto"``: ``"hierarchical"`` where the mesh has several nodes of several devices (the
+    trainer's default nodes: one per process), else ``"flat"``. ``"flat"`` runs over every
+    device on any mesh; ``"hierarchical"`` needs the 2-D mesh (``make_mesh(node_devices=)``;
+    with one node it is the exact exchange).
+
+    Raises:
+      ValueError: an unknown choice, or ``"hierarchical"`` on a 1-D mesh.
+    """
+    if choice not in TOPOLOGIES:
+        raise ValueError(f"exchange_topology must be one of {TOPOLOGIES}, got {choice!r}")
+    two_level = tuple(mesh.axis_names) == NODE_AXES
+    if choice == "auto":
+        nodes, local = mesh.devices.shape if two_level else (1, mesh.size)
+        return "hierarchical" if nodes > 1 and local > 1 else "flat"
+    if choice == "hierarchical" and not two_level:
+        raise ValueError(
+            f"exchange_topology 'hierarchical' needs a mesh with axes {NODE_AXES} "
+            "(mesh.make_mesh(node_devices=...))"
+        )
+    return choice
 
 
 def select_devices(per_process: int = 0) -> list:
@@ -58,7 +107,7 @@ def state_shardings(abstract_state, mesh: jax.sharding.Mesh, table_shape: tuple[
     """
 
     def one(x):
-        spec = P(AXIS) if tuple(x.shape) == tuple(table_shape) else P()
+        spec = P(batch_axis(mesh)) if tuple(x.shape) == tuple(table_shape) else P()
         return NamedSharding(mesh, spec)
 
     return jax.tree.map(one, abstract_state)
@@ -74,9 +123,9 @@ def to_global(batch_local: dict, mesh: jax.sharding.Mesh, global_rows: int) -> d
       global_rows: B, rows of the global batch.
 
     Returns:
-      name -> ``jax.Array[B, ...]`` sharded ``P("devices")``.
+      name -> ``jax.Array[B, ...]`` sharded ``P(batch_axis(mesh))``.
     """
-    sh = NamedSharding(mesh, P(AXIS))
+    sh = NamedSharding(mesh, P(batch_axis(mesh)))
     return {
         k: jax.make_array_from_process_local_data(sh, v, (global_rows,) + v.shape[1:])
         for k, v in batch_local.items()

@@ -98,6 +98,14 @@ class TrainRecord:
         gradient bytes per device: reduce-scatter plus all-gather), all devices.
       allreduce_moved_bytes: bytes the gradient all-reduce really moved, all devices.
       allreduce_fallback_steps: steps whose compressed all-reduce fell back to ``psum``.
+      exchange_topology: the embedding exchange's topology, "flat" or "hierarchical"
+        (``Config.exchange_topology`` resolved).
+      intra_node_bytes: bytes the exchange sent between devices of one node (exact in the
+        hierarchical exchange, compressed like the rest in the flat one), all devices. A node
+        is a process unless ``Config.node_devices``; a 1-D mesh (one process, flat) is one
+        node.
+      inter_node_raw_bytes: bytes the exact exchange would send across nodes, all devices.
+      inter_node_moved_bytes: bytes the exchange really sent across nodes, all devices.
     """
 
     kind: ClassVar[str] = "train"
@@ -123,6 +131,10 @@ class TrainRecord:
     allreduce_raw_bytes: float = 0.0
     allreduce_moved_bytes: float = 0.0
     allreduce_fallback_steps: int = 0
+    exchange_topology: str = "flat"
+    intra_node_bytes: float = 0.0
+    inter_node_raw_bytes: float = 0.0
+    inter_node_moved_bytes: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The sharded DLRM train and eval steps (one ``jax.jit`` around one ``jax.shard_map``).
 
-Parallelism, over the mesh axis ``"devices"`` (P devices, all processes; ``mesh.py``):
+Parallelism, over all P devices of all processes (the mesh axis ``"devices"``, or the pair
+``("nodes", "local")`` on a two-level mesh: ``mesh.batch_axis``):
 
 1. Inputs are batch-sharded: each device gets ``b = B / P`` samples (dense, ids, labels).
 2. Ids all-to-all (int32, small): each device sends every table owner the ids of that
@@ -8,8 +9,9 @@ Parallelism, over the mesh axis ``"devices"`` (P devices, all processes; ``mesh.
    local tables for the global batch (``sharding.plan_tables`` places tables).
 3. Local sum-pooled lookups -> pooled embeddings ``float32[B, L, dim]``.
 4. The embedding exchange (``exchange.embedding_exchange``: ``compressed_all_to_all`` or
-   the exact ``all_to_all``) -> ``float32[b, P * L, dim]``; the backward pass sends the
-   cotangents back through the transposed exchange.
+   the exact ``all_to_all``; flat or hierarchical, ``StepContext.topology``) ->
+   ``float32[b, P * L, dim]``; the backward pass sends the cotangents back through the
+   transposed exchange.
 5. Data-parallel head (bottom MLP, dot interaction, top MLP) on the local ``b`` samples;
    head gradients are summed over devices (the loss is already divided by the global
    batch, so the sum is the gradient of the global mean loss) by ``psum`` or, with
@@ -38,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 from models.dlrm import exchange, grad_allreduce, sharding
 from models.dlrm.configs import Config
 from models.dlrm.error_bounds import ErrorBoundHook
-from models.dlrm.mesh import AXIS
+from models.dlrm.mesh import batch_axis
 
 
 class TrainState(NamedTuple):
@@ -73,6 +75,8 @@ class StepContext:
     tx: optax.GradientTransformation
     eb_hook: ErrorBoundHook
     lr_schedule: Any = None
+    # the embedding exchange's topology, resolved: "flat" or "hierarchical" (mesh.py)
+    topology: str = "flat"
 
     @property
     def sparse_update(self) -> bool:
@@ -111,6 +115,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     """Builds the per-device function run under shard_map (see module docstring)."""
     head_gd, emb_gd = ctx.graphdefs
     cfg, pl = ctx.config, ctx.placement
+    ax = batch_axis(ctx.mesh)  # the axis of every collective below
     p = pl.num_devices
     st = pl.slot_table_flat
     src = np.maximum(st, 0)
@@ -160,7 +165,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         # of TrainState.grad_ef (training only).
         b = dense.shape[0]
         global_b = b * p
-        di = jax.lax.axis_index(AXIS)
+        di = jax.lax.axis_index(ax)
         ids_src = ids[:, src]  # [b, P*L, H]
         # Relative to the slot's piece (row-wise split); the lookup masks ids past its end.
         ids_slots = jnp.where(
@@ -168,7 +173,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             -1,
             ids_src - slot_lo[None, :, None],
         )
-        ids_local = jax.lax.all_to_all(ids_slots, AXIS, 1, 0, tiled=True)  # [B, L, H]
+        ids_local = jax.lax.all_to_all(ids_slots, ax, 1, 0, tiled=True)  # [B, L, H]
 
         def local_loss(head_p, table, probe):
             emb = nnx.merge(emb_gd, {"table": table})
@@ -178,10 +183,11 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
                 eb_slots,
                 compression=cfg.compression,
                 codec=cfg.codec,
-                axis_name=AXIS,
+                axis_name=ax,
                 min_error_bound=min_eb,
                 backward=cfg.exchange_backward,
                 path=cfg.exchange_path,
+                topology=ctx.topology,
             )
             # The head (MLPs, interaction, loss) is float32: cast the exchanged embeddings up
             # here (a bfloat16/float16 table's cotangents go back down in its dtype).
@@ -193,12 +199,12 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         # Varying like the pooled embeddings it is added to: an invariant probe's cotangent
         # would be summed over the devices (shard_map's transpose of an invariant input).
         probe = jax.lax.pcast(
-            jnp.zeros((global_b, pl.local_tables, pl.dim), table.dtype), AXIS, to="varying"
+            jnp.zeros((global_b, pl.local_tables, pl.dim), table.dtype), ax, to="varying"
         )
         if not compute_grads:
             loss, (logits, stats, pooled) = local_loss(head_p, table, probe)
-            return jax.lax.psum(loss, AXIS), logits
-        head_v = jax.lax.pcast(head_p, AXIS, to="varying")
+            return jax.lax.psum(loss, ax), logits
+        head_v = jax.lax.pcast(head_p, ax, to="varying")
         if sparse:  # d loss / d pooled (the probe) gives the row gradients; no dense grad
             (loss, (logits, stats, pooled)), (g_head, g_probe) = jax.value_and_grad(
                 local_loss, argnums=(0, 2), has_aux=True
@@ -208,8 +214,8 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
                 local_loss, argnums=(0, 1, 2), has_aux=True
             )(head_v, table, probe)
-        g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(cfg, g_head, grad_ef, AXIS)
-        loss = jax.lax.psum(loss, AXIS)
+        g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(cfg, g_head, grad_ef, ax)
+        loss = jax.lax.psum(loss, ax)
         slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
         if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them
             pooled32 = pooled.astype(jnp.float32)  # statistics in float32 for any table dtype
@@ -219,20 +225,27 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
                 distinct_fraction=_distinct_fraction(ids_local)[None],
             )
         byte_stats = {
-            k: jax.lax.psum(getattr(stats, k), AXIS)
-            for k in ("raw_bytes", "frame_bytes", "moved_bytes")
+            k: jax.lax.psum(getattr(stats, k), ax)
+            for k in ("raw_bytes", "frame_bytes", "moved_bytes") + NODE_BYTES
         }
-        byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), AXIS)
+        byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), ax)
         for k in ("raw_bytes", "moved_bytes"):  # the gradient all-reduce's, all devices
-            byte_stats["allreduce_" + k] = jax.lax.psum(getattr(ar_stats, k), AXIS)
-        byte_stats["allreduce_fallback"] = jax.lax.pmax(ar_stats.fallback.astype(jnp.float32), AXIS)
+            byte_stats["allreduce_" + k] = jax.lax.psum(getattr(ar_stats, k), ax)
+        byte_stats["allreduce_fallback"] = jax.lax.pmax(ar_stats.fallback.astype(jnp.float32), ax)
         return loss, logits, g_head, g_table, slot_stats, byte_stats, grad_ef
 
     return body
 
 
-# in_specs of the step body: head params, table, eb_slots, dense, ids, label (see body).
-_IN_SPECS = (P(), P(AXIS), P(AXIS), P(AXIS), P(AXIS), P(AXIS))
+#: the exchange's intra-/inter-node byte counts (``jax_lossy_comm.ExchangeStats``), summed
+#: over the devices into the train step's metrics
+NODE_BYTES = ("intra_node_bytes", "inter_node_raw_bytes", "inter_node_moved_bytes")
+
+
+def _in_specs(mesh):
+    """in_specs of the step body: head params, table, eb_slots, dense, ids, label (see body)."""
+    ax = batch_axis(mesh)
+    return (P(), P(ax), P(ax), P(ax), P(ax), P(ax))
 
 
 def _step_inputs(ctx: StepContext, state: TrainState, batch: dict):
@@ -249,15 +262,16 @@ def make_train_step(ctx: StepContext):
     ``batch``: global arrays sharded on the batch axis: ``dense`` float32[B, 13], ``ids``
     int32[B, T, H], ``label`` float32[B]. ``metrics``: ``loss`` (global mean BCE),
     ``logits`` float32[B], per-table ``compression_ratio``/``error_bound`` float32[T],
-    ``raw_bytes``/``frame_bytes``/``moved_bytes`` (all devices, this step).
+    ``raw_bytes``/``frame_bytes``/``moved_bytes`` and ``NODE_BYTES`` (all devices, this step).
     """
     body = _sharded_forward_backward(ctx, compute_grads=True)
     sparse = ctx.sparse_update
+    ax = batch_axis(ctx.mesh)
     smap = jax.shard_map(
         lambda *a: body(*a[:-2], lr=a[-2] if sparse else None, grad_ef=a[-1]),
         mesh=ctx.mesh,
-        in_specs=_IN_SPECS + (P(), P(AXIS)),
-        out_specs=(P(), P(AXIS), P(), P(AXIS), P(AXIS), P(), P(AXIS)),
+        in_specs=_in_specs(ctx.mesh) + (P(), P(ax)),
+        out_specs=(P(), P(ax), P(), P(ax), P(ax), P(), P(ax)),
         check_vma=True,
     )
 
@@ -320,7 +334,11 @@ def make_eval_step(ctx: StepContext):
     ``batch`` as in ``make_train_step``)."""
     body = _sharded_forward_backward(ctx, compute_grads=False)
     smap = jax.shard_map(
-        body, mesh=ctx.mesh, in_specs=_IN_SPECS, out_specs=(P(), P(AXIS)), check_vma=True
+        body,
+        mesh=ctx.mesh,
+        in_specs=_in_specs(ctx.mesh),
+        out_specs=(P(), P(batch_axis(ctx.mesh))),
+        check_vma=True,
     )
 
     def eval_step(state: TrainState, batch):

@@ -35,7 +35,13 @@ from models.dlrm.configs import Config
 from models.dlrm.error_bounds import ErrorBoundHook
 from models.dlrm.exchange import QCOMM_CODECS
 from models.dlrm.netdev import net_tx_bytes
-from models.dlrm.step import StepContext, TrainState, make_eval_step, make_train_step
+from models.dlrm.step import (
+    NODE_BYTES,
+    StepContext,
+    TrainState,
+    make_eval_step,
+    make_train_step,
+)
 
 log = logging.getLogger("dlrm")
 
@@ -124,7 +130,14 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
     tx = create_optimizer(config)
     eb_hook = ErrorBoundHook(config.error_bound)
     ctx = StepContext(
-        config, placement, mesh, graphdefs, tx, eb_hook, learning_rate_schedule(config)
+        config,
+        placement,
+        mesh,
+        graphdefs,
+        tx,
+        eb_hook,
+        learning_rate_schedule(config),
+        mesh_lib.resolve_topology(config.exchange_topology, mesh),
     )
     table_shape = (mesh.size, placement.rows_per_device, config.embedding_dim)
 
@@ -138,7 +151,8 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
 
     shard = mesh_lib.state_shardings(jax.eval_shape(init_state), mesh, table_shape)
     # error-feedback residuals: one block per device, never gathered
-    ef_shard = jax.tree.map(lambda _: NamedSharding(mesh, P(mesh_lib.AXIS)), shard.grad_ef)
+    ef_axis = mesh_lib.batch_axis(mesh)
+    ef_shard = jax.tree.map(lambda _: NamedSharding(mesh, P(ef_axis)), shard.grad_ef)
     shard = shard._replace(grad_ef=ef_shard)
     return ctx, init_state, shard
 
@@ -228,6 +242,7 @@ def _interval_record(step, interval, seconds, global_batch, **extra) -> metrics_
     raw = float(sum(m["raw_bytes"] for m in ms))
     frame = float(sum(m["frame_bytes"] for m in ms))
     moved = float(sum(m["moved_bytes"] for m in ms))
+    node_bytes = {k: float(sum(m[k] for m in ms)) for k in NODE_BYTES}
     per_table = np.mean([m["compression_ratio"] for m in ms], axis=0)
     try:
         auc = compute_metrics(labels, logits)["auc"]
@@ -245,6 +260,7 @@ def _interval_record(step, interval, seconds, global_batch, **extra) -> metrics_
         moved_ratio=raw / max(moved, 1e-9),
         ratio_per_table=[float(x) for x in per_table],
         fallback_steps=int(sum(float(m["fallback"]) > 0 for m in ms)),
+        **node_bytes,
         allreduce_raw_bytes=float(sum(m["allreduce_raw_bytes"] for m in ms)),
         allreduce_moved_bytes=float(sum(m["allreduce_moved_bytes"] for m in ms)),
         allreduce_fallback_steps=int(sum(float(m["allreduce_fallback"]) > 0 for m in ms)),
@@ -263,11 +279,28 @@ def _interval_record(step, interval, seconds, global_batch, **extra) -> metrics_
 def create_mesh(config: Config) -> jax.sharding.Mesh:
     """The mesh over ``config.devices_per_process`` devices of every process (0: all).
 
+    1-D (``"devices"``, as before issue 16) on one process with the flat exchange and no
+    ``config.node_devices``; else two-level, ``("nodes", "local")`` with
+    ``config.node_devices`` devices per node (0: a process's devices, one node per process),
+    so the exchange's statistics can tell intra- from inter-node bytes and the hierarchical
+    exchange can run (``mesh_lib.resolve_topology``; a forced hierarchical exchange on one
+    process without ``node_devices`` is one node: the exact exchange).
+
     Raises:
-      ValueError: a batch size not divisible by the device or process count.
+      ValueError: a batch size not divisible by the device or process count; a
+        ``node_devices`` that does not divide the devices of a process.
     """
-    mesh = mesh_lib.make_mesh(mesh_lib.select_devices(config.devices_per_process))
+    devices = mesh_lib.select_devices(config.devices_per_process)
     nproc = jax.process_count()
+    per_process = len(devices) // nproc
+    node = config.node_devices or per_process
+    if per_process % node:
+        raise ValueError(
+            f"node_devices={config.node_devices} must divide the {per_process} devices of a "
+            "process (a node does not straddle processes)"
+        )
+    flat_1d = nproc == 1 and not config.node_devices and config.exchange_topology != "hierarchical"
+    mesh = mesh_lib.make_mesh(devices, None if flat_1d else node)
     for name, b in (("batch_size", config.batch_size), ("eval_batch_size", config.eval_batch_size)):
         if b % mesh.size or b % nproc:
             raise ValueError(f"{name}={b} must be divisible by the device count {mesh.size}")
@@ -346,6 +379,10 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
     )
     if config.compression == "on" and config.codec not in QCOMM_CODECS:
         exchange += f" ({codec_ffi.describe(ctx.mesh.devices.flat[0].platform)})"
+    nodes = ctx.mesh.devices.shape[0] if ctx.mesh.devices.ndim == 2 else 1
+    exchange += f", {ctx.topology} over {nodes} node(s) of {ctx.mesh.size // nodes} device(s)" + (
+        " (exact within a node)" if ctx.topology == "hierarchical" else ""
+    )
     return [
         f"devices: {ctx.mesh.size} x {jax.devices()[0].platform} over {jax.process_count()} "
         f"process(es); data: {data_desc}",
@@ -402,7 +439,10 @@ def _describe_interval(rec: metrics_lib.TrainRecord) -> str:
         f"exchange ratio (raw/frames) {rec.compression_ratio:.2f}x, "
         f"moved ratio (raw/moved) {rec.moved_ratio:.2f}x: raw {_fmt_bytes(rec.raw_bytes)}, "
         f"frames {_fmt_bytes(rec.frame_bytes)}, moved {_fmt_bytes(rec.moved_bytes)}, "
-        f"{rec.fallback_steps} exact-fallback steps | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
+        f"{rec.fallback_steps} exact-fallback steps | {rec.exchange_topology}: intra-node "
+        f"{_fmt_bytes(rec.intra_node_bytes)}, inter-node moved "
+        f"{_fmt_bytes(rec.inter_node_moved_bytes)} of raw "
+        f"{_fmt_bytes(rec.inter_node_raw_bytes)} | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
         f"grad all-reduce {rec.grad_allreduce}: moved {_fmt_bytes(rec.allreduce_moved_bytes)} "
         f"vs raw {_fmt_bytes(rec.allreduce_raw_bytes)} ({rec.allreduce_fallback_steps} "
         f"psum-fallback steps)"
@@ -537,6 +577,7 @@ def train_and_evaluate(
                 config.batch_size,
                 bad_lines=int(getattr(stream, "bad_lines", 0)),
                 exchange=config.compression,
+                exchange_topology=ctx.topology,
                 grad_allreduce=config.grad_allreduce,
                 # this namespace, all processes, the interval
                 net_tx_bytes=None if net0 is None or net1 is None else net1 - net0,

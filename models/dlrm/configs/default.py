@@ -156,6 +156,11 @@ class Config:
     # Wire path of compressed_all_to_all: "auto" (ragged on GPU, packed elsewhere), "dense"
     # (fixed-capacity frames), "packed" (used bytes in size buckets) or "ragged" (GPU).
     exchange_path: str = "auto"
+    # Topology of the embedding exchange: "flat" (every block compressed), "hierarchical"
+    # (exact among the devices of a node, compressed across nodes; HugeCTR/NCCL-style two-stage
+    # all-to-all) or "auto" (hierarchical when the run has several nodes of several devices:
+    # several processes, each a node unless node_devices says otherwise; else flat).
+    exchange_topology: str = "auto"
     # The dual-level adaptive error bound (jax_lossy_comm.error_bound.ErrorBoundConfig): tiers
     # of tables, schedule, policy. Its num_tables must equal the model's. Presets: the paper's
     # Kaggle tiers (kaggle, tiny) or Terabyte tiers (terabyte); error_bounds.preset/override.
@@ -195,6 +200,10 @@ class Config:
     # ---- devices ----
     # Devices of each process the mesh uses (the first ones); 0 = all.
     devices_per_process: int = 0
+    # Devices per node of the two-level mesh ("nodes", "local"); 0 = one node per process.
+    # Must divide the devices of a process (nodes do not straddle processes); e.g. 4 on one
+    # process of 8 devices: 2 nodes of 4 for --exchange-topology hierarchical.
+    node_devices: int = 0
 
     @property
     def num_tables(self) -> int:
@@ -238,6 +247,13 @@ class Config:
             raise ValueError(
                 f"exchange_path must be auto, dense, packed or ragged, got {self.exchange_path!r}"
             )
+        if self.exchange_topology not in ("auto", "flat", "hierarchical"):
+            raise ValueError(
+                "exchange_topology must be auto, flat or hierarchical, got "
+                f"{self.exchange_topology!r}"
+            )
+        if self.node_devices < 0:
+            raise ValueError(f"node_devices must be >= 0, got {self.node_devices}")
         if self.grad_allreduce not in ("exact", "bf16", "compressed"):
             raise ValueError(
                 f"grad_allreduce must be exact, bf16 or compressed, got {self.grad_allreduce!r}"
