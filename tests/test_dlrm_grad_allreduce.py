@@ -20,11 +20,15 @@ STEPS = 12
 
 
 @functools.cache
-def _run(mode: str, feedback: bool = True):
+def _run(mode: str, feedback: bool = True, codec: str = "fixed"):
     """STEPS training steps of the tiny preset on the same synthetic batches: (losses,
     last metrics, state, ctx, shardings)."""
     cfg = dataclasses.replace(
-        get_config("tiny"), learning_rate=0.5, grad_allreduce=mode, grad_error_feedback=feedback
+        get_config("tiny"),
+        learning_rate=0.5,
+        grad_allreduce=mode,
+        grad_error_feedback=feedback,
+        grad_codec=codec,
     )
     mesh = mesh_lib.make_mesh()
     ctx, init_state, shard = train.setup(cfg, mesh)
@@ -49,8 +53,10 @@ def test_modes_train_close_to_exact_and_report_bytes():
     )  # float32 head
     assert float(m_exact["allreduce_raw_bytes"]) == 8 * 2 * head_bytes  # 8 devices
     assert float(m_exact["allreduce_moved_bytes"]) == float(m_exact["allreduce_raw_bytes"])
-    for mode, feedback in (("bf16", True), ("compressed", True), ("compressed", False)):
-        losses, m, state, *_ = _run(mode, feedback)
+    runs = [("bf16", True, "fixed"), ("compressed", True, "fixed")]
+    runs += [("compressed", False, "fixed"), ("compressed", True, "auto")]
+    for mode, feedback, codec in runs:
+        losses, m, state, *_ = _run(mode, feedback, codec)
         assert np.abs(losses - exact).max() < 5e-3, (mode, feedback, losses - exact)
         assert not np.array_equal(losses, exact)  # the gradients really went through a codec
         raw, moved = float(m["allreduce_raw_bytes"]), float(m["allreduce_moved_bytes"])
@@ -106,6 +112,8 @@ def test_flags():
                 "--grad-error-bound",
                 "0.02",
                 "--no-grad-error-feedback",
+                "--grad-codec",
+                "auto",
             ]
         )
     )
@@ -114,6 +122,9 @@ def test_flags():
         0.02,
         False,
     )
+    assert cfg.grad_codec == "auto" and get_config("tiny").grad_codec == "fixed"
+    with pytest.raises(ValueError, match="grad_codec must be fixed or auto"):
+        dataclasses.replace(get_config("tiny"), grad_codec="entropy").validate()
     assert flags.config_from_flags(p.parse_args(["--preset", "tiny"])).grad_allreduce == "exact"
     with pytest.raises(SystemExit):
         p.parse_args(["--grad-allreduce", "fp8"])

@@ -288,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="REL error bound of --grad-allreduce compressed",
     )
     a.add_argument(
+        "--grad-codec",
+        choices=["fixed", "auto"],
+        default=None,
+        help="--grad-allreduce compressed: the frames' codec (fixed-rate codes, or the "
+        "smallest of all forms: fewer bytes, more CPU)",
+    )
+    a.add_argument(
         "--grad-error-feedback",
         action=argparse.BooleanOptionalAction,
         default=None,

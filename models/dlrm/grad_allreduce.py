@@ -7,7 +7,7 @@ train step's ``shard_map`` (issue 15):
 * ``"bf16"``: ``jax_lossy_comm.compressed_psum`` with the ``BF16`` codec (PyTorch DDP's bf16
   compression hook; no bound, no feedback);
 * ``"compressed"``: ``compressed_psum`` with the library's error-bounded frames (REL
-  ``Config.grad_error_bound``) and, with ``Config.grad_error_feedback``, error feedback
+  ``Config.grad_error_bound``, codec ``Config.grad_codec``) and, with ``Config.grad_error_feedback``, error feedback
   (``jax_lossy_comm.error_feedback``): each device's residual lives in ``TrainState.grad_ef``
   with a leading device axis ``[P, ...]`` sharded over the mesh, and is checkpointed with it.
 
@@ -42,7 +42,9 @@ def uses_feedback(config) -> bool:
 def _allreduce_config(config) -> AllReduceConfig:
     if config.grad_allreduce == "bf16":
         return AllReduceConfig(BF16())
-    return AllReduceConfig(FrameCodec(mode="rel"))
+    # The fixed-rate codec's capacity is sized statically by the (static) bound.
+    bound = config.grad_error_bound if config.grad_codec == "fixed" else None
+    return AllReduceConfig(FrameCodec(mode="rel", codec=config.grad_codec, min_error_bound=bound))
 
 
 def init_state(config, head_params, num_devices: int) -> ErrorFeedbackState:

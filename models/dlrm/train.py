@@ -389,7 +389,7 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
         f"exchange: {exchange}; error bound: {ctx.eb_hook.describe()}",
         f"gradient all-reduce: {config.grad_allreduce}"
         + (
-            f" (REL {config.grad_error_bound}, error feedback "
+            f" (codec {config.grad_codec}, REL {config.grad_error_bound}, error feedback "
             f"{'on' if config.grad_error_feedback else 'off'})"
             if config.grad_allreduce == "compressed"
             else ""
