@@ -35,7 +35,7 @@ FORMAT_TABLE = {
     "HEADER_FIXED_BYTES": 8,
     "CHECKSUM_OFFSET": 4,
     "MAX_BITS": 24,
-    "HALF_STEP_FLOOR": 0.875,
+    "HALF_STEP_FLOOR": 0.4921875,
     "MAX_HUFFMAN_LENGTH": 12,
     "MAX_HUFFMAN_SYMBOLS": 4096,
     "SEGMENT_SYMBOLS": 1024,
@@ -79,7 +79,8 @@ HEADER_FIXED_BYTES: int = _F.HEADER_FIXED_BYTES
 CHECKSUM_OFFSET: int = _F.CHECKSUM_OFFSET
 MAX_BITS: int = _F.MAX_BITS
 #: bfloat16/float16 chunks: the quantizer's half step is at least this fraction of ``eb_abs``
-#: (room for the decoder's rounding to the half type), which sets their code width.
+#: (room for the decoder's rounding to the half type; 63/128 leaves no outlier), which sets
+#: their code width.
 HALF_STEP_FLOOR: float = _F.HALF_STEP_FLOOR
 MAX_HUFFMAN_LENGTH: int = _F.MAX_HUFFMAN_LENGTH
 MAX_HUFFMAN_SYMBOLS: int = _F.MAX_HUFFMAN_SYMBOLS
@@ -176,13 +177,16 @@ def rel_code_bits(min_error_bound: float, dtype=np.float32) -> int:
     The largest code is ``range / (2 * eb_rel * range) = 1 / (2 eb_rel)`` (plus one for float
     rounding), so the width depends on the bound alone (Feng et al., SC24, sec. 4.1). 32 (no
     quantization) when that exceeds :data:`MAX_BITS` bits or the bound is not > 0. bfloat16 and
-    float16 chunks quantize with a half step down to :data:`HALF_STEP_FLOOR` times the bound (the
-    decoder rounds to the half type), so their width is that of ``HALF_STEP_FLOOR * eb_rel``.
+    float16 chunks quantize with a half step down to :data:`HALF_STEP_FLOOR` (63/128) times the
+    bound (the decoder rounds to the half type), so their width is that of
+    ``HALF_STEP_FLOOR * eb_rel``: about one bit more than float32's, which no quantizer can avoid
+    (bfloat16 values ``1 + k/128``, k = 0..96, at REL 0.01 need 97 distinct codes; see
+    ``xla_ffi/format.h``). With it no value of a REL bound >= 2**-11 is an outlier.
 
     >>> rel_code_bits(0.01), rel_code_bits(0.05), rel_code_bits(1e-9)
     (6, 4, 32)
-    >>> rel_code_bits(1 / 61), rel_code_bits(1 / 61, "bfloat16")
-    (5, 6)
+    >>> rel_code_bits(0.01, "bfloat16"), rel_code_bits(0.05, "float16")
+    (7, 5)
     """
     eb = float(min_error_bound)
     if np.dtype(dtype) != np.float32:

@@ -199,34 +199,21 @@ def _exponent_of(f):
 def _half_step(eb_abs, vmin, vmax, code: int):
     """quant.h ``half_step``: the stored half step ``h <= eb_abs`` (``eb_abs`` for float32).
 
-    The same binade loop (at most 11 binades matter, ulps in ``[eb_abs / 512, 2 eb_abs]``), run
-    as 12 masked steps.
+    ``(eb_abs - U/2) (1 - 2^-8)`` with ``U`` the spacing of the dtype's values in the binade of
+    ``max(|vmin|, |vmax|) + eb_abs`` when ``U <= 3/4 eb_abs``, never below
+    ``frame.HALF_STEP_FLOOR * eb_abs`` (either step leaves no outlier; the proof is at quant.h).
     """
     if code == _F32:
         return eb_abs
     mbits, emin = (7, -126) if code == _BF16 else (10, -14)
-    amin, amax = jnp.abs(vmin), jnp.abs(vmax)
-    top = jnp.maximum(amin, amax) + eb_abs
-    bot = jnp.where((vmin <= 0) & (vmax >= 0), jnp.float32(0), jnp.minimum(amin, amax) - eb_abs)
-    kbot = jnp.where((bot > 0) & (_exponent_of(bot) > emin), _exponent_of(bot), emin)
-    ktop = _exponent_of(top)
-    k0 = jnp.minimum(ktop, _exponent_of(eb_abs * jnp.float32(2)) + mbits)
-    best = eb_abs
-    going = jnp.bool_(True)
-    for j in range(12):
-        k = k0 - j
-        e = jnp.clip(k - mbits, -126, 127)
-        u = _f32(((e + 127) << 23).astype(_U32))
-        going = going & (k >= kbot) & (k - mbits >= -126) & ~(u < eb_abs * jnp.float32(1 / 512))
-        q = eb_abs / u
-        fl = lax.round(q, lax.RoundingMethod.TO_NEAREST_EVEN)
-        fl = jnp.where(fl > q, fl - 1, fl)
-        span = _product(fl + jnp.where(k == ktop, jnp.float32(0.5), jnp.float32(0.25)), u)
-        best = jnp.where(going & (span < best), span, best)
-    h = _product(best, jnp.float32(1 - 1 / 1024))
+    k = _exponent_of(jnp.maximum(jnp.abs(vmin), jnp.abs(vmax)) + eb_abs)
+    e = jnp.maximum(jnp.maximum(k, emin) - mbits, -126)
+    u = _f32(((e + 127) << 23).astype(_U32))
+    h = _product(eb_abs - _product(jnp.float32(0.5), u), jnp.float32(1 - 1 / 256))
     lo = _product(eb_abs, jnp.float32(frame.HALF_STEP_FLOOR))
+    h = jnp.where((u <= _product(jnp.float32(0.75), eb_abs)) & (h > lo), h, lo)
     ok = (eb_abs > 0) & jnp.isfinite(eb_abs)
-    return jnp.where(ok, jnp.where(h > lo, h, lo), eb_abs)
+    return jnp.where(ok, h, eb_abs)
 
 
 def _within_bound(x, y, eb):
@@ -403,6 +390,11 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     step = half * jnp.float32(2)
     inv = jnp.float32(1) / step
     mc = lax.round(value_range * inv, lax.RoundingMethod.TO_NEAREST_EVEN)
+    if code != _F32:  # quant.h: a top x_hat rounding to Inf shrinks the step to range / maxcode
+        shrink = (mc > 0) & ~jnp.isfinite(_dequantize(vmin, mc, step, code))
+        half = jnp.where(shrink, _product(value_range / mc, jnp.float32(0.5)), half)
+        step = half * jnp.float32(2)
+        inv = jnp.float32(1) / step
     constant = value_range == 0
     spans = jnp.isfinite(step) & (step > 0) & jnp.isfinite(inv) & (mc < 2.0**frame.MAX_BITS)
     quant_ok = (

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jax_lossy_comm as lc
+from bench.half_type_capacity import band_chunks
 from conftest import DUMPS, load_dump
 from jax_lossy_comm import frame, reference
 
@@ -90,12 +91,86 @@ def test_half_type_reference_encoder_matches_the_compiled_one(dtype):
 
 
 def test_half_type_capacity_width():
-    """Half types quantize with a step down to HALF_STEP_FLOOR of the bound: their code width
-    is that of the smaller bound (the usual bounds keep theirs)."""
-    for eb in (0.01, 0.02, 0.03, 0.05):
-        assert frame.rel_code_bits(eb, ml_dtypes.bfloat16) == frame.rel_code_bits(eb)
+    """Half types quantize with a step down to HALF_STEP_FLOOR (63/128) of the bound: their
+    code width is that of the smaller bound, one bit over float32's at the usual bounds."""
+    assert frame.HALF_STEP_FLOOR == 63 / 128
+    for eb, bits in ((0.01, 6), (0.02, 5), (0.03, 5), (0.05, 4)):
+        assert frame.rel_code_bits(eb) == bits
+        for dt in HALF:
+            assert frame.rel_code_bits(eb, dt) == bits + 1
     assert frame.rel_code_bits(1 / 61) == 5
     assert frame.rel_code_bits(1 / 61, np.float16) == 6
+
+
+def decode_at_bare_capacity(x: np.ndarray, eb, min_eb: float) -> tuple[np.ndarray, list]:
+    """Compresses ``x[k, rows, dim]`` (half type) with ``codec="fixed"`` into the fixed-rate
+    capacity of ``min_eb`` without outlier room, asserts that every frame fits, holds no outlier
+    and decodes within the bound in float64; returns the decoded values and the FrameInfos."""
+    dtype, shape = x.dtype, x.shape[-2:]
+    cap = frame.frame_capacity(shape, dtype, "fixed", min_eb)
+    frames, nbytes = lc.compress(jnp.asarray(x), jnp.asarray(eb), codec="fixed", capacity=cap)
+    nb = np.asarray(nbytes)
+    assert np.all(nb > 0), f"{int((nb < 0).sum())} of {nb.size} frames overflowed"
+    infos = frame.frame_info(frames, nbytes)
+    assert [i for i, f in enumerate(infos) if f.n_outliers] == []
+    y = np.asarray(lc.decompress(frames, nbytes, shape=shape, dtype=dtype))
+    assert np.all(max_error64(x, y) <= bound64(x, eb))
+    return y, infos
+
+
+@pytest.mark.parametrize(
+    "dtype, ulp",
+    [(ml_dtypes.bfloat16, 2.0**-7), (np.float16, 2.0**-10)],
+    ids=["bfloat16", "float16"],
+)
+def test_dense_half_values_need_their_own_codes(dtype, ulp):
+    """97 consecutive half-type values 1 + k ulp (k = 0..96) at REL 0.01: eb_abs = 0.96 ulp, so
+    no other half-type value is within the bound of one of them and each must decode to itself:
+    97 distinct codes, 7 bits. The bare fixed-rate capacity holds them with no outlier (before:
+    the 6-bit capacity of the 0.875 floor overflowed)."""
+    x = (1.0 + ulp * np.resize(np.arange(97), (4, 16, 32))).astype(dtype)
+    y, infos = decode_at_bare_capacity(x, np.float32(0.01), 0.01)
+    assert np.array_equal(y.astype(np.float64), x.astype(np.float64))
+    assert [(f.form, f.bits) for f in infos] == [("quantized", 7)] * 4
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("min_eb", [0.01, 0.03, 0.05])
+def test_half_chunks_have_no_outlier_at_the_bare_capacity(dtype, min_eb):
+    """3,000 chunks per dtype and bound at bounds min_eb, 1.5 min_eb and 3 min_eb: narrow bands
+    away from zero (bench.half_type_capacity.band_chunks) and standard normal times 10^U(-3, 3)
+    (reconstructions on both sides of zero). No outlier, so no overflow of the fixed-rate
+    capacity without outlier room, and the bound holds in float64. Before (half step floored at
+    0.875 eb_abs over a binade analysis): about 10% of the narrow bands overflowed."""
+    rng = np.random.default_rng(int(min_eb * 1000) + (dtype is np.float16))
+    scale = 10.0 ** rng.uniform(-3, 3, (1500, 1, 1))
+    x = np.concatenate(
+        [band_chunks(rng, 1500, (16, 32)), rng.standard_normal((1500, 16, 32)) * scale]
+    ).astype(dtype)
+    eb = np.float32(min_eb) * np.float32([1.0, 1.5, 3.0])[np.arange(len(x)) % 3]
+    decode_at_bare_capacity(x, eb, min_eb)
+
+
+def test_reconstructions_around_zero_rounding_outwards():
+    """bfloat16 [-0.07666, 0.09082] at REL 0.049588155: the two reconstructions around
+    x = -0.0019989 (-0.0102847 and 0.0063092, a step of 1.998 eb_abs apart) round away from
+    each other to the bfloat16 grid, 2.0026 eb_abs apart, so x missed both: 10 outliers before
+    (a step of 0.999 eb_abs from a binade analysis that assumed x on the grid of the
+    reconstructions). The step now leaves room for that rounding: no outlier."""
+    x = np.resize(np.float32([-0.07666015625, 0.0908203125, -0.0019989013671875]), (1, 4, 8))
+    decode_at_bare_capacity(x.astype(ml_dtypes.bfloat16), np.float32([0.049588155]), 0.04)
+
+
+def test_float16_top_reconstruction_stays_finite():
+    """float16 chunks reaching 65504 (the largest float16) at REL 0.05-0.25: the top code's
+    reconstruction, up to half a step above vmax, rounded to Inf (before: 634 outliers and 126
+    overflows in 400 chunks). The step shrinks so the top reconstruction is vmax: no outlier."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0, 65504, (400, 16, 32))
+    x[:, 0, 0] = 65504
+    eb = (np.float32(0.05) * rng.uniform(1, 5, 400)).astype(np.float32)
+    y, _ = decode_at_bare_capacity(x.astype(np.float16), eb, 0.05)
+    assert np.all(np.isfinite(y.astype(np.float64)))
 
 
 # ------------------------------------------------------------------- item 2: REL in float64

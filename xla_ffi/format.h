@@ -61,8 +61,13 @@ constexpr int kSeg = 1024;              // symbols per independently decodable s
 constexpr int64_t kMaxFrameBytes = 2147483647;  // byte counts travel as int32
 // bfloat16/float16: the decoder rounds x_hat to the half type, so the quantizer's half step is
 // below eb_abs (quant.h half_step); it never goes below this fraction of eb_abs, which bounds
-// the code width (rel_bits_for) and so the fixed-rate capacity.
-constexpr float kHalfStepFloor = 0.875f;
+// the code width (rel_bits_for) and so the fixed-rate capacity. 63/128 = (1 - 2^-6) / 2: with
+// a step of at most (1 - 2^-6) eb_abs no value is an outlier (the proof is at half_step). No
+// floor can give a narrower capacity: bfloat16 values 1 + k/128 (k = 0..96) at REL 0.01 have
+// eb_abs = 0.0075 < 1/128, the distance between two of them, so each needs its own code: 97
+// codes (7 bits) where float32's 1/(2 * 0.01) needs 51 (6 bits), since the decoded values are
+// bfloat16 too and no other bfloat16 value is within eb_abs of one of them; float16 likewise.
+constexpr float kHalfStepFloor = 0.4921875f;
 
 enum Form : int { kFormRaw = 0, kFormQuant = 1 };
 enum DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };

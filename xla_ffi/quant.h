@@ -46,34 +46,44 @@ LC_HD float rel_bound(float eb, float vmin, float vmax) {
 }
 
 // The half step h <= eb_abs of a chunk of `dtype` values in [vmin, vmax]: x_hat = vmin + q * 2h
-// is rounded to the dtype by the decoder. In a binade with ulp u and at its border with the next
-// (ulp 2u), x and every rounded x_hat lie on the grid of u and a rounded x_hat moves by at most
-// u/2 below the border and u above it, so consecutive rounded x_hat are at most 2h + 1.5u apart
-// and every x is within eb_abs of one when h < (floor(eb_abs / u) + 1/4) u, or + 1/2 in the
-// top binade, where no coarser one follows (2h + u apart; u > 2 eb_abs: no
-// limit; u < eb_abs / 512: the 2^-10 margin covers it, together with the float32 rounding of
-// vmin + q * step). The smallest such h over the
-// binades the reconstructions reach, never below kHalfStepFloor * eb_abs (the code width the
-// fixed-rate capacity allows; values it cannot honour become outliers). eb_abs for float32.
+// is rounded to the dtype by the decoder. With v = 2^-24 (float32 rounding), T = max(|vmin|,
+// |vmax|), R = vmax - vmin <= 2T, s = 2h, and U the spacing of the dtype's values in the binade of
+// T + eb_abs (the largest spacing near any x_hat; rounding moves an x_hat by at most U/2):
+//   h = (eb_abs - U/2) (1 - 2^-8) when U <= 3/4 eb_abs, else kHalfStepFloor * eb_abs,
+// and never below kHalfStepFloor * eb_abs (63/128; it bounds the code width of the fixed-rate
+// capacity, rel_bits_for). Either way no value is an outlier (REL bounds >= 2^-11; float32
+// arithmetic outside the subnormal range):
+// (1) h = (eb_abs - U/2)(1 - 2^-8). The rounded x_hat y_q are nondecreasing in q, y_0 = vmin, and
+// y_q is within U/2 + d of the exact vmin + q s, d <= v (3T + 2s) its float32 error (d <= 2^-11
+// eb_abs: U >= 2^-11 T and U <= eb_abs). So y_(q+1) - y_q <= s + U + 2d <= 2 eb_abs, and a
+// value between two of them is within eb_abs of one; a value above the top y (vmin + maxcode s
+// is within s/2 + 3vR of vmax) is within h + U/2 + 3vR + d <= eb_abs of it. The encoder's code
+// rint((x - vmin) / s) is the lower or upper of the two y around x (s >= 5/3 U leaves room for
+// the rounding), and if it misses, the neighbour retry takes the other.
+// (2) h = kHalfStepFloor * eb_abs, s <= (1 - 2^-6) eb_abs. The code q = rint((x - vmin) * inv),
+// clamped to [0, maxcode], is within 1/2 + 3vR/s of (x - vmin) / s, so vmin + q s evaluated in
+// float32 is some d with |d - x| <= D = s/2 + v (4R + T + 2s). (a) If eb_abs >= 2^-13 T, then
+// D <= eb_abs / 2 (as 9vT + 2v eb_abs <= 2^-7 eb_abs), and as x is a dtype value, d's rounding
+// RN(d) to the dtype is no farther from d than x: |RN(d) - x| <= 2D <= eb_abs. (b) Else, in REL
+// mode with eb >= 2^-11, R < T/2: every value has |x| >= T/2, so the dtype's values next to x
+// are at least 2^-12 T away (11 significant bits at most) while D < 2^-14 T + 4vT < 2^-13 T:
+// RN(d) = x. So the first code honours the bound (within_bound decides exactly).
+// A grid aligned to the top binade's spacing (step the largest multiple of U <= 2 eb_abs, no
+// rounding at all) has the same worst case, a step of one U when eb_abs is just below U, and
+// needs another stored base; no floor can give a narrower capacity (format.h kHalfStepFloor).
+// Where the top x_hat would round to Inf (float16 near 65504), plan_quant shrinks the step to
+// range / maxcode (it rounded up): (2) holds for any smaller step; in (1) the gaps only shrink,
+// the top x_hat is vmax, and the step stays >= 3/4 of h's (or the codes are just 0 and 1).
+// eb_abs for float32.
 LC_HD float half_step(float eb_abs, float vmin, float vmax, int dtype) {
   if (dtype == kF32 || !(eb_abs > 0.0f) || !is_finite_bits(f2u(eb_abs))) return eb_abs;
   const int mbits = dtype == kBF16 ? 7 : 10, emin = dtype == kBF16 ? -126 : -14;
   const float amin = vmin < 0.0f ? -vmin : vmin, amax = vmax < 0.0f ? -vmax : vmax;
-  const float top = (amin > amax ? amin : amax) + eb_abs;  // largest |x_hat|
-  const float bot = vmin <= 0.0f && vmax >= 0.0f ? 0.0f : (amin < amax ? amin : amax) - eb_abs;
-  const int kbot = bot > 0.0f && exponent_of(bot) > emin ? exponent_of(bot) : emin;
-  const int kstart = exponent_of(2.0f * eb_abs) + mbits;  // binades with ulp <= 2 eb_abs
-  const int ktop = exponent_of(top);
-  int k = ktop < kstart ? ktop : kstart;
-  float best = eb_abs;
-  for (; k >= kbot && k - mbits >= -126; --k) {
-    const float u = pow2f(k - mbits);
-    if (u < eb_abs * (1.0f / 512.0f)) break;
-    const float span = (floor_nonneg(eb_abs / u) + (k == ktop ? 0.5f : 0.25f)) * u;
-    best = span < best ? span : best;
-  }
-  const float h = best * (1.0f - 1.0f / 1024.0f), lo = eb_abs * kHalfStepFloor;
-  return h > lo ? h : lo;
+  const int k = exponent_of((amin > amax ? amin : amax) + eb_abs);  // the top binade
+  const int e = (k > emin ? k : emin) - mbits;
+  const float u = pow2f(e > -126 ? e : -126);  // U, or above it (bfloat16 subnormals)
+  const float h = (eb_abs - 0.5f * u) * (1.0f - 1.0f / 256.0f), lo = eb_abs * kHalfStepFloor;
+  return u <= 0.75f * eb_abs && h > lo ? h : lo;
 }
 
 // The plan for a chunk of n values with finite range [vmin, vmax] (vmin > vmax: no finite
@@ -103,6 +113,15 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
       float mc = rint_nonneg(range * p.inv);
       ok = is_finite_bits(f2u(p.inv)) && mc < (float)(1u << kMaxBits);
       if (ok) maxcode = (uint32_t)mc;
+      // Half types: the top code's x_hat (up to vmax + h) may round past the dtype's largest
+      // value to Inf (float16 near 65504). Then the step shrinks to range / maxcode, which puts
+      // the top x_hat at vmax; half_step's proof holds for the smaller step, the code width stays.
+      if (ok && dtype != kF32 && mc > 0.0f &&
+          !is_finite_bits(f2u(round_to_dtype(vmin + mc * p.step, dtype)))) {
+        p.half = range / mc * 0.5f;
+        p.step = p.half * 2.0f;
+        p.inv = 1.0f / p.step;
+      }
     }
   }
   p.ok = ok;

@@ -93,10 +93,5 @@ LC_HD float pow2f(int e) { return u2f((uint32_t)(e + 127) << 23); }
 // Round half to even for v >= 0 without libm (the x86-64 baseline has no roundss): below 2^23,
 // adding 2^23 leaves no fraction bits, so the FPU's round-to-nearest-even does it. == rintf(v).
 LC_HD float rint_nonneg(float v) { return v < 8388608.0f ? (v + 8388608.0f) - 8388608.0f : v; }
-// floor(v) for 0 <= v < 2^23, without libm.
-LC_HD float floor_nonneg(float v) {
-  const float r = rint_nonneg(v);
-  return r > v ? r - 1.0f : r;
-}
 
 }  // namespace lc
