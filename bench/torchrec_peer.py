@@ -379,7 +379,7 @@ def train(args) -> dict[str, Any]:
         eval_set = ev.rows(0, min(cfg["eval_rows"], ev.num_rows))  # the trainer's eval_set
         loss_fn = torch.nn.BCEWithLogitsLoss()
         gb = cfg["batch_size"]
-        intervals, losses = [], []
+        intervals, losses, seen = [], [], []
         t0 = time.perf_counter()
         for step in range(1, args.steps + 1):
             batch = data.batch(step - 1, gb, args.rank, args.world_size)
@@ -390,6 +390,7 @@ def train(args) -> dict[str, Any]:
             loss.backward()
             opt.step()
             losses.append(float(loss.detach()))
+            seen.append((batch["label"], logits.detach().numpy()))
             if step % args.log_every == 0 or step == args.steps:
                 dist.barrier()  # the interval ends when both ranks finished its steps
                 seconds = time.perf_counter() - t0
@@ -401,12 +402,15 @@ def train(args) -> dict[str, Any]:
                         "unix_time": time.time(),
                         "samples_per_s": gb * n / seconds,
                         "loss": float(np.mean(losses)),
+                        # this rank's training rows of the interval (the trainer's record
+                        # has the AUC of all rows)
+                        "rank_train_auc": _auc(*map(np.concatenate, zip(*seen))),
                     }
                 )
                 if args.rank == 0:
                     print(f"step {step}: loss {intervals[-1]['loss']:.5f} "
                           f"{intervals[-1]['samples_per_s']:.0f} samples/s", flush=True)  # fmt: skip
-                losses, t0 = [], time.perf_counter()
+                losses, seen, t0 = [], [], time.perf_counter()
         logits = evaluate(dmp, eval_set, cfg["eval_batch_size"], args.rank, args.world_size)
         if not np.isfinite(np.asarray(intervals[-1]["loss"])):
             raise RuntimeError(f"TorchRec training diverged (loss {intervals[-1]['loss']})")
@@ -431,6 +435,13 @@ def train(args) -> dict[str, Any]:
             Path(args.out).with_name("eval_logits.npz"), logits=logits, label=eval_set["label"]
         )
     return out
+
+
+def _auc(labels: np.ndarray, logits: np.ndarray) -> float:
+    """ROC AUC (scikit-learn), NaN with one class only."""
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, logits)) if 0 < labels.sum() < len(labels) else float("nan")
 
 
 def _versions() -> dict[str, str | None]:
