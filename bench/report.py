@@ -352,8 +352,8 @@ def two_node_markdown(res: dict[str, Any]) -> str:
     out = [
         f"Run: {_env_line(res)}; preset {p.get('preset')}, 2 processes x "
         f"{p.get('devices_per_process')} CPU devices, {p.get('steps')} steps (first "
-        f"{p.get('log_every')} = compile / warm-up, dropped), {p.get('rounds')} interleaved "
-        f"rounds; one network namespace per process joined by a veth pair "
+        f"{p.get('log_every')} = compile / warm-up, dropped), interleaved rounds: "
+        f"{p.get('rounds')}; one network namespace per process joined by a veth pair "
         f"({', '.join(info.get('addresses', []))}) limited with tc on both ends ("
         + qdisc.split(" |")[0].split("\n")[0][:90]
         + "); in-process traffic on each namespace's own loopback. Gloo pinned to the veth: "
@@ -365,7 +365,8 @@ def two_node_markdown(res: dict[str, Any]) -> str:
         "the mode's step time in the same round (our modes vs `exact`, TorchRec's vs "
         "`torchrec-fp32`). **CPU speed is not GPU speed**: both stacks run on 2 shared CPU "
         "cores here, so the absolute samples/s say nothing of a GPU cluster; the ratios show "
-        "what each stack's exchange saves on a limited link.",
+        "what each stack's exchange saves on a limited link."
+        + (f" {res['note'][:1].upper() + res['note'][1:]}." if res.get("note") else ""),
         "",
         netns_table(res),
         "",
