@@ -20,7 +20,7 @@ STEPS = 12
 
 
 @functools.cache
-def _run(mode: str, feedback: bool = True, codec: str = "fixed"):
+def _run(mode: str, feedback: bool = True, codec: str = "auto"):
     """STEPS training steps of the tiny preset on the same synthetic batches: (losses,
     last metrics, state, ctx, shardings)."""
     cfg = dataclasses.replace(
@@ -53,8 +53,8 @@ def test_modes_train_close_to_exact_and_report_bytes():
     )  # float32 head
     assert float(m_exact["allreduce_raw_bytes"]) == 8 * 2 * head_bytes  # 8 devices
     assert float(m_exact["allreduce_moved_bytes"]) == float(m_exact["allreduce_raw_bytes"])
-    runs = [("bf16", True, "fixed"), ("compressed", True, "fixed")]
-    runs += [("compressed", False, "fixed"), ("compressed", True, "auto")]
+    runs = [("bf16", True, "auto"), ("compressed", True, "auto")]
+    runs += [("compressed", False, "auto"), ("compressed", True, "fixed")]
     for mode, feedback, codec in runs:
         losses, m, state, *_ = _run(mode, feedback, codec)
         assert np.abs(losses - exact).max() < 5e-3, (mode, feedback, losses - exact)
@@ -113,7 +113,7 @@ def test_flags():
                 "0.02",
                 "--no-grad-error-feedback",
                 "--grad-codec",
-                "auto",
+                "fixed",
             ]
         )
     )
@@ -122,7 +122,7 @@ def test_flags():
         0.02,
         False,
     )
-    assert cfg.grad_codec == "auto" and get_config("tiny").grad_codec == "fixed"
+    assert cfg.grad_codec == "fixed" and get_config("tiny").grad_codec == "auto"
     with pytest.raises(ValueError, match="grad_codec must be fixed or auto"):
         dataclasses.replace(get_config("tiny"), grad_codec="entropy").validate()
     assert flags.config_from_flags(p.parse_args(["--preset", "tiny"])).grad_allreduce == "exact"

@@ -289,10 +289,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--grad-codec",
-        choices=["fixed", "auto"],
+        choices=["auto", "fixed"],
         default=None,
-        help="--grad-allreduce compressed: the frames' codec (fixed-rate codes, or the "
-        "smallest of all forms: fewer bytes, more CPU)",
+        help="--grad-allreduce compressed: the frames' codec (auto: the smallest of all "
+        "forms, fewest bytes; fixed: fixed-rate codes, least CPU)",
     )
     a.add_argument(
         "--grad-error-feedback",
