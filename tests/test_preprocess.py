@@ -309,7 +309,7 @@ def test_resume_refuses_changed_sources_and_settings(tmp_path):
         convert(paths, tmp_path / "o")
 
 
-def test_manifest_of_another_version_is_an_error(tmp_path):
+def test_manifest_of_another_version_is_an_error(tmp_path, capsys):
     paths = _three_files(tmp_path)[:1]
     convert(paths, tmp_path / "o")
     path = tmp_path / "o" / "manifest.json"
@@ -319,10 +319,19 @@ def test_manifest_of_another_version_is_an_error(tmp_path):
     for use in (
         lambda: shards.ShardDataset(str(tmp_path / "o")),
         lambda: convert(paths, tmp_path / "o"),
-        lambda: pp.main(["--verify", str(tmp_path / "o")]),
     ):
         with pytest.raises(pp.ShardFormatError, match=f"version {pp.FORMAT_VERSION + 1}"):
             use()
+    capsys.readouterr()
+    assert pp.main(["--verify", str(tmp_path / "o")]) == 2  # the command: one line, exit 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and f"version {pp.FORMAT_VERSION + 1}" in err
+    assert err.count("\n") == 1
+
+
+def test_command_line_names_a_missing_source_in_one_line(tmp_path, capsys):
+    assert pp.main([str(tmp_path / "nope.txt"), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == f"error: no data files match '{tmp_path / 'nope.txt'}'\n"
 
 
 def test_shards_that_do_not_match_the_manifest_are_errors(tmp_path):
@@ -342,7 +351,8 @@ def test_shards_that_do_not_match_the_manifest_are_errors(tmp_path):
     with pytest.raises(pp.ShardFormatError, match="part-00000.dense: SHA-256 differs"):
         shards.ShardDataset(str(tmp_path / "flipped"), checksums=True)
     with pytest.raises(pp.ShardFormatError, match="SHA-256 differs"):
-        pp.main(["--verify", str(tmp_path / "flipped")])
+        pp.verify_shards(str(tmp_path / "flipped"), pp.read_manifest(str(tmp_path / "flipped")))
+    assert pp.main(["--verify", str(tmp_path / "flipped")]) == 2
     (tmp_path / "o" / "part-00000.label").unlink()
     with pytest.raises(pp.ShardFormatError, match="part-00000.label: missing"):
         shards.ShardDataset(str(tmp_path / "o"))

@@ -849,9 +849,9 @@ def day_split(sources, out_dir: str, **convert_kw) -> dict[str, Report | int]:
 
 
 def main(argv=None) -> int:
-    """The command line (see the module docstring)."""
-    from models.dlrm.configs import get_config
-
+    """The command line (see the module docstring). Returns the exit status: 0, or 2 with one
+    line for a missing source, a malformed line (without --skip-bad-lines), a bad gzip, a
+    source that changed while read, or shards that do not match their manifest."""
     p = argparse.ArgumentParser(
         prog="python -m models.dlrm.preprocess",
         description=__doc__,
@@ -876,12 +876,23 @@ def main(argv=None) -> int:
         "rounded up) and OUT/val (the rest), the others -> OUT/train",
     )
     a = p.parse_args(argv)
+    if not a.verify and (not a.sources or not a.out):
+        p.error("give source files and --out (or --verify DIR)")
+    try:
+        return _run(a)
+    except (FileNotFoundError, ip.DataError, ShardFormatError, SourceChangedError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(a: argparse.Namespace) -> int:
+    """The command ``main`` parsed: verify, or convert (with the day split)."""
+    from models.dlrm.configs import get_config
+
     if a.verify:
         verify_shards(a.verify, read_manifest(a.verify))
         print(f"{a.verify}: every shard matches its manifest")
         return 0
-    if not a.sources or not a.out:
-        p.error("give source files and --out (or --verify DIR)")
     cfg = get_config(a.config)
     if a.max_ind_range is not None:
         cfg = dataclasses.replace(cfg, max_ind_range=a.max_ind_range)
