@@ -329,6 +329,15 @@ def test_manifest_of_another_version_is_an_error(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
+def test_command_line_takes_the_tables_of_the_data_format(tmp_path):
+    # Terabyte rows hashed into the Kaggle preset's tables (the old default) could not train
+    # with the terabyte preset: the trainer refused the shards.
+    paths = _three_files(tmp_path)[:1]
+    assert pp.main([*paths, "--out", str(tmp_path / "t"), "--data-format", "terabyte"]) == 0
+    rows = pp.read_manifest(tmp_path / "t")["settings"]["table_rows"]
+    assert tuple(rows) == get_config("terabyte").table_rows() != get_config("kaggle").table_rows()
+
+
 def test_command_line_names_a_missing_source_in_one_line(tmp_path, capsys):
     assert pp.main([str(tmp_path / "nope.txt"), "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err == f"error: no data files match '{tmp_path / 'nope.txt'}'\n"

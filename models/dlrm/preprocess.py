@@ -88,8 +88,9 @@ _BLOCK_BYTES = 2 << 20  # pyarrow parse block: large blocks parse slower (cache)
 _GZIP_BLOCK_BYTES = 4 << 20  # decompressed bytes the gzip thread hands over at a time
 
 
-class ShardFormatError(ValueError):
-    """Shards or a manifest that cannot be used: another version, or outputs that do not match."""
+class ShardFormatError(ip.DataError):
+    """Shards or a manifest that cannot be used: another version, or outputs that do not match
+    (a ``DataError``: the trainer's command line prints it as one line)."""
 
 
 class SourceChangedError(RuntimeError):
@@ -860,7 +861,12 @@ def main(argv=None) -> int:
     p.add_argument("sources", nargs="*", help="files, folders or globs, in order")
     p.add_argument("--out", help="output folder of shards")
     p.add_argument("--data-format", default="kaggle", choices=("kaggle", "terabyte", "csv"))
-    p.add_argument("--config", default="kaggle", help="preset whose tables to use")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="preset whose tables to use (default: terabyte for --data-format terabyte, else "
+        "kaggle); the trainer must run with the same tables",
+    )
     p.add_argument(
         "--max-ind-range", type=int, default=None, help="cap on table rows (default: the preset's)"
     )
@@ -893,7 +899,7 @@ def _run(a: argparse.Namespace) -> int:
         verify_shards(a.verify, read_manifest(a.verify))
         print(f"{a.verify}: every shard matches its manifest")
         return 0
-    cfg = get_config(a.config)
+    cfg = get_config(a.config or ("terabyte" if a.data_format == "terabyte" else "kaggle"))
     if a.max_ind_range is not None:
         cfg = dataclasses.replace(cfg, max_ind_range=a.max_ind_range)
     paths = [f for s in a.sources for f in ip.expand_paths(s)]

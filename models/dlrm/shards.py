@@ -378,17 +378,19 @@ def make_data(config: Config, local_batch, position, *, process_index=0, num_pro
       ``(stream, eval_set, description)`` as ``data.make_data``.
 
     Raises:
-      ValueError: the shards were hashed into other table rows than ``config.table_rows()``,
-        or ``position`` belongs to another stream.
+      input_pipeline.DataError: the shards were hashed into other table rows than
+        ``config.table_rows()``.
+      ValueError: ``position`` belongs to another stream.
       preprocess.ShardFormatError: see ``ShardDataset``.
     """
     rows = config.table_rows()
     dataset = ShardDataset(config.data)
     if dataset.table_rows != tuple(rows):
-        raise ValueError(
+        raise input_pipeline.DataError(
             f"the shards in {config.data} hold ids hashed into table rows "
-            f"{list(dataset.table_rows)}, the config's tables have {list(rows)} (--max-ind-range "
-            "decides both): convert again or change the config"
+            f"{list(dataset.table_rows)}, the config's tables have {list(rows)}: train with the "
+            "preset and --max-ind-range the shards were converted with (the preprocess "
+            "command's --config and --max-ind-range), or convert again"
         )
     holdout = 0 if config.eval_data else config.holdout_every
     block = config.shuffle_block_rows
