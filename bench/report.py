@@ -56,6 +56,8 @@ CODEC_BEGIN = "<!-- codec-results:begin -->"
 CODEC_END = "<!-- codec-results:end -->"
 TWO_NODE_BEGIN = "<!-- two-node-results:begin -->"
 TWO_NODE_END = "<!-- two-node-results:end -->"
+RATES_BEGIN = "<!-- two-node-rates:begin -->"
+RATES_END = "<!-- two-node-rates:end -->"
 
 
 # ------------------------------------------------------------------------------------ render
@@ -376,6 +378,52 @@ def two_node_markdown(res: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def rate_sweep_markdown(res: dict[str, Any], target: float = 1.5) -> str:
+    """The two-node link-rate sweep (``netns_two_node_rates.json``): the table, then per rate
+    each compressed mode's speedup over our exact and the ceiling any codec has there, the
+    exact step at that rate over the exact step without a limit (a codec that cost nothing
+    and moved nothing)."""
+    if res.get("status") == "skipped":
+        return f"Skipped: {res.get('skip_reason')}\n"
+    p = res.get("params", {})
+    runs = res.get("runs", [])
+    med = {(r["rate"], r["mode"]): r for r in netns_bench.median_runs(runs)}
+    sp = netns_bench.paired_speedups(runs)
+    free = med.get(("unlimited", "exact"))
+    rows = []
+    for rate in p.get("rates", []):
+        if rate == "unlimited" or rate not in sp:
+            continue
+        ex = med.get((rate, "exact"))
+        ceiling = f"; ceiling {ex['step_time_s'] / free['step_time_s']:.2f}x" if ex and free else ""
+        modes = ", ".join(f"{m} {v:.2f}x" for m, v in sp[rate].items())
+        rows.append(f"{rate}: {modes}{ceiling}")
+    met: dict[str, list[str]] = {}
+    for rate, v in sp.items():
+        for m, x in v.items():
+            if rate != "unlimited" and x >= target:
+                met.setdefault(m, []).append(rate)
+    return "\n".join(
+        [
+            f"Run: {_env_line(res)}; the testbed above, preset {p.get('preset')}, 2 processes "
+            f"x {p.get('devices_per_process')} CPU devices, {p.get('steps')} steps, "
+            f"interleaved rounds: {p.get('rounds')}."
+            + (f" {res['note'][:1].upper() + res['note'][1:]}." if res.get("note") else ""),
+            "",
+            netns_table(res),
+            "",
+            "Speedup over our exact by link rate (median of the rounds; ceiling: our exact at "
+            "that rate / our exact without a limit, what a codec that cost nothing and moved "
+            "nothing could give): "
+            + "; ".join(rows)
+            + f". {target}x reached by: "
+            + ("; ".join(f"{m} at {', '.join(r)}" for m, r in met.items()) if met else "no mode")
+            + ".",
+            "",
+        ]
+    )
+
+
 def _netns_target(netns: dict[str, Any], rate: str = "1gbit", target: float = 1.5) -> str:
     """The issue's target line: >= 1.5x step time at 1 Gbit/s (the paper: 1.38x), for the
     best compressed mode measured, with the link-time floor of each mode (link bytes / rate)
@@ -688,6 +736,7 @@ def render(results: Path = RESULTS, *, readme: bool = True) -> int:
     netns = _load(results / "netns.json")
     codec = _load(results / "codec.json")
     two_node = _load(results / "netns_two_node.json")
+    rates = _load(results / "netns_two_node_rates.json")
     try:
         for p in figures.plot_all(results):
             print(f"wrote {p}")
@@ -705,6 +754,10 @@ def render(results: Path = RESULTS, *, readme: bool = True) -> int:
         (results / "two_node.md").write_text(two_node_markdown(two_node))
         print(f"wrote {results / 'two_node.md'}")
         sections.append((TWO_NODE_BEGIN, TWO_NODE_END, two_node_markdown(two_node)))
+    if rates:
+        (results / "two_node_rates.md").write_text(rate_sweep_markdown(rates))
+        print(f"wrote {results / 'two_node_rates.md'}")
+        sections.append((RATES_BEGIN, RATES_END, rate_sweep_markdown(rates)))
     if readme and README.is_file():
         _update_readme(sections)
     print()

@@ -178,6 +178,33 @@ def test_two_node_markdown():
     assert "in-process" not in loop
 
 
+def test_rate_sweep_markdown():
+    runs = [
+        _run("unlimited", "exact", 0, 0.2, link_bytes_per_step=6 * 2**20),
+        _run("unlimited", "compressed-hierarchical", 0, 0.25, link_bytes_per_step=2**20),
+        _run("1gbit", "exact", 0, 0.3, link_bytes_per_step=6 * 2**20),
+        _run("1gbit", "compressed-hierarchical", 0, 0.25, link_bytes_per_step=2**20),
+        _run("250mbit", "exact", 0, 0.6, link_bytes_per_step=6 * 2**20),
+        _run("250mbit", "compressed-hierarchical", 0, 0.3, link_bytes_per_step=2**20),
+    ]
+    res = {
+        "status": "ok",
+        "environment": {"utc": "2026-12-01T16:00:00+00:00", "cpu_model": "CPU", "cpu_count": 2,
+                        "git_commit": "abcdef1234567"},
+        "params": {"preset": "terabyte", "devices_per_process": 2, "steps": 20, "rounds": 1,
+                   "rates": ["unlimited", "1gbit", "250mbit"]},
+        "runs": runs,
+    }  # fmt: skip
+    md = report.rate_sweep_markdown(res)
+    assert "| 250mbit | compressed-hierarchical | 300 ms | " in md
+    # ceiling = exact at the rate / exact unlimited: 0.3 / 0.2 and 0.6 / 0.2
+    assert "1gbit: compressed-hierarchical 1.20x; ceiling 1.50x" in md
+    assert "250mbit: compressed-hierarchical 2.00x; ceiling 3.00x" in md
+    assert "1.5x reached by: compressed-hierarchical at 250mbit." in md
+    res["runs"] = runs[:4]
+    assert "1.5x reached by: no mode." in report.rate_sweep_markdown(res)
+
+
 def test_acceptance_flags_of_the_report():
     flags = report.two_node_args("/venv/bin/python")
     assert flags[:4] == ["--testbed", "two-node", "--devices-per-process", "2"]
@@ -375,4 +402,17 @@ def test_committed_two_node_results_are_rendered():
     assert (report.RESULTS / "two_node.md").read_text() == md
     readme = report.README.read_text()
     begin, end = report.TWO_NODE_BEGIN, report.TWO_NODE_END
+    assert report.bu.replace_between_markers(readme, md, begin, end) == readme
+
+
+def test_committed_rate_sweep_is_rendered():
+    """bench/results/two_node_rates.md and the README's rate-sweep section are the rendering
+    of the committed netns_two_node_rates.json."""
+    path = report.RESULTS / "netns_two_node_rates.json"
+    if not path.is_file():
+        pytest.skip(f"{path} absent (not measured yet)")
+    md = report.rate_sweep_markdown(json.loads(path.read_text()))
+    assert (report.RESULTS / "two_node_rates.md").read_text() == md
+    readme = report.README.read_text()
+    begin, end = report.RATES_BEGIN, report.RATES_END
     assert report.bu.replace_between_markers(readme, md, begin, end) == readme
