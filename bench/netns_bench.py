@@ -136,6 +136,13 @@ MODES = {
         *_BACKWARD,
         *("--exchange-topology", "hierarchical", "--grad-allreduce", "compressed"),
     ),
+    # the same with fixed-rate gradient frames: about 3x the all-reduce bytes of the entropy
+    # coded ones, about a tenth of their encode CPU (a CPU-bound step's choice)
+    "compressed-hierarchical-ar-fixed": (
+        *_BACKWARD,
+        *("--exchange-topology", "hierarchical", "--grad-allreduce", "compressed"),
+        *("--grad-codec", "fixed"),
+    ),
 }
 #: TorchRec modes (bench/torchrec_peer.py): name -> (model, qcomm)
 TORCHREC_MODES = {

@@ -125,6 +125,12 @@ def test_modes_and_baselines():
     assert "--exchange-topology" in nb.MODES["compressed-flat"]
     assert nb.MODES["compressed-hierarchical"][-2:] == ("--exchange-topology", "hierarchical")
     assert "--exchange-backward" in nb.MODES["compressed-hierarchical"]
+    fixed = nb.MODES["compressed-hierarchical-ar-fixed"]
+    assert (
+        fixed[: len(nb.MODES["compressed-hierarchical-ar"])]
+        == (nb.MODES["compressed-hierarchical-ar"])
+    )
+    assert fixed[-2:] == ("--grad-codec", "fixed")
     assert nb.TORCHREC_MODES["torchrec-int8"] == ("dlrm", "int8")
     assert not set(nb.MODES) & set(nb.TORCHREC_MODES)
     assert nb.baseline("compressed-hierarchical") == "exact"
