@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 import jax_lossy_comm as jlc
@@ -138,6 +139,148 @@ def test_a_checkpoint_of_another_model_is_named_and_kept(tmp_path):
     with pytest.raises(checkpoints.CheckpointError, match="cannot restore checkpoint 1 in"):
         checkpoints.restore(mngr, other)
     assert sorted(os.listdir(ckpt)) == ["1"]
+
+
+# ---- a checkpoint without grad_ef (earlier release) or of another --grad-allreduce ----------
+
+
+def _ef_state(step, ef=(2, 4)):
+    """A TrainState with distinct random values and error-feedback residuals ``[*ef]`` (none
+    when ``ef`` is None: the empty state of an exact or feedback-less all-reduce)."""
+    keys = jax.random.split(jax.random.key(step), 4)
+    x = [jax.random.normal(k, (4,)) for k in keys]
+    res = {} if ef is None else {"w": jnp.full(ef, step + 0.5)}
+    return TrainState(
+        jnp.int32(step),
+        {"w": x[0]},
+        {"mu": x[1], "nu": x[2]},
+        {"eb": x[3]},
+        jlc.ErrorFeedbackState(res),
+    )
+
+
+def _abstract_of(state):
+    sh = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sh), state)
+
+
+def _save_raw(workdir, step, tree):
+    """Saves ``tree`` as the ``state`` item the way the release before grad_ef did
+    (``state._asdict()`` through StandardSave, manager opened by item names)."""
+    mngr = ocp.CheckpointManager(
+        os.path.abspath(os.path.join(workdir, "checkpoints")),
+        options=ocp.CheckpointManagerOptions(create=True),
+        item_names=("state", "meta"),
+    )
+    meta = {"step": step, "data_position": {"batch": step}}
+    state = ocp.args.StandardSave(tree)
+    mngr.save(step, args=ocp.args.Composite(state=state, meta=ocp.args.JsonSave(meta)))
+    mngr.wait_until_finished()
+    mngr.close()
+
+
+def _assert_bitwise(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert x.tobytes() == y.tobytes()
+
+
+def _assert_restored_but_grad_ef(restored, saved, fresh_ef):
+    for f in ("step", "params", "opt_state", "eb_state"):
+        _assert_bitwise(getattr(restored, f), getattr(saved, f))
+    assert isinstance(restored.grad_ef, jlc.ErrorFeedbackState)
+    assert jax.tree.structure(restored.grad_ef) == jax.tree.structure(fresh_ef)
+    _assert_bitwise(restored.grad_ef, fresh_ef)
+    for leaf in jax.tree.leaves(restored.grad_ef):
+        assert leaf.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+
+def test_a_checkpoint_of_the_release_before_grad_ef_restores_with_zero_residuals(tmp_path, caplog):
+    old = _ef_state(3)._asdict()
+    del old["grad_ef"]  # what the previous release saved
+    _save_raw(tmp_path, 3, old)
+    now = _ef_state(0)._replace(grad_ef=jlc.ErrorFeedbackState({"w": jnp.zeros((2, 4))}))
+    mngr = checkpoints.manager(str(tmp_path), max_to_keep=5)
+    with caplog.at_level("WARNING", logger="dlrm"):
+        state, meta = checkpoints.restore(mngr, _abstract_of(now), lambda: now)
+    assert meta == {"step": 3, "data_position": {"batch": 3}}
+    _assert_restored_but_grad_ef(state, _ef_state(3), now.grad_ef)
+    np.testing.assert_array_equal(np.asarray(state.grad_ef.residual["w"]), np.zeros((2, 4)))
+    lines = [r.getMessage() for r in caplog.records if "grad_ef" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("checkpoint 3: grad_ef re-initialized to a new run's value")
+    assert "the checkpoint has none" in lines[0] and "not model state" in lines[0]
+    # Saved again, the step now holds grad_ef and restores it as it is (no warning).
+    checkpoints.save(mngr, state._replace(step=jnp.int32(4)), {"step": 4})
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dlrm"):
+        again, _ = checkpoints.restore(mngr, _abstract_of(now), lambda: now)
+    assert int(again.step) == 4 and not caplog.records
+    _assert_bitwise(again.params, state.params)
+
+
+@pytest.mark.parametrize(
+    "saved_ef, now_ef",
+    [(None, (2, 4)), ((2, 4), None), ((2, 4), (4, 4))],
+    ids=["exact-to-feedback", "feedback-to-exact", "other-device-count"],
+)
+def test_another_grad_allreduce_keeps_the_checkpoint_and_restarts_the_residuals(
+    tmp_path, caplog, saved_ef, now_ef
+):
+    mngr = checkpoints.manager(str(tmp_path), max_to_keep=5)
+    saved = _ef_state(5, saved_ef)
+    checkpoints.save(mngr, saved, {"step": 5})
+    now = _ef_state(0, now_ef)
+    fresh = jax.tree.map(jnp.zeros_like, now.grad_ef)
+    with caplog.at_level("WARNING", logger="dlrm"):
+        state, _ = checkpoints.restore(mngr, _abstract_of(now), lambda: now._replace(grad_ef=fresh))
+    _assert_restored_but_grad_ef(state, saved, fresh)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("checkpoint 5: grad_ef re-initialized")
+    if saved_ef and now_ef:
+        assert "other shapes or dtypes" in line
+    else:
+        assert "--grad-allreduce" in line
+
+
+def test_matching_residuals_are_restored_not_reset(tmp_path, caplog):
+    mngr = checkpoints.manager(str(tmp_path), max_to_keep=5)
+    saved = _ef_state(2)
+    checkpoints.save(mngr, saved, {"step": 2})
+    with caplog.at_level("WARNING", logger="dlrm"):
+        state, _ = checkpoints.restore(mngr, _abstract_of(_ef_state(0)), lambda: _ef_state(0))
+    _assert_bitwise(state, saved)
+    assert not caplog.records
+
+
+def test_without_grad_ef_another_model_or_no_init_state_is_still_an_error(tmp_path):
+    old = _ef_state(3)._asdict()
+    del old["grad_ef"]
+    _save_raw(tmp_path, 3, old)
+    mngr = checkpoints.manager(str(tmp_path), max_to_keep=5)
+    other = _ef_state(0)._replace(params={"w": jnp.zeros((7,))})
+    with pytest.raises(checkpoints.CheckpointError, match="cannot restore checkpoint 3 in"):
+        checkpoints.restore(mngr, _abstract_of(other), lambda: other)
+    # Optimizer state of another optimizer (other keys): never re-initialized either.
+    other = _ef_state(0)._replace(opt_state={"mu": jnp.zeros((4,))})
+    with pytest.raises(checkpoints.CheckpointError, match="--restart"):
+        checkpoints.restore(mngr, _abstract_of(other), lambda: other)
+    with pytest.raises(checkpoints.CheckpointError, match="grad_ef: the checkpoint has none"):
+        checkpoints.restore(mngr, _abstract_of(_ef_state(0)))
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
+
+
+def test_a_rerun_with_another_grad_allreduce_resumes_from_its_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    args = (*SMALL, "--checkpoint-every", "2")
+    rc, text = _train(out, *args, "--steps", "2", "--grad-allreduce", "exact")
+    assert rc == 0, text[-3000:]
+    rc, text = _train(out, *args, "--steps", "4", "--grad-allreduce", "compressed")
+    assert rc == 0, text[-3000:]
+    assert f"resumed from step 2 of the run in {out}" in text
+    assert "checkpoint 2: grad_ef re-initialized to a new run's value" in text
+    assert [r["step"] for r in _records(out, "train")] == [2, 4]
 
 
 # ---- items 9-11: non-finite features, all-bad files, bad lines counted once ---------------

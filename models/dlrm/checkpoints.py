@@ -9,6 +9,14 @@ deletes a listed folder in place, and a kill during it leaves a half-deleted ste
 still lists. ``manager`` removes such incomplete steps (``remove_incomplete``) and ``restore``
 falls back to the next older step when one cannot be read. ``max_checkpoints`` most recent
 steps are kept.
+
+A checkpoint stays restorable across the changes that only touch ``TrainState.grad_ef`` (the
+error-feedback residuals of the compressed gradient all-reduce, issue 15): one written before
+that field existed, or under another ``--grad-allreduce`` / ``--grad-error-feedback``, restores
+every other field exactly and starts ``grad_ef`` at zero, as a new run does (``restore``
+reads the saved tree's metadata first and leaves the field out of the orbax restore). Any other
+mismatch (the parameters or optimizer state of another model or config) is a
+``CheckpointError``.
 """
 
 from __future__ import annotations
@@ -16,8 +24,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from models.dlrm.mesh import to_host
@@ -88,10 +98,15 @@ def manager(workdir: str, max_to_keep: int) -> ocp.CheckpointManager:
     after removing incomplete step folders (``remove_incomplete``)."""
     remove_incomplete(os.path.abspath(os.path.join(workdir, "checkpoints")))
     options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+    # Handlers named up front (not inferred from the first save/restore's args), so that
+    # ``item_metadata`` can read a step's saved tree before it is restored (``restore``).
     return ocp.CheckpointManager(
         os.path.abspath(os.path.join(workdir, "checkpoints")),
         options=options,
-        item_names=("state", "meta"),
+        item_handlers={
+            "state": ocp.StandardCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+        },
     )
 
 
@@ -107,8 +122,64 @@ def save(mngr: ocp.CheckpointManager, state: TrainState, meta: dict) -> None:
     mngr.wait_until_finished()
 
 
+# TrainState fields that a checkpoint may lack, or hold in another structure, and that then
+# start from their fresh value (with why that is sound). Every other field must match.
+REINITIALIZABLE = {
+    "grad_ef": (
+        "the error-feedback residuals of the gradient all-reduce are a correction carried "
+        "between steps, not model state; a new run starts them at zero too"
+    ),
+}
+
+
+def _leaf_specs(tree) -> dict:
+    """``{key path: (shape, dtype)}`` of a saved metadata tree or an abstract (sub)tree."""
+    return {
+        k: (tuple(v.shape), np.dtype(v.dtype))
+        for k, v in ocp.tree.to_flat_dict(tree).items()
+        if hasattr(v, "shape")
+    }
+
+
+def _restore_target(abstract: dict, saved: dict | None) -> tuple[dict, dict[str, str]]:
+    """The item to restore a step with, and the fields to re-initialize (name: why).
+
+    ``saved`` is the step's saved tree (orbax metadata: nested dicts of ``ArrayMetadata``),
+    ``None`` when it cannot be read (the restore then reports why). A ``REINITIALIZABLE``
+    field missing from it is left out of the item; one saved with other leaves (key paths,
+    shapes or dtypes) is restored into throwaway single-device arrays (orbax's
+    ``StandardRestore`` matches the whole saved tree) and replaced. Every other field stays
+    as ``abstract`` has it, so orbax's own check raises on any other mismatch.
+    """
+    if saved is None:
+        return abstract, {}
+    item, reinit = dict(abstract), {}
+    for name in REINITIALIZABLE:
+        if name not in abstract:
+            continue
+        if name not in saved:
+            del item[name]
+            reinit[name] = "the checkpoint has none (written by a release before that field)"
+            continue
+        have, want = _leaf_specs(saved[name]), _leaf_specs(abstract[name])
+        if have != want:
+            dev = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+            item[name] = jax.tree.map(
+                lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=dev), saved[name]
+            )
+            reinit[name] = (
+                f"the checkpoint holds {len(have)} arrays there and this run {len(want)}"
+                " (another --grad-allreduce or --grad-error-feedback?)"
+                if set(have) != set(want)
+                else "the checkpoint holds its arrays in other shapes or dtypes"
+            )
+    return item, reinit
+
+
 def restore(
-    mngr: ocp.CheckpointManager, abstract_state: TrainState
+    mngr: ocp.CheckpointManager,
+    abstract_state: TrainState,
+    init_state: Callable[[], TrainState] | None = None,
 ) -> tuple[TrainState | None, dict | None]:
     """The latest checkpoint, or ``(None, None)`` when there is none.
 
@@ -116,10 +187,17 @@ def restore(
       mngr: from ``manager``.
       abstract_state: a TrainState of ``jax.ShapeDtypeStruct`` with shardings: where and how
         the arrays are placed when read.
+      init_state: ``() -> TrainState``, the state a new run starts from (traceable: only the
+        fields re-initialized are computed, under ``jax.jit`` with ``abstract_state``'s
+        shardings). Without it a checkpoint that lacks a ``REINITIALIZABLE`` field, or holds
+        it in another structure, is a ``CheckpointError``.
 
     Returns:
       ``(state, meta)`` of the newest step that can be read; a step with a missing file is
-      removed (logged) and the next older one tried.
+      removed (logged) and the next older one tried. A ``REINITIALIZABLE`` field (``grad_ef``)
+      that the step lacks or holds in another structure (e.g. a run with another
+      ``--grad-allreduce``) is ``init_state``'s, with one warning that names it and why;
+      every other field is the checkpoint's, exactly.
 
     Raises:
       CheckpointError: a step that cannot be restored for another reason (e.g. the shapes of
@@ -127,11 +205,15 @@ def restore(
     """
     for step in sorted(mngr.all_steps(), reverse=True):
         try:
+            saved = getattr(mngr.item_metadata(step).get("state"), "tree", None)
+            item, reinit = _restore_target(abstract_state._asdict(), saved)
+            if reinit and init_state is None:
+                why = "; ".join(f"{name}: {why}" for name, why in reinit.items())
+                raise ValueError(f"{why} (and no init_state to start it from)")
             out = mngr.restore(
                 step,
                 args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract_state._asdict()),
-                    meta=ocp.args.JsonRestore(),
+                    state=ocp.args.StandardRestore(item), meta=ocp.args.JsonRestore()
                 ),
             )
         except (OSError, ValueError) as e:
@@ -143,7 +225,21 @@ def restore(
             _remove_step(os.path.join(os.fspath(mngr.directory), str(step)), f"{e}"[:200])
             mngr.reload()
             continue
-        return TrainState(**out["state"]), out["meta"]
+        fields = out["state"]
+        for name, why in reinit.items():
+            shardings = jax.tree.map(lambda a: a.sharding, getattr(abstract_state, name))
+            fields[name] = jax.jit(
+                lambda name=name: getattr(init_state(), name), out_shardings=shardings
+            )()
+            if jax.process_index() == 0:
+                log.warning(
+                    "checkpoint %d: %s re-initialized to a new run's value, because %s (%s)",
+                    step,
+                    name,
+                    why,
+                    REINITIALIZABLE[name],
+                )
+        return TrainState(**fields), out["meta"]
     return None, None
 
 

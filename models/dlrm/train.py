@@ -320,7 +320,7 @@ def restore_latest(
             jax.eval_shape(init_state),
             shard,
         )
-        return checkpoints.restore(mngr, abstract)
+        return checkpoints.restore(mngr, abstract, init_state)
     return None, None
 
 
