@@ -2,7 +2,8 @@
 
 A run's workdir holds ``metrics.jsonl``: one JSON object per line, each with a ``kind``:
 
-- ``config`` (:class:`ConfigRecord`): once, at step 0: the run's Config and setup.
+- ``config`` (:class:`ConfigRecord`): at step 0, the run's Config and setup; again at the
+  step a run resumes from when it resumed with another Config.
 - ``train`` (:class:`TrainRecord`): every ``log_every`` steps: the interval's loss, train AUC,
   throughput and the exchange's byte counts.
 - ``eval`` (:class:`EvalRecord`): every ``eval_every`` steps: held-out AUC, log loss, accuracy.
@@ -218,16 +219,18 @@ class MetricsLog:
     """The records of one metrics.jsonl, by kind, in file order.
 
     Attributes:
-      config: the ConfigRecord (None if the run never wrote one).
+      config: the first ConfigRecord, the run's start (None if the run never wrote one).
       train: TrainRecords, ascending steps.
       eval: EvalRecords, ascending steps.
       final: the last FinalRecord (None while the run has not finished).
+      configs: every ConfigRecord, ascending steps (later ones: resumed with another Config).
     """
 
     config: ConfigRecord | None
     train: list[TrainRecord]
     eval: list[EvalRecord]
     final: FinalRecord | None
+    configs: list[ConfigRecord] = dataclasses.field(default_factory=list)
 
     @classmethod
     def from_records(cls, records: Iterable[Record]) -> MetricsLog:
@@ -239,6 +242,7 @@ class MetricsLog:
             train=[r for r in records if isinstance(r, TrainRecord)],
             eval=[r for r in records if isinstance(r, EvalRecord)],
             final=finals[-1] if finals else None,
+            configs=configs,
         )
 
 
@@ -285,11 +289,13 @@ class MetricsWriter:
 
     def __init__(self, path: str | os.PathLike[str], resume_step: int | None, enabled: bool):
         self.path, self.enabled = os.fspath(path), enabled
+        self.kept: list[Record] = []  # the records a resumed run carries over
         if not enabled:
             return
         keep: list[Record] = []
         if resume_step and os.path.exists(self.path):
             keep = [r for r in _read_records(self.path) if r.step <= resume_step]
+        self.kept = keep
         with open(self.path, "w") as f:
             f.writelines(to_json(r) + "\n" for r in keep)
 

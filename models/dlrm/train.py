@@ -14,6 +14,7 @@ Reference: Naumov et al., arXiv 1906.00091 (DLRM); Feng et al., SC24, arXiv 2407
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -402,11 +403,16 @@ def open_metrics(
     path: str, config: Config, ctx: StepContext, start: int, *, label: str, data: str
 ) -> metrics_lib.MetricsWriter:
     """The run's metrics.jsonl writer (process 0 writes); a run from step 0 starts with its
-    ``config`` record, a resumed one keeps the records up to ``start``."""
+    ``config`` record, a resumed one keeps the records up to ``start`` and adds a ``config``
+    record at ``start`` when its config differs from the one in effect other than in
+    ``steps`` (e.g. a rerun with another ``--grad-allreduce``; the same command run longer is
+    the same run), so the log says what ran when."""
     writer = metrics_lib.MetricsWriter(
         path, start if config.resume else None, jax.process_index() == 0
     )
-    if start == 0:
+    before = [r for r in writer.kept if isinstance(r, metrics_lib.ConfigRecord)]
+    now = json.loads(json.dumps(config.to_dict()))  # as read back: lists, not tuples
+    if start == 0 or not before or {**before[-1].config, "steps": now["steps"]} != now:
         writer.write(
             metrics_lib.ConfigRecord(
                 step=start,
