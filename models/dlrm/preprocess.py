@@ -102,60 +102,110 @@ class SourceChangedError(RuntimeError):
 # ------------------------------------------------------------------------------------------
 
 
-_HEX_DIGITS = b"0123456789abcdefABCDEF"
-_LANES = {b: np.uint64(int.from_bytes(bytes([b]) * 8, "little")) for b in (0x01, 0x0F)}
-_PAIRS = np.uint64(0x000F000F000F000F)
+def _bytes8(b: int) -> np.uint64:
+    """``b`` in every byte of a uint64."""
+    return np.uint64(b * 0x0101010101010101)
 
 
-def _hex8_values(data: bytes) -> np.ndarray:
-    """uint32 values of ``data``, a run of 8-character hex numbers (digits checked already).
+_HIGH, _LOW_BYTES = _bytes8(0x80), np.uint64(0x00FF00FF00FF00FF)
+_B01, _B06, _B0F, _B19, _B1F, _B20, _B46, _B50 = (
+    _bytes8(b) for b in (0x01, 0x06, 0x0F, 0x19, 0x1F, 0x20, 0x46, 0x50)
+)
+_EMPTY_ID = np.uint64(int.from_bytes(b"00000000", "little"))  # a missing id decodes to 0
 
-    Eight characters are one little-endian 64-bit word; each byte becomes its digit value
-    (``c & 15``, plus 9 for a letter: ``c >> 6``), neighbouring digits merge into bytes, and
-    the four bytes, first character first, are a big-endian uint32.
+
+def _hex_words(words: np.ndarray, t: np.ndarray, u: np.ndarray) -> bool:
+    """Decodes in place uint64 ``words``, each 8 characters of hex text (first character in
+    the low byte), when every character is a hex digit; returns whether they all are.
+
+    On success ``words`` holds, in its 16-bit lanes, the four bytes of each value, most
+    significant first (the low byte of each lane; the high byte is 0). ``t`` and ``u`` are
+    scratch of the same shape. SWAR, per byte ``c`` (no carry crosses a byte once every byte
+    is below 0x80): bit 7 of ``c + 0x50`` is ``c >= 0x30`` and of ``c + 0x46`` is
+    ``c > 0x39``, so their XOR flags a digit; bit 7 of ``(c | 0x20) + 0x1F`` XOR that of
+    ``(c | 0x20) + 0x19`` flags a letter a-f or A-F; a byte is never both, so the XOR of
+    all four is the byte's validity. A digit's value is ``(c & 15) + 9 * (c >> 6 & 1)``.
     """
-    x = np.frombuffer(data, "<u8")
-    digits = x >> np.uint64(6)
-    digits &= _LANES[0x01]
-    digits *= np.uint64(9)
-    digits += x & _LANES[0x0F]
-    pairs = digits & _PAIRS
-    pairs <<= np.uint64(4)
-    digits >>= np.uint64(8)
-    digits &= _PAIRS
-    pairs |= digits  # 16-bit lanes: a byte of the value, most significant first
-    return pairs.view(np.uint16).astype(np.uint8).view(">u4").astype(np.uint32)
+    if np.bitwise_or.reduce(words, axis=None) & _HIGH:  # a byte >= 0x80
+        return False
+    np.add(words, _B50, out=t)
+    np.add(words, _B46, out=u)
+    t ^= u
+    np.bitwise_or(words, _B20, out=u)
+    u += _B1F
+    t ^= u
+    u -= _B06  # (c | 0x20) + 0x19, no borrows: every byte is >= 0x1F
+    t ^= u
+    if np.bitwise_and.reduce(t, axis=None) & _HIGH != _HIGH:
+        return False
+    # Bytes to digit values d, and neighbouring digits (d0 + 256 d1 in a 16-bit lane) to
+    # 16 d0 + d1: (lane * 0x1001) >> 8 has it in the lane's low byte (the 12-bit shifted
+    # copy cannot carry into it); the digits' sum and this product are one: 0x1001 times
+    # (c & 15) plus 0x9009 times (c >> 6 & 1).
+    np.right_shift(words, np.uint64(6), out=t)
+    t &= _B01
+    t *= np.uint64(0x9009)
+    words &= _B0F
+    words *= np.uint64(0x1001)
+    words += t
+    words >>= np.uint64(8)
+    words &= _LOW_BYTES  # 16-bit lanes: a byte of the value, most significant first
+    return True
 
 
-def _decode_hex8(arr: pa.Array, rows: int, out: np.ndarray) -> bool:
-    """``out[i] = int(v, 16) % rows`` for the values of a binary column (empty = 0).
+def _gather_id_words(col, words: np.ndarray) -> bool:
+    """Copies a binary column's values (8 characters or empty) into uint64 ``words``, an
+    empty value as "00000000"; returns False (``words`` partly written) if a value has
+    another length."""
+    lo = 0
+    for arr in col.chunks:  # one per parsed block
+        _, offsets_buf, data_buf = arr.buffers()
+        n = len(arr)
+        offsets = np.frombuffer(offsets_buf, np.int32, n + 1, arr.offset * 4)
+        first, last = int(offsets[0]), int(offsets[-1])
+        dest = words[lo : lo + n]
+        lo += n
+        if last - first == 8 * n:  # no empty value: one copy
+            np.copyto(dest, np.frombuffer(data_buf, "<u8", n, first))
+            continue
+        present = np.diff(offsets) == 8
+        # Lengths are >= 0 and sum to last - first: all are 0 or 8 iff 8 per present value.
+        count = int(np.count_nonzero(present))
+        if 8 * count != last - first:
+            return False
+        dest.fill(_EMPTY_ID)
+        if count:
+            dest[present] = np.frombuffer(data_buf, "<u8", count, first)
+    return True
+
+
+def _decode_ids(columns, table_rows: np.ndarray, out: np.ndarray) -> bool:
+    """``out[i, j] = int(v, 16) % table_rows[j]`` of value ``v`` in row ``i`` of binary
+    column ``columns[j]`` (empty = 0), all columns at once.
+
+    Args:
+      columns: 26 pyarrow binary (chunked) arrays of ``n`` rows.
+      table_rows: uint32[26], rows per table.
+      out: uint32[n, 26] (a view of the int32 output).
 
     Returns False (``out`` partly written) unless every value is empty or 8 hex digits.
     """
-    _, offsets_buf, data_buf = arr.buffers()
-    n = len(arr)
-    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, arr.offset * 4)
-    first, last = int(offsets[0]), int(offsets[-1])
-    present = None
-    if last - first != 8 * n:  # some values are empty (or of another length)
-        lengths = np.diff(offsets)
-        # Lengths of at most 8 that sum to 8 per non-empty value: all 0 or 8.
-        if lengths.max() > 8 or 8 * np.count_nonzero(lengths) != last - first:
+    n = len(out)
+    words, t, u, values, quot = _scratch_ids(n)
+    for j, col in enumerate(columns):
+        if not _gather_id_words(col, words[j]):
             return False
-        present = lengths.astype(bool)
-    if last == first:
-        out[:] = 0
-        return True
-    data = memoryview(data_buf)[first:last].tobytes()
-    if data.translate(None, _HEX_DIGITS):  # a character that is not a hex digit
+    if not _hex_words(words, t, u):
         return False
-    values = _hex8_values(data)
-    if present is None:
-        np.remainder(values, np.uint32(rows), out=out)
-    else:
-        values %= np.uint32(rows)
-        out[:] = 0
-        out[present] = values
+    # The low bytes of the 16-bit lanes are the value's bytes, big-endian.
+    packed = t.view(np.uint8)[:, : 4 * n]
+    np.copyto(packed, words.view(np.uint16), casting="unsafe")
+    np.copyto(values, packed.view(">u4"))
+    for j in range(len(columns)):  # a scalar divisor: numpy's SIMD division
+        np.floor_divide(values[j], table_rows[j], out=quot[j])
+    quot *= table_rows[:, None]
+    np.subtract(values, quot, out=values)
+    np.copyto(out, values.T)  # faster than writing the difference through out.T
     return True
 
 
@@ -223,7 +273,7 @@ class _Slot:
         """Output arrays of ``rows`` rows (label [rows], dense [rows, 13], ids [rows, 26])."""
         for name, (dtype, width) in COLUMNS.items():
             if name not in self.out or len(self.out[name]) < rows:
-                self.out[name] = np.empty((rows, width), dtype)
+                self.out[name] = np.empty((_capacity(rows), width), dtype)
         return {
             "label": self.out["label"][:rows, 0],
             "dense": self.out["dense"][:rows],
@@ -234,13 +284,29 @@ class _Slot:
 _scratch = threading.local()
 
 
-def _scratch_columns(rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """This thread's column-major scratch: dense float32[13, rows], ids uint32[26, rows]."""
-    if getattr(_scratch, "rows", -1) < rows:
-        _scratch.rows = rows
-        _scratch.dense = np.empty((ip.NUM_DENSE, rows), np.float32)
-        _scratch.ids = np.empty((ip.NUM_SPARSE, rows), np.uint32)
-    return _scratch.dense[:, :rows], _scratch.ids[:, :rows]
+def _capacity(rows: int) -> int:
+    """Rows to allocate for ``rows``: a quarter more, so that chunks of a few more rows than
+    the last do not allocate again (fresh memory costs page faults)."""
+    return rows + rows // 4 + 1024
+
+
+def _scratch_dense(rows: int) -> np.ndarray:
+    """This thread's column-major scratch for dense values: float32[13, rows]."""
+    if getattr(_scratch, "dense_rows", -1) < rows:
+        _scratch.dense_rows = _capacity(rows)
+        _scratch.dense = np.empty((ip.NUM_DENSE, _scratch.dense_rows), np.float32)
+    return _scratch.dense[:, :rows]
+
+
+def _scratch_ids(rows: int) -> tuple[np.ndarray, ...]:
+    """This thread's contiguous column-major scratch for ids: three uint64[26, rows] (hex
+    words and two temporaries) and two uint32[26, rows] (values, quotients)."""
+    if getattr(_scratch, "ids_rows", -1) < rows:
+        _scratch.ids_rows = _capacity(rows)
+        size = ip.NUM_SPARSE * _scratch.ids_rows
+        _scratch.ids = [np.empty(size, np.uint64) for _ in range(3)]
+        _scratch.ids += [np.empty(size, np.uint32) for _ in range(2)]
+    return tuple(a[: ip.NUM_SPARSE * rows].reshape(ip.NUM_SPARSE, rows) for a in _scratch.ids)
 
 
 @dataclasses.dataclass
@@ -258,6 +324,7 @@ class _ChunkConverter:
     def __init__(self, path, data_format, table_rows, header, skip_bad_lines):
         self.path, self.data_format, self.skip_bad_lines = path, data_format, skip_bad_lines
         self.table_rows = tuple(int(r) for r in table_rows)
+        self.id_rows = np.array(self.table_rows, np.uint32)
         self.parser = ip.LineParser(data_format, self.table_rows, header)
         if data_format == "csv":
             num, picks = self.parser.num_columns, self.parser.columns
@@ -348,7 +415,7 @@ class _ChunkConverter:
         if not ((label == 0.0) | (label == 1.0)).all():
             return None
         out["label"][:] = label
-        dense, ids = _scratch_columns(n)
+        dense = _scratch_dense(n)
         integers = pa.types.is_integer(columns[1].type)
         for j, col in enumerate(columns[1 : 1 + ip.NUM_DENSE]):
             lo = 0
@@ -362,14 +429,10 @@ class _ChunkConverter:
                     return None
                 dense[j, lo : lo + len(raw)] = _transform_dense(raw)
                 lo += len(raw)
-        for j, col in enumerate(columns[1 + ip.NUM_DENSE :]):
-            lo = 0
-            for part in col.chunks:
-                if not _decode_hex8(part, self.table_rows[j], ids[j, lo : lo + len(part)]):
-                    return None
-                lo += len(part)
+        ids = out["ids"].view(np.uint32)
+        if not _decode_ids(columns[1 + ip.NUM_DENSE :], self.id_rows, ids):
+            return None
         out["dense"][:] = dense.T
-        out["ids"][:] = ids.T.view(np.int32)
         return out
 
     def _line_by_line(self, text: bytes) -> _Chunk:
