@@ -170,6 +170,106 @@ def test_minus_zero_and_hex_counts_follow_the_text_reader(tmp_path):
     assert_same_rows(tmp_path / "h", [hexes], "kaggle", skip_bad_lines=True)
 
 
+def _count_line_by_line(monkeypatch):
+    """A list that gets the line count of every chunk converted line by line (the vectorized
+    path declined it)."""
+    calls = []
+    real = pp._ChunkConverter._line_by_line
+
+    def counted(self, text):
+        calls.append(text.count(b"\n"))
+        return real(self, text)
+
+    monkeypatch.setattr(pp._ChunkConverter, "_line_by_line", counted)
+    return calls
+
+
+def _set_fields(lines, edits):
+    """``lines`` (text lines) with ``{line: {field: value}}`` edits."""
+    out = []
+    for k, line in enumerate(lines):
+        fields = line.rstrip("\n").split("\t")
+        for j, value in edits.get(k, {}).items():
+            fields[j] = value
+        out.append("\t".join(fields) + "\n")
+    return out
+
+
+def test_vectorized_path_takes_upper_case_ids_empty_columns_and_big_counts(tmp_path, monkeypatch):
+    """Upper- and mixed-case hex ids, a column without an empty id, a column of empty ids
+    only, the largest id, and counts past int32 (parsed as int64) and past int64 (parsed as
+    float64) are converted vectorized, with the text reader's values."""
+    calls = _count_line_by_line(monkeypatch)
+    rng = np.random.default_rng(11)
+    lines = criteo_text(300, seed=11).decode().splitlines(keepends=True)
+    edits = {}
+    for k, line in enumerate(lines):
+        f = line.split("\t")
+        edits[k] = {14: f"{rng.integers(0, 2**32):08X}", 15: "", 16: f[16][:4].upper() + f[16][4:]}
+        if k % 7 == 0:
+            edits[k][39] = "ffffffff"
+    plain = _set_fields(lines, edits)
+    files = {"plain": plain}
+    files["int64"] = _set_fields(plain, {5: {2: "3000000000"}, 9: {13: "-2147483649"}})
+    files["float64"] = _set_fields(plain, {200: {3: "20000000000000000000"}})
+    for name, text in files.items():
+        src = tmp_path / f"{name}.txt"
+        src.write_text("".join(text))
+        assert convert([str(src)], tmp_path / name).rows == 300
+        assert_same_rows(tmp_path / name, [str(src)], "kaggle")
+    assert calls == []
+    ids = shard_rows(tmp_path / "plain")[2]
+    assert (ids[:, 1] == 0).all() and (ids[::7, 25] == 0xFFFFFFFF % ROWS[25]).all()
+
+
+def test_ids_with_one_non_hex_character_follow_the_text_reader(tmp_path, monkeypatch):
+    """An 8-character id with one character that is no hex digit, at each of the 8 positions
+    (characters next to the digit and letter ranges, control characters that ``c | 0x20``
+    would make digits, NUL, DEL, and " ", "_", "+" that Python's ``int`` would take), makes
+    the vectorized check decline its chunk (one line each): the text reader's rules decide
+    (a bad line), and the other chunks stay vectorized."""
+    calls = _count_line_by_line(monkeypatch)
+    chars = "/:@G`g\x00\x10\x19\x7f _+"
+    good = criteo_text(2 * 8 * len(chars), seed=12).decode().splitlines(keepends=True)
+    edits = {}
+    for pos in range(8):
+        for i, ch in enumerate(chars):
+            k = 2 * (pos * len(chars) + i)
+            value = "0123abcd"
+            edits[k] = {14 + (k // 2) % 26: value[:pos] + ch + value[pos + 1 :]}
+    src = tmp_path / "ids.txt"
+    src.write_bytes("".join(_set_fields(good, edits)).encode())
+    r = convert([str(src)], tmp_path / "o", skip_bad_lines=True, chunk_bytes=100)
+    assert (r.lines, r.bad_lines) == (len(good), len(edits))
+    assert_same_rows(tmp_path / "o", [str(src)], "kaggle", skip_bad_lines=True)
+    assert calls == [1] * len(edits)
+
+
+def test_ids_modulo_the_smallest_and_the_largest_tables(tmp_path, monkeypatch):
+    """Tables of 1, 3, 2**31 - 1 and 2**31 rows take ids modulo them as the text reader
+    does; rows outside [1, 2**31] are a ValueError naming table_rows."""
+    calls = _count_line_by_line(monkeypatch)
+    rows = [1, 3, 2**31 - 1, 2**31] + list(ROWS[4:])
+    rng = np.random.default_rng(13)
+    lines = criteo_text(200, seed=13).decode().splitlines(keepends=True)
+    picks = ["ffffffff", "80000000", "7fffffff", "00000000", "7FFFFFFE"]
+    edits = {k: {14 + j: picks[rng.integers(0, len(picks))] for j in range(4)} for k in range(200)}
+    src = tmp_path / "t.txt"
+    src.write_text("".join(_set_fields(lines, edits)))
+    pp.convert(
+        [str(src)], str(tmp_path / "o"), data_format="kaggle", table_rows=rows, progress=False
+    )
+    parser = ip.LineParser("kaggle", rows)
+    want = np.stack([parser(line)[2] for line in src.read_text().splitlines()])
+    got = shard_rows(tmp_path / "o")[2]
+    assert got.tobytes() == want.tobytes() and calls == []
+    assert (got[:, 0] == 0).all() and got[:, 3].max() == 2**31 - 1
+    for bad in (0, 2**31 + 1):
+        with pytest.raises(ValueError, match="table_rows"):
+            pp.convert([str(src)], str(tmp_path / "x"), data_format="kaggle",
+                       table_rows=[bad] + rows[1:], progress=False)  # fmt: skip
+
+
 def test_bad_line_error_names_file_and_line(tmp_path):
     src = tmp_path / "day_3"
     good = criteo_text(50, seed=3).decode().splitlines(keepends=True)
