@@ -197,8 +197,9 @@ def _set_fields(lines, edits):
 
 def test_vectorized_path_takes_upper_case_ids_empty_columns_and_big_counts(tmp_path, monkeypatch):
     """Upper- and mixed-case hex ids, a column without an empty id, a column of empty ids
-    only, the largest id, and counts past int32 (parsed as int64) and past int64 (parsed as
-    float64) are converted vectorized, with the text reader's values."""
+    only, the largest id, counts past int32 (parsed as int64) and past int64 (parsed as
+    float64), and lines without any id are converted vectorized, with the text reader's
+    values."""
     calls = _count_line_by_line(monkeypatch)
     rng = np.random.default_rng(11)
     lines = criteo_text(300, seed=11).decode().splitlines(keepends=True)
@@ -212,6 +213,7 @@ def test_vectorized_path_takes_upper_case_ids_empty_columns_and_big_counts(tmp_p
     files = {"plain": plain}
     files["int64"] = _set_fields(plain, {5: {2: "3000000000"}, 9: {13: "-2147483649"}})
     files["float64"] = _set_fields(plain, {200: {3: "20000000000000000000"}})
+    files["no_ids"] = _set_fields(lines, {k: dict.fromkeys(range(14, 40), "") for k in range(300)})
     for name, text in files.items():
         src = tmp_path / f"{name}.txt"
         src.write_text("".join(text))

@@ -153,35 +153,13 @@ def _hex_words(words: np.ndarray, t: np.ndarray, u: np.ndarray) -> bool:
     return True
 
 
-def _gather_id_words(col, words: np.ndarray) -> bool:
-    """Copies a binary column's values (8 characters or empty) into uint64 ``words``, an
-    empty value as "00000000"; returns False (``words`` partly written) if a value has
-    another length."""
-    lo = 0
-    for arr in col.chunks:  # one per parsed block
-        _, offsets_buf, data_buf = arr.buffers()
-        n = len(arr)
-        offsets = np.frombuffer(offsets_buf, np.int32, n + 1, arr.offset * 4)
-        first, last = int(offsets[0]), int(offsets[-1])
-        dest = words[lo : lo + n]
-        lo += n
-        if last - first == 8 * n:  # no empty value: one copy
-            np.copyto(dest, np.frombuffer(data_buf, "<u8", n, first))
-            continue
-        present = np.diff(offsets) == 8
-        # Lengths are >= 0 and sum to last - first: all are 0 or 8 iff 8 per present value.
-        count = int(np.count_nonzero(present))
-        if 8 * count != last - first:
-            return False
-        dest.fill(_EMPTY_ID)
-        if count:
-            dest[present] = np.frombuffer(data_buf, "<u8", count, first)
-    return True
-
-
 def _decode_ids(columns, table_rows: np.ndarray, out: np.ndarray) -> bool:
     """``out[i, j] = int(v, 16) % table_rows[j]`` of value ``v`` in row ``i`` of binary
     column ``columns[j]`` (empty = 0), all columns at once.
+
+    The values' text (the Arrow data buffers, empty values taking no room) is gathered into
+    one run of 8-character words, decoded by ``_hex_words``, and spread over the rows that
+    have a value; the modulo is numpy's SIMD division by a scalar, table by table.
 
     Args:
       columns: 26 pyarrow binary (chunked) arrays of ``n`` rows.
@@ -191,16 +169,33 @@ def _decode_ids(columns, table_rows: np.ndarray, out: np.ndarray) -> bool:
     Returns False (``out`` partly written) unless every value is empty or 8 hex digits.
     """
     n = len(out)
-    words, t, u, values, quot = _scratch_ids(n)
+    words, t, u, present, lengths, values, quot = _scratch_ids(n)
+    texts, total = [], 0
     for j, col in enumerate(columns):
-        if not _gather_id_words(col, words[j]):
-            return False
+        lo = 0
+        for arr in col.chunks:  # one per parsed block
+            _, offsets_buf, data_buf = arr.buffers()
+            k = len(arr)
+            offsets = np.frombuffer(offsets_buf, np.int32, k + 1, arr.offset * 4)
+            first, last = int(offsets[0]), int(offsets[-1])
+            np.subtract(offsets[1:], offsets[:-1], out=lengths[:k])
+            np.equal(lengths[:k], 8, out=present[j, lo : lo + k])
+            texts.append(np.frombuffer(data_buf, np.uint8, last - first, first))
+            total += last - first
+            lo += k
+    # Lengths are >= 0 and sum to the text's size: all are 0 or 8 iff 8 per 8-long value.
+    if total != 8 * np.count_nonzero(present):
+        return False
+    m = total // 8
+    words, t, u = words[:m], t[:m], u[:m]
+    np.concatenate(texts, out=words.view(np.uint8))
     if not _hex_words(words, t, u):
         return False
     # The low bytes of the 16-bit lanes are the value's bytes, big-endian.
-    packed = t.view(np.uint8)[:, : 4 * n]
+    packed = t.view(np.uint8)[: 4 * m]
     np.copyto(packed, words.view(np.uint16), casting="unsafe")
-    np.copyto(values, packed.view(">u4"))
+    values.fill(0)
+    values[present] = packed.view(">u4")
     for j in range(len(columns)):  # a scalar divisor: numpy's SIMD division
         np.floor_divide(values[j], table_rows[j], out=quot[j])
     quot *= table_rows[:, None]
@@ -300,14 +295,26 @@ def _scratch_dense(rows: int) -> np.ndarray:
 
 
 def _scratch_ids(rows: int) -> tuple[np.ndarray, ...]:
-    """This thread's contiguous column-major scratch for ids: three uint64[26, rows] (hex
-    words and two temporaries) and two uint32[26, rows] (values, quotients)."""
+    """This thread's scratch for the ids of ``rows`` rows: three uint64[26 * rows] (hex
+    words and two temporaries), bool[26, rows] (has a value), int32[rows] (lengths) and two
+    uint32[26, rows] (values, quotients); all contiguous."""
     if getattr(_scratch, "ids_rows", -1) < rows:
-        _scratch.ids_rows = _capacity(rows)
-        size = ip.NUM_SPARSE * _scratch.ids_rows
+        _scratch.ids_rows = cap = _capacity(rows)
+        size = ip.NUM_SPARSE * cap
         _scratch.ids = [np.empty(size, np.uint64) for _ in range(3)]
+        _scratch.ids += [np.empty(size, bool), np.empty(cap, np.int32)]
         _scratch.ids += [np.empty(size, np.uint32) for _ in range(2)]
-    return tuple(a[: ip.NUM_SPARSE * rows].reshape(ip.NUM_SPARSE, rows) for a in _scratch.ids)
+    words, t, u, present, lengths, values, quot = _scratch.ids
+    shape, size = (ip.NUM_SPARSE, rows), ip.NUM_SPARSE * rows
+    return (
+        words,
+        t,
+        u,
+        present[:size].reshape(shape),
+        lengths,
+        values[:size].reshape(shape),
+        quot[:size].reshape(shape),
+    )
 
 
 @dataclasses.dataclass
