@@ -68,6 +68,9 @@ def test_bfloat16_run_trains_at_the_fixed_rate_capacity_without_fallback(tmp_pat
         jnp.dtype(jnp.float32),
         jnp.dtype(jnp.int32),
     }
+    # the start-of-run placement line names the tables' dtype (it said float32)
+    placement = train.describe_run(config, ctx, "synthetic")[-1]
+    assert f"x {config.embedding_dim} bfloat16 per device" in placement, placement
 
     out = str(tmp_path / "bf16")
     result = train.train_and_evaluate(config, out, progress=False)

@@ -135,12 +135,13 @@ class TablePlacement:
         rows = self.device_rows().astype(np.float64)
         return float(rows.max() / max(rows.mean(), 1e-12))
 
-    def describe(self) -> str:
-        """A human-readable table of the plan."""
+    def describe(self, dtype: str = "float32") -> str:
+        """A human-readable table of the plan; ``dtype`` names the tables' dtype (the run's
+        ``embedding_dtype``)."""
         lines = [
             f"table-wise placement: {self.num_tables} tables on {self.num_devices} devices, "
             f"{self.local_tables} slots each, buffer {self.rows_per_device} x {self.dim} "
-            f"float32 per device, imbalance {self.imbalance():.2f}"
+            f"{dtype} per device, imbalance {self.imbalance():.2f}"
         ]
         split = sorted({int(t) for t in self.piece_table if (self.piece_table == t).sum() > 1})
         if split:

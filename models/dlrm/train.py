@@ -395,7 +395,7 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
             if config.grad_allreduce == "compressed"
             else ""
         ),
-        ctx.placement.describe(),
+        ctx.placement.describe(config.embedding_dtype),
     ]
 
 
