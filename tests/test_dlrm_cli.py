@@ -402,7 +402,10 @@ def test_train_and_eval_bad_lines_reach_the_metrics_separately(tmp_path):
     [
         (["--steps", "0"], "steps must be > 0, got 0"),
         (["--steps", "-3"], "steps must be > 0, got -3"),
-        (["--batch-size", "0"], "batch_size must be > 0"),
+        (["--batch-size", "0"], "error: --batch-size must be > 0, got 0"),
+        (["--eval-rows", "0"], "error: --eval-rows must be > 0, got 0"),
+        (["--shuffle-block-rows", "-1"], "error: --shuffle-block-rows must be >= 0, got -1"),
+        (["--holdout-every", "1"], "error: --holdout-every must be 0 (no held-out lines) or >= 2"),
         (["--eb-base", "1.5"], "error_bound base: a relative bound must be in (0, 1), got 1.5"),
         (["--eb-base", "0"], "ErrorBoundConfig.base: must be a finite number > 0"),
         (["--eb-loosest", "1"], "error_bound loosest: a relative bound must be in (0, 1)"),
@@ -418,6 +421,27 @@ def test_bad_flags_exit_2_with_one_line_before_jax_starts(argv, message, capsys)
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert err.strip().splitlines()[-1].startswith("python -m models.dlrm.main: error: ")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--batch-size", "60"], "error: --batch-size 60 must be divisible by the device count 8"),
+        (
+            ["--eval-batch-size", "100"],
+            "error: --eval-batch-size 100 must be divisible by the device count 8",
+        ),
+        (["--node-devices", "3"], "error: --node-devices 3 must divide the 8 devices of a process"),
+    ],
+)
+def test_settings_that_do_not_fit_the_devices_exit_2_with_one_line_naming_the_flag(
+    tmp_path, argv, message, capsys
+):
+    # found once the devices are known; it was a ValueError traceback naming the field
+    argv = ["--preset", "tiny", "--devices", "8", "--no-progress", "--out", str(tmp_path), *argv]
+    assert main.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith(message) and "Traceback" not in err
 
 
 def test_help_shows_the_values_used_not_none_or_empty_strings():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 
 from jax_lossy_comm import CODECS as LIBRARY_CODECS
 from models.dlrm import error_bounds
@@ -419,3 +420,26 @@ def config_from_flags(args: argparse.Namespace) -> Config:
     cfg = dataclasses.replace(cfg, **over)
     cfg.validate()
     return cfg
+
+
+def flag_message(message: str, parser: argparse.ArgumentParser | None = None) -> str:
+    """``message`` with a leading ``Config`` field name replaced by the flag that sets it.
+
+    ``Config.validate`` and ``train.create_mesh`` name the field (``batch_size=60 must be
+    divisible ...``), which is what a Python caller set; on the command line the user set
+    a flag, so the error names it (``--batch-size 60 must be divisible ...``). A message
+    that does not start with a field of a flag is returned unchanged.
+
+    >>> flag_message("batch_size=60 must be divisible by the device count 8")
+    '--batch-size 60 must be divisible by the device count 8'
+    >>> flag_message("steps must be > 0, got 0")
+    '--steps must be > 0, got 0'
+    """
+    parser = parser or build_parser()
+    # argparse keeps no public dest -> option map; _actions is its documented-by-use list
+    flag_of = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    flag_of["devices_per_process"] = "--devices"
+    m = re.match(r"(\w+)[= ]", message)
+    if m is None or m.group(1) not in flag_of:
+        return message
+    return f"{flag_of[m.group(1)]} {message[m.end() :]}"

@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = flags.config_from_flags(args)
     except (ValueError, OSError) as e:
-        parser.error(str(e))
+        parser.error(flags.flag_message(str(e), parser))
     setup_jax(args)
     import jax
 
@@ -238,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             results = {config.compression: result}
     except (DataError, FileNotFoundError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except train.ConfigError as e:
+        print(f"error: {flags.flag_message(str(e), parser)}", file=sys.stderr)
         return 2
     except train.TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)

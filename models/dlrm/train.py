@@ -277,6 +277,11 @@ def _interval_record(step, interval, seconds, global_batch, **extra) -> metrics_
 # ------------------------------------------------------------------------------------
 
 
+class ConfigError(ValueError):
+    """A setting that does not fit the run's devices (batch size, node size), found once the
+    devices are known; the command line prints it as one line naming the flag (exit 2)."""
+
+
 def create_mesh(config: Config) -> jax.sharding.Mesh:
     """The mesh over ``config.devices_per_process`` devices of every process (0: all).
 
@@ -288,7 +293,7 @@ def create_mesh(config: Config) -> jax.sharding.Mesh:
     process without ``node_devices`` is one node: the exact exchange).
 
     Raises:
-      ValueError: a batch size not divisible by the device or process count; a
+      ConfigError: a batch size not divisible by the device or process count; a
         ``node_devices`` that does not divide the devices of a process.
     """
     devices = mesh_lib.select_devices(config.devices_per_process)
@@ -296,7 +301,7 @@ def create_mesh(config: Config) -> jax.sharding.Mesh:
     per_process = len(devices) // nproc
     node = config.node_devices or per_process
     if per_process % node:
-        raise ValueError(
+        raise ConfigError(
             f"node_devices={config.node_devices} must divide the {per_process} devices of a "
             "process (a node does not straddle processes)"
         )
@@ -304,7 +309,7 @@ def create_mesh(config: Config) -> jax.sharding.Mesh:
     mesh = mesh_lib.make_mesh(devices, None if flat_1d else node)
     for name, b in (("batch_size", config.batch_size), ("eval_batch_size", config.eval_batch_size)):
         if b % mesh.size or b % nproc:
-            raise ValueError(f"{name}={b} must be divisible by the device count {mesh.size}")
+            raise ConfigError(f"{name}={b} must be divisible by the device count {mesh.size}")
     return mesh
 
 
@@ -477,7 +482,7 @@ def train_and_evaluate(
       ``step`` and ``params_checksum``.
 
     Raises:
-      ValueError: bad config (batch not divisible by devices, ...).
+      ValueError: bad config (``ConfigError``: batch not divisible by devices, ...).
       FileNotFoundError: no data file matches ``config.data`` / ``config.eval_data``.
       MalformedLineError: bad data line without ``skip_bad_lines``.
     """

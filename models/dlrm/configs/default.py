@@ -271,6 +271,11 @@ class Config:
             raise ValueError(f"grad_codec must be fixed or auto, got {self.grad_codec!r}")
         if self.optimizer not in ("sgd", "adagrad"):
             raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
+        if self.holdout_every < 0 or self.holdout_every == 1:
+            raise ValueError(
+                "holdout_every must be 0 (no held-out lines) or >= 2 (1 would hold out every "
+                f"line), got {self.holdout_every}"
+            )
         if self.shuffle_block_rows < 0:
             raise ValueError(f"shuffle_block_rows must be >= 0, got {self.shuffle_block_rows}")
         if self.data_format not in ("kaggle", "terabyte", "csv"):
