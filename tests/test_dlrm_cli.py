@@ -444,6 +444,22 @@ def test_settings_that_do_not_fit_the_devices_exit_2_with_one_line_naming_the_fl
     assert err.strip().splitlines()[-1].startswith(message) and "Traceback" not in err
 
 
+def test_shards_without_training_rows_exit_2_with_one_line_naming_the_folder(tmp_path, capsys):
+    from models.dlrm import preprocess
+
+    (tmp_path / "empty.tsv").write_text("")
+    shards_dir = str(tmp_path / "shards")
+    argv = [str(tmp_path / "empty.tsv"), "--out", shards_dir, "--config", "tiny", "--no-progress"]
+    assert preprocess.main(argv) == 0
+    argv = ["--preset", "tiny", "--devices", "8", "--no-progress", "--data", shards_dir]
+    assert main.main([*argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"error: the shards in {shards_dir}: no training rows: 0 rows, every 20-th held out"
+    )
+
+
 def test_help_shows_the_values_used_not_none_or_empty_strings():
     text = " ".join(flags.build_parser().format_help().split())
     assert "None" not in text and "(preset: '')" not in text

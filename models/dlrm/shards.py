@@ -193,7 +193,10 @@ class _Order:
         self.block_train = np.diff(self.train_before)
         self.rows_per_epoch = int(self.train_before[-1])
         if self.rows_per_epoch == 0:
-            raise ValueError("the dataset has no training rows")
+            raise input_pipeline.DataError(
+                f"no training rows: {num_rows} rows"
+                + (f", every {holdout_every}-th held out" if holdout_every else "")
+            )
         self._epoch, self._perm, self._cum, self._train_before = None, None, None, None
 
     def _train_below(self, x):
@@ -248,7 +251,9 @@ class ShardStream:
       position: a ``position()`` of an earlier stream with the same settings, to resume.
 
     Raises:
-      ValueError: a ``position`` made with other settings or another dataset; no training rows.
+      ValueError: a ``position`` made with other settings or another dataset.
+      input_pipeline.DataError: no training rows (empty shards, or all held out), naming
+        the folder.
     """
 
     def __init__(
@@ -275,7 +280,10 @@ class ShardStream:
             "block_rows": int(block_rows),
             "holdout_every": int(holdout_every),
         }
-        self._order = _Order(dataset.num_rows, block_rows, holdout_every, shuffle, seed)
+        try:
+            self._order = _Order(dataset.num_rows, block_rows, holdout_every, shuffle, seed)
+        except input_pipeline.DataError as e:  # name the folder (an empty source file?)
+            raise input_pipeline.DataError(f"the shards in {dataset.directory}: {e}") from None
         self.train_index = 0
         if position:
             mismatch = {
