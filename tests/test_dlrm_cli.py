@@ -460,6 +460,32 @@ def test_shards_without_training_rows_exit_2_with_one_line_naming_the_folder(tmp
     )
 
 
+def test_ctrl_c_while_a_checkpoint_is_written_is_raised_once_the_block_is_done():
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with checkpoints.interrupt_after():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the signal is delivered here and held back
+            done.append(True)
+    assert done == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_ends_the_run_with_one_line_naming_the_resume_step(tmp_path, monkeypatch, capsys):
+    def interrupted(config, workdir, progress):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "train_and_evaluate", interrupted)
+    argv = ["--preset", "tiny", "--devices", "8", "--no-progress", "--out", str(tmp_path)]
+    assert main.main(argv) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        "interrupted: rerun the same command to continue; the run starts from step 0 "
+        "(no checkpoint yet)"
+    )
+
+
 def test_help_shows_the_values_used_not_none_or_empty_strings():
     text = " ".join(flags.build_parser().format_help().split())
     assert "None" not in text and "(preset: '')" not in text

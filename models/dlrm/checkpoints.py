@@ -21,9 +21,12 @@ mismatch (the parameters or optimizer state of another model or config) is a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Callable
 
 import jax
@@ -110,16 +113,44 @@ def manager(workdir: str, max_to_keep: int) -> ocp.CheckpointManager:
     )
 
 
+@contextlib.contextmanager
+def interrupt_after():
+    """Holds back Ctrl-C (SIGINT) inside the block and raises ``KeyboardInterrupt`` after it.
+
+    Ctrl-C during an orbax save interrupted ``wait_until_finished``: orbax logged its
+    threads' tracebacks, the step stayed a ``.orbax-checkpoint-tmp`` folder and Python's
+    shutdown failed its rename with one more traceback. Only where SIGINT has Python's
+    default handler, on the main thread (elsewhere the block runs as it is).
+
+    >>> with interrupt_after():
+    ...     pass
+    """
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught = []
+    signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def save(mngr: ocp.CheckpointManager, state: TrainState, meta: dict) -> None:
-    """Saves ``state`` and the JSON ``meta`` at step ``state.step`` and waits until written."""
+    """Saves ``state`` and the JSON ``meta`` at step ``state.step`` and waits until written;
+    a Ctrl-C meanwhile is raised once the step is complete (``interrupt_after``)."""
     step = int(to_host(state.step))
-    mngr.save(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state._asdict()), meta=ocp.args.JsonSave(meta)
-        ),
-    )
-    mngr.wait_until_finished()
+    with interrupt_after():
+        mngr.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state._asdict()), meta=ocp.args.JsonSave(meta)
+            ),
+        )
+        mngr.wait_until_finished()
 
 
 # TrainState fields that a checkpoint may lack, or hold in another structure, and that then

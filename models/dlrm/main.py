@@ -183,23 +183,26 @@ def peer_lost_reason(e: BaseException) -> str | None:
     return None
 
 
+def resume_point(workdir: str) -> str:
+    """Where a rerun of the command resumes ``workdir``'s run: "resumes from step N, its last
+    checkpoint" or "starts from step 0 (no checkpoint yet)"."""
+    from models.dlrm.checkpoints import complete_steps
+
+    steps = complete_steps(workdir)
+    if steps:
+        return f"resumes from step {steps[-1]}, its last checkpoint"
+    return "starts from step 0 (no checkpoint yet)"
+
+
 def stop_after_peer_lost(reason: str, workdir: str) -> None:
     """Prints one line and ends the process at once (exit 3): jax's exit handler would wait at
     a shutdown barrier the dead peer never reaches, then abort with a fatal log and a native
     stack trace."""
     import jax
 
-    from models.dlrm.checkpoints import complete_steps
-
-    steps = complete_steps(workdir)
-    resume = (
-        f"resumes from step {steps[-1]}, its last checkpoint"
-        if steps
-        else "starts from step 0 (no checkpoint yet)"
-    )
     print(
         f"error: process {jax.process_index()}: another process of the run stopped ({reason}); "
-        f"restart every process with the same command: the run {resume}",
+        f"restart every process with the same command: the run {resume_point(workdir)}",
         file=sys.stderr,
         flush=True,
     )
@@ -214,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
       The exit status: 0; 2 for bad data or a checkpoint that cannot be restored, 1 for a
       diverged (non-finite) training loss, each printed as one line. Bad flags exit 2
       through argparse. A multi-process run whose peer process dies ends this process with
-      exit status 3 and one line naming the checkpoint step a rerun resumes from.
+      exit status 3 and one line naming the checkpoint step a rerun resumes from. Ctrl-C
+      (SIGINT) ends the run with exit status 130 and one line naming that step.
     """
     parser = flags.build_parser()
     args = parser.parse_args(argv)
@@ -245,6 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     except train.TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (checkpoints.save holds
+        # it back until a step being written is complete)
+        where = "each of --out/exact, --out/compressed" if args.compare else "the run"
+        resume = "resumes" if args.compare else resume_point(args.out)
+        print(
+            f"interrupted: rerun the same command to continue; {where} {resume}",
+            file=sys.stderr,
+        )
+        return 130
     except jax.errors.JaxRuntimeError as e:
         reason = peer_lost_reason(e) if jax.process_count() > 1 else None
         if reason is None:
