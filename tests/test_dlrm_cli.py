@@ -3,6 +3,7 @@ resumes it and ``--restart`` starts over, bad input and a diverging loss stop wi
 line, bad lines are counted once, flags are checked when parsed, a missing peer times out,
 the log names its byte ratios, incomplete checkpoints are cleaned."""
 
+import dataclasses
 import json
 import os
 import re
@@ -483,6 +484,21 @@ def test_ctrl_c_ends_the_run_with_one_line_naming_the_resume_step(tmp_path, monk
     assert err.strip().splitlines()[-1] == (
         "interrupted: rerun the same command to continue; the run starts from step 0 "
         "(no checkpoint yet)"
+    )
+
+
+def test_a_small_evaluation_set_warning_names_what_gives_more_rows():
+    tiny = get_config("tiny")  # eval_rows 512
+    assert train.small_eval_warning(tiny, 1000) == ""
+    warn = " -- warning: only {} evaluation rows, the AUC is noisy (use 1,000 or more: {})"
+    # synthetic: --eval-rows rows; --eval-rows is what gives more
+    assert train.small_eval_warning(tiny, 512) == warn.format(512, "--eval-rows")
+    # the evaluation data ran out before --eval-rows: --eval-rows cannot help
+    file_eval = dataclasses.replace(tiny, data="train.tsv", eval_data="test.tsv")
+    assert train.small_eval_warning(file_eval, 391) == warn.format(391, "a larger --eval-data")
+    held_out = dataclasses.replace(tiny, data="day_0", holdout_every=10)
+    assert train.small_eval_warning(held_out, 100) == warn.format(
+        100, "more --data rows or a --holdout-every below 10"
     )
 
 

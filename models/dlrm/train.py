@@ -337,6 +337,21 @@ RUN_FILES = ("metrics.jsonl", "curves.png", "final.json", "compare.png")
 """The files of a run in its workdir besides ``checkpoints/`` (``start_over`` removes them)."""
 
 
+def small_eval_warning(config: Config, rows: int) -> str:
+    """The note an evaluation on ``rows`` rows gets in the log: "" from ``MIN_EVAL_ROWS`` on,
+    else a warning naming what gives more rows: ``--eval-rows``, or, when the evaluation data
+    ran out before ``config.eval_rows``, a larger ``--eval-data`` or more held-out lines."""
+    if rows >= MIN_EVAL_ROWS:
+        return ""
+    if rows >= config.eval_rows:
+        more = "--eval-rows"
+    elif config.eval_data:
+        more = "a larger --eval-data"
+    else:
+        more = f"more --data rows or a --holdout-every below {config.holdout_every}"
+    return f" -- warning: only {rows} evaluation rows, the AUC is noisy (use 1,000 or more: {more})"
+
+
 def start_over(workdir: str) -> str | None:
     """Removes the earlier run in ``workdir`` (``Config.resume`` False, ``--restart``):
     ``checkpoints/`` and ``RUN_FILES``. Process 0 removes, every process waits for it.
@@ -541,12 +556,7 @@ def train_and_evaluate(
         say(
             f"eval @ {step}: AUC {ev['auc']:.5f} log loss {ev['logloss']:.5f} "
             f"accuracy {ev['accuracy']:.4f} ({ev['rows']} rows)"
-            + (
-                f" -- warning: only {ev['rows']} evaluation rows, the AUC is noisy (use 1,000 "
-                "or more: --eval-rows)"
-                if ev["rows"] < MIN_EVAL_ROWS
-                else ""
-            )
+            + small_eval_warning(config, ev["rows"])
         )
         writer.write(metrics_lib.EvalRecord(step=step, **ev, bad_lines=eval_bad_lines))
         return ev
