@@ -528,6 +528,12 @@ def test_a_csv_header_without_a_column_names_the_file(tmp_path):
         ip.read_eval_set([path], "csv", ROWS, 10)
 
 
+def test_an_empty_data_file_is_named_as_empty_not_only_as_lacking_evaluation_rows(tmp_path):
+    path = _write(tmp_path, [])
+    with pytest.raises(ip.DataError, match=r"no evaluation rows in .*: the files hold no lines"):
+        ip.read_eval_set([path], "kaggle", ROWS, 10, holdout_every=20)
+
+
 # ---- item 12: multi-host waits are named and time out; gloo stays quiet -------------------
 
 

@@ -374,10 +374,10 @@ def read_eval_set(
             dense.append(row[1])
             ids.append(row[2])
     if not labels:
-        raise DataError(
-            f"no evaluation rows in {list(paths)}"
-            + (f": {bad} malformed lines skipped (--skip-bad-lines)" if bad else "")
-        )
+        why = f"{bad} malformed lines skipped (--skip-bad-lines)" if bad else ""
+        if not bad and not k:  # an empty --data read for its held-out lines said no more
+            why = "the files hold no lines (empty?)"
+        raise DataError(f"no evaluation rows in {list(paths)}" + (f": {why}" if why else ""))
     return (
         {
             "dense": np.stack(dense),
