@@ -412,6 +412,10 @@ def test_train_and_eval_bad_lines_reach_the_metrics_separately(tmp_path):
         (["--eb-loosest", "1"], "error_bound loosest: a relative bound must be in (0, 1)"),
         (["--eb-tier", "t=2:1,2"], "error_bound tier 't': a relative bound must be in (0, 1)"),
         (["--codec", "zstd"], "argument --codec: invalid choice: 'zstd' (choose from 'auto'"),
+        (
+            ["--eb-config", "/nonexistent/eb.json"],
+            "error: --eb-config /nonexistent/eb.json: No such file or directory",
+        ),
         (["--resume", "--restart"], "argument --restart: not allowed with argument --resume"),
     ],
 )
@@ -500,6 +504,16 @@ def test_a_small_evaluation_set_warning_names_what_gives_more_rows():
     assert train.small_eval_warning(held_out, 100) == warn.format(
         100, "more --data rows or a --holdout-every below 10"
     )
+
+
+def test_an_unparsable_eb_config_names_the_flag_and_the_file(tmp_path, capsys):
+    path = tmp_path / "eb.json"
+    path.write_text("{base: 0.02")  # not JSON
+    with pytest.raises(SystemExit) as e:
+        main.main(["--preset", "tiny", "--eb-config", str(path)])
+    assert e.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"python -m models.dlrm.main: error: --eb-config {path}: Expecting")
 
 
 def test_help_shows_the_values_used_not_none_or_empty_strings():

@@ -392,12 +392,18 @@ def error_bound_from_flags(
     ``--eb-FIELD`` flag its one field (``--eb-tier`` the tiers).
 
     Raises:
-      ValueError: a bad file, field or value (named).
-      OSError: ``--eb-config`` cannot be read.
+      ValueError: a bad file, field or value (named); an ``--eb-config`` that cannot be read
+        or parsed (the flag and the file named).
     """
     eb = error_bounds.preset(args.eb_preset, base.num_tables) if args.eb_preset else base
     if args.eb_config:
-        eb = error_bounds.override(eb, error_bounds.read_overrides(args.eb_config))
+        try:
+            read = error_bounds.read_overrides(args.eb_config)
+        except (OSError, ValueError) as e:  # name the flag: a bare "[Errno 2] ..." or
+            # "Expecting value: line 1 column 1" did not say which file or flag
+            why = (e.strerror if isinstance(e, OSError) else None) or e
+            raise ValueError(f"--eb-config {args.eb_config}: {why}") from None
+        eb = error_bounds.override(eb, read)
     fields = {f: getattr(args, "eb_" + f) for f, *_ in _EB_FIELDS}
     fields = {f: v for f, v in fields.items() if v is not None}
     if args.eb_tier is not None:
