@@ -281,6 +281,11 @@ def test_a_rerun_with_another_grad_allreduce_resumes_from_its_checkpoint(tmp_pat
     assert rc == 0, text[-3000:]
     assert f"resumed from step 2 of the run in {out}" in text
     assert "checkpoint 2: grad_ef re-initialized to a new run's value" in text
+    # and the log says that the settings changed, not only the metrics' config record
+    assert (
+        "settings changed since the run so far (from step 2 on; a config record in "
+        "metrics.jsonl): grad_allreduce exact -> compressed" in text
+    )
     assert [r["step"] for r in _records(out, "train")] == [2, 4]
     # the log says what ran when: the first config at 0, the changed one at the resume step
     configs = [(r["step"], r["config"]["grad_allreduce"]) for r in _records(out, "config")]
@@ -290,6 +295,7 @@ def test_a_rerun_with_another_grad_allreduce_resumes_from_its_checkpoint(tmp_pat
     rc, text = _train(out, *args, "--steps", "6", "--grad-allreduce", "compressed")
     assert rc == 0, text[-3000:]
     assert len(_records(out, "config")) == 2  # the same command run longer: the same run
+    assert "settings changed" not in text
 
 
 # ---- items 9-11: non-finite features, all-bad files, bad lines counted once ---------------

@@ -419,10 +419,30 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
     ]
 
 
+def changed_settings(before: dict, now: dict) -> list[str]:
+    """``"field old -> new"`` for every field of the config dict ``now`` that differs from
+    ``before`` other than ``steps`` (a nested dict by its own fields: ``error_bound.base``).
+
+    >>> changed_settings({"steps": 5, "compression": "on"}, {"steps": 9, "compression": "off"})
+    ['compression on -> off']
+    """
+    out = []
+    for key, value in now.items():
+        old = before.get(key)
+        if key == "steps" or old == value:
+            continue
+        if isinstance(old, dict) and isinstance(value, dict):
+            out += [f"{key}.{c}" for c in changed_settings(old, value)]
+        else:
+            out.append(f"{key} {old} -> {value}")
+    return out
+
+
 def open_metrics(
     path: str, config: Config, ctx: StepContext, start: int, *, label: str, data: str
-) -> metrics_lib.MetricsWriter:
-    """The run's metrics.jsonl writer (process 0 writes); a run from step 0 starts with its
+) -> tuple[metrics_lib.MetricsWriter, list[str]]:
+    """The run's metrics.jsonl writer (process 0 writes) and the settings changed since the
+    run so far (``changed_settings``; [] for a new run); a run from step 0 starts with its
     ``config`` record, a resumed one keeps the records up to ``start`` and adds a ``config``
     record at ``start`` when its config differs from the one in effect other than in
     ``steps`` (e.g. a rerun with another ``--grad-allreduce``; the same command run longer is
@@ -432,7 +452,8 @@ def open_metrics(
     )
     before = [r for r in writer.kept if isinstance(r, metrics_lib.ConfigRecord)]
     now = json.loads(json.dumps(config.to_dict()))  # as read back: lists, not tuples
-    if start == 0 or not before or {**before[-1].config, "steps": now["steps"]} != now:
+    changed = changed_settings(before[-1].config, now) if start and before else []
+    if start == 0 or not before or changed:
         writer.write(
             metrics_lib.ConfigRecord(
                 step=start,
@@ -444,7 +465,7 @@ def open_metrics(
                 error_bound=ctx.eb_hook.describe(),
             )
         )
-    return writer
+    return writer, changed
 
 
 def _due(step: int, every: int, last: int) -> bool:
@@ -548,7 +569,12 @@ def train_and_evaluate(
             "--restart starts over"
         )
     metrics_path = os.path.join(workdir, "metrics.jsonl")
-    writer = open_metrics(metrics_path, config, ctx, start, label=label, data=data_desc)
+    writer, changed = open_metrics(metrics_path, config, ctx, start, label=label, data=data_desc)
+    if changed:  # the checkpoint fits, but the run so far ran with other settings
+        say(
+            f"settings changed since the run so far (from step {start} on; a config record in "
+            f"metrics.jsonl): {'; '.join(changed)}"
+        )
 
     def run_eval(step: int) -> dict:
         _check_loss([m for _, m in interval], step)
