@@ -666,6 +666,16 @@ def test_the_log_names_the_exchange_and_moved_ratios_and_the_table_ids():
     )
 
 
+def test_the_log_splits_bytes_by_node_only_when_some_cross_nodes():
+    one_node = train._describe_interval(_record())  # no inter-node bytes: no split
+    assert "intra-node" not in one_node and "0 exact-fallback steps | eb_rel [" in one_node
+    nodes = _record(intra_node_bytes=MIB, inter_node_raw_bytes=4 * MIB, inter_node_moved_bytes=MIB)
+    assert (
+        "0 exact-fallback steps | flat: intra-node 1.0 MiB, inter-node moved 1.0 MiB of raw "
+        "4.0 MiB | eb_rel [" in train._describe_interval(nodes)
+    )
+
+
 def test_curves_show_bytes_moved_both_ratios_and_per_table_ratios_by_id(tmp_path):
     path = tmp_path / "metrics.jsonl"
     w = metrics_lib.MetricsWriter(path, None, enabled=True)

@@ -479,6 +479,19 @@ def _describe_tables(rec: metrics_lib.TrainRecord) -> str:
     return f"  exchange ratio per table (table:raw/frames): {pairs}"
 
 
+def _describe_nodes(rec: metrics_lib.TrainRecord) -> str:
+    """The intra-/inter-node split of the exchange's bytes, "" on one node (nothing crosses
+    nodes there: the split said "inter-node moved 0.0 B of raw 0.0 B" beside an intra-node
+    figure other than the moved bytes)."""
+    if rec.inter_node_raw_bytes == 0 and rec.exchange_topology != "hierarchical":
+        return ""
+    return (
+        f"{rec.exchange_topology}: intra-node {_fmt_bytes(rec.intra_node_bytes)}, inter-node "
+        f"moved {_fmt_bytes(rec.inter_node_moved_bytes)} of raw "
+        f"{_fmt_bytes(rec.inter_node_raw_bytes)} | "
+    )
+
+
 def _describe_interval(rec: metrics_lib.TrainRecord) -> str:
     return (
         f"step {rec.step}: loss {rec.loss:.4f} train-AUC {rec.auc:.4f} "
@@ -486,10 +499,8 @@ def _describe_interval(rec: metrics_lib.TrainRecord) -> str:
         f"exchange ratio (raw/frames) {rec.compression_ratio:.2f}x, "
         f"moved ratio (raw/moved) {rec.moved_ratio:.2f}x: raw {_fmt_bytes(rec.raw_bytes)}, "
         f"frames {_fmt_bytes(rec.frame_bytes)}, moved {_fmt_bytes(rec.moved_bytes)}, "
-        f"{rec.fallback_steps} exact-fallback steps | {rec.exchange_topology}: intra-node "
-        f"{_fmt_bytes(rec.intra_node_bytes)}, inter-node moved "
-        f"{_fmt_bytes(rec.inter_node_moved_bytes)} of raw "
-        f"{_fmt_bytes(rec.inter_node_raw_bytes)} | eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
+        f"{rec.fallback_steps} exact-fallback steps | {_describe_nodes(rec)}"
+        f"eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
         f"grad all-reduce {rec.grad_allreduce}: moved {_fmt_bytes(rec.allreduce_moved_bytes)} "
         f"vs raw {_fmt_bytes(rec.allreduce_raw_bytes)} ({rec.allreduce_fallback_steps} "
         f"psum-fallback steps)"
