@@ -522,6 +522,16 @@ def test_an_unparsable_eb_config_names_the_flag_and_the_file(tmp_path, capsys):
     assert last.startswith(f"python -m models.dlrm.main: error: --eb-config {path}: Expecting")
 
 
+def test_every_flag_says_what_it_does_not_only_its_preset_value():
+    parser = flags.build_parser()
+    bare = [
+        a.option_strings[0]
+        for a in parser._actions
+        if a.option_strings and not (a.help or "").split("(preset:")[0].strip()
+    ]
+    assert bare == []  # --steps, --seed, --num-processes ... had no text
+
+
 def test_help_shows_the_values_used_not_none_or_empty_strings():
     text = " ".join(flags.build_parser().format_help().split())
     assert "None" not in text and "(preset: '')" not in text

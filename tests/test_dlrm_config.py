@@ -138,7 +138,10 @@ def test_help_names_the_entry_point_and_train_is_the_same_command():
     # Flags that take the preset's value show it, not "None" (issue 13 item 13).
     text = " ".join(outs[0].stdout.split())
     assert "None" not in text
-    assert "--steps STEPS (preset: kaggle 500, terabyte 500, tiny 20)" in text
+    assert (
+        "--steps STEPS training steps (global batches) (preset: kaggle 500, terabyte 500, "
+        "tiny 20)" in text
+    )
     assert (
         "--eb-schedule {linear,log,step,constant} iteration-wise schedule (preset: 'log')" in text
     )

@@ -212,27 +212,63 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="with file data and no --eval-data: every N-th line is held out",
     )
-    d.add_argument("--synthetic-zipf-a", type=float, default=None)
-    d.add_argument("--synthetic-multi-hot", type=int, default=None)
+    d.add_argument(
+        "--synthetic-zipf-a",
+        type=float,
+        default=None,
+        help="without --data: Zipf exponent of the synthetic ids (larger: more repeated hot ids)",
+    )
+    d.add_argument(
+        "--synthetic-multi-hot",
+        type=int,
+        default=None,
+        help="without --data: ids per bag of the synthetic generator (1: one-hot, as Criteo)",
+    )
     t = p.add_argument_group("training")
-    t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--steps", type=int, default=None, help="training steps (global batches)")
     t.add_argument("--batch-size", type=int, default=None, help="global batch size")
-    t.add_argument("--eval-batch-size", type=int, default=None)
-    t.add_argument("--optimizer", choices=["sgd", "adagrad"], default=None)
+    t.add_argument(
+        "--eval-batch-size", type=int, default=None, help="global batch size of the evaluation"
+    )
+    t.add_argument(
+        "--optimizer", choices=["sgd", "adagrad"], default=None, help="sgd: the reference DLRM's"
+    )
     t.add_argument(
         "--sparse-embedding-update",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="sgd: update only the looked-up table rows (default on)",
     )
-    t.add_argument("--learning-rate", "--lr", type=float, default=None)
-    t.add_argument("--warmup-steps", type=int, default=None)
-    t.add_argument("--decay-start-step", type=int, default=None)
-    t.add_argument("--decay-steps", type=int, default=None)
-    t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--eval-every", type=int, default=None)
-    t.add_argument("--log-every", type=int, default=None)
-    t.add_argument("--checkpoint-every", type=int, default=None)
+    t.add_argument("--learning-rate", "--lr", type=float, default=None, help="peak learning rate")
+    t.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up from 0 (0: none)")
+    t.add_argument(
+        "--decay-start-step",
+        type=int,
+        default=None,
+        help="step at which the learning rate starts to decay (0: no decay)",
+    )
+    t.add_argument(
+        "--decay-steps",
+        type=int,
+        default=None,
+        help="steps of polynomial (power 2) decay to 0 after --decay-start-step",
+    )
+    t.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the parameters, the synthetic data and the shards' block order",
+    )
+    t.add_argument(
+        "--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)"
+    )
+    t.add_argument("--log-every", type=int, default=None, help="log training metrics every N steps")
+    t.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="save a checkpoint every N steps (0: only at the end)",
+    )
     c = p.add_argument_group("exchange")
     c.add_argument(
         "--compression",
@@ -309,8 +345,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="HOST:PORT of process 0",
     )
     env_int = lambda k: int(os.environ[k]) if k in os.environ else None  # noqa: E731
-    m.add_argument("--num-processes", type=int, default=env_int("JAX_NUM_PROCESSES"))
-    m.add_argument("--process-id", type=int, default=env_int("JAX_PROCESS_ID"))
+    m.add_argument(
+        "--num-processes",
+        type=int,
+        default=env_int("JAX_NUM_PROCESSES"),
+        help="processes of the run (JAX_NUM_PROCESSES)",
+    )
+    m.add_argument(
+        "--process-id",
+        type=int,
+        default=env_int("JAX_PROCESS_ID"),
+        help="this process, 0 to N-1; 0 runs the coordinator (JAX_PROCESS_ID)",
+    )
     m.add_argument(
         "--init-timeout",
         type=_positive_int,
