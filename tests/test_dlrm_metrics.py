@@ -71,6 +71,14 @@ def test_writer_on_resume_keeps_records_up_to_the_step(tmp_path):
     mx.MetricsWriter(path, 6, enabled=True)  # resumed from the step-6 checkpoint
     assert [r.step for r in mx.read_metrics(path).train] == [3, 6]
     assert mx.read_metrics(path).config == CONFIG
+    # A finished run resumed (run longer, or again): its final record goes, the run writes
+    # its own at its end (two finals at steps 6 and 9 before)
+    mx.MetricsWriter(path, 6, enabled=True).write(
+        mx.FinalRecord(auc=0.6, logloss=0.5, accuracy=0.7, rows=512, step=6, params_checksum=1.0)
+    )
+    mx.MetricsWriter(path, 6, enabled=True)
+    assert mx.read_metrics(path).final is None and '"kind": "final"' not in path.read_text()
+    assert [r.step for r in mx.read_metrics(path).train] == [3, 6]
     # No checkpoint yet (resume at step 0): the run starts over, with one config record.
     mx.MetricsWriter(path, 0, enabled=True).write(CONFIG)
     assert path.read_text().count('"kind": "config"') == 1

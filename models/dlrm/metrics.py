@@ -279,7 +279,8 @@ class MetricsWriter:
 
     Opening truncates the file. On resume from step ``resume_step`` > 0 the records up to
     that step are kept (a killed run's records past its last checkpoint are dropped, they are
-    written again); with ``resume_step`` None or 0 the run starts from an empty file.
+    written again) but for a ``final`` record (the resumed run writes its own at its end, so
+    there is one); with ``resume_step`` None or 0 the run starts from an empty file.
 
     Args:
       path: the metrics.jsonl file.
@@ -294,7 +295,13 @@ class MetricsWriter:
             return
         keep: list[Record] = []
         if resume_step and os.path.exists(self.path):
-            keep = [r for r in _read_records(self.path) if r.step <= resume_step]
+            # a finished run continued (more --steps) or run again writes its own final
+            # record at its end: the earlier one would be a second "final" mid-file
+            keep = [
+                r
+                for r in _read_records(self.path)
+                if r.step <= resume_step and not isinstance(r, FinalRecord)
+            ]
         self.kept = keep
         with open(self.path, "w") as f:
             f.writelines(to_json(r) + "\n" for r in keep)
