@@ -448,8 +448,9 @@ def test_bad_flags_exit_2_with_one_line_before_jax_starts(argv, message, capsys)
 def test_settings_that_do_not_fit_the_devices_exit_2_with_one_line_naming_the_flag(
     tmp_path, argv, message, capsys
 ):
-    # found once the devices are known; it was a ValueError traceback naming the field
-    argv = ["--preset", "tiny", "--devices", "8", "--no-progress", "--out", str(tmp_path), *argv]
+    # found once the devices are known (the 8 virtual CPU devices of the root conftest.py);
+    # it was a ValueError traceback naming the field
+    argv = ["--preset", "tiny", "--no-progress", "--out", str(tmp_path), *argv]
     assert main.main(argv) == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith(message) and "Traceback" not in err
@@ -462,7 +463,7 @@ def test_shards_without_training_rows_exit_2_with_one_line_naming_the_folder(tmp
     shards_dir = str(tmp_path / "shards")
     argv = [str(tmp_path / "empty.tsv"), "--out", shards_dir, "--config", "tiny", "--no-progress"]
     assert preprocess.main(argv) == 0
-    argv = ["--preset", "tiny", "--devices", "8", "--no-progress", "--data", shards_dir]
+    argv = ["--preset", "tiny", "--no-progress", "--data", shards_dir]
     assert main.main([*argv, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -487,7 +488,7 @@ def test_ctrl_c_ends_the_run_with_one_line_naming_the_resume_step(tmp_path, monk
         raise KeyboardInterrupt
 
     monkeypatch.setattr(train, "train_and_evaluate", interrupted)
-    argv = ["--preset", "tiny", "--devices", "8", "--no-progress", "--out", str(tmp_path)]
+    argv = ["--preset", "tiny", "--no-progress", "--out", str(tmp_path)]
     assert main.main(argv) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err
