@@ -398,27 +398,21 @@ def test_two_node_testbed_setup_and_teardown():  # pragma: no cover - root only
     assert tb.deleted()
 
 
-def test_committed_two_node_results_are_rendered():
-    """bench/results/two_node.md and the README's two-node section are the rendering of the
-    committed netns_two_node.json (a rerun that is not re-rendered shows here)."""
-    path = report.RESULTS / "netns_two_node.json"
+@pytest.mark.parametrize(
+    "result, rendered, render, markers",
+    [
+        ("netns_two_node.json", "two_node.md", "two_node_markdown", "TWO_NODE"),
+        ("netns_two_node_rates.json", "two_node_rates.md", "rate_sweep_markdown", "RATES"),
+    ],
+)
+def test_committed_two_node_results_are_rendered(result, rendered, render, markers):
+    """bench/results' markdown and the README's section are the rendering of the committed
+    result (a rerun that is not re-rendered shows here)."""
+    path = report.RESULTS / result
     if not path.is_file():
         pytest.skip(f"{path} absent (not measured yet)")
-    md = report.two_node_markdown(json.loads(path.read_text()))
-    assert (report.RESULTS / "two_node.md").read_text() == md
+    md = getattr(report, render)(json.loads(path.read_text()))
+    assert (report.RESULTS / rendered).read_text() == md
     readme = report.README.read_text()
-    begin, end = report.TWO_NODE_BEGIN, report.TWO_NODE_END
-    assert report.bu.replace_between_markers(readme, md, begin, end) == readme
-
-
-def test_committed_rate_sweep_is_rendered():
-    """bench/results/two_node_rates.md and the README's rate-sweep section are the rendering
-    of the committed netns_two_node_rates.json."""
-    path = report.RESULTS / "netns_two_node_rates.json"
-    if not path.is_file():
-        pytest.skip(f"{path} absent (not measured yet)")
-    md = report.rate_sweep_markdown(json.loads(path.read_text()))
-    assert (report.RESULTS / "two_node_rates.md").read_text() == md
-    readme = report.README.read_text()
-    begin, end = report.RATES_BEGIN, report.RATES_END
+    begin, end = getattr(report, f"{markers}_BEGIN"), getattr(report, f"{markers}_END")
     assert report.bu.replace_between_markers(readme, md, begin, end) == readme
