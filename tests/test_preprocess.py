@@ -445,6 +445,33 @@ def test_command_line_names_a_missing_source_in_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: no data files match '{tmp_path / 'nope.txt'}'\n"
 
 
+def test_command_line_empty_sources_and_a_folder_without_manifest(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    out = tmp_path / "o"
+    assert pp.main([str(empty), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: no rows in {empty} (0 lines, 0 bad): the shards in {out} hold nothing to "
+        "train on (empty files?)\n"
+    )
+    assert pp.main(["--verify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path}: no manifest.json, so not a shard folder")
+    assert err.count("\n") == 1
+
+
+def test_command_line_help_describes_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        pp.main(["--help"])
+    text = capsys.readouterr().out
+    assert "Converts Criteo text" in text and "examples:" in text
+    assert "issue 14" not in text  # the module's implementation notes stay out of --help
+    for flag in ("--data-format", "--skip-bad-lines", "--chunk-mb", "--threads", "--no-progress"):
+        line = text[text.index(f"  {flag}") :].split("\n  -")[0]
+        assert len(line.split()) > 3, line  # a description beside the flag
+
+
 def test_shards_that_do_not_match_the_manifest_are_errors(tmp_path):
     paths = _three_files(tmp_path)[:2]
     convert(paths, tmp_path / "o")

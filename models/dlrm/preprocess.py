@@ -933,18 +933,33 @@ def day_split(sources, out_dir: str, **convert_kw) -> dict[str, Report | int]:
     return {"train": train, "val": read_manifest(val)["rows"], "test": read_manifest(test)["rows"]}
 
 
+_CLI_DESCRIPTION = (
+    "Converts Criteo text (Kaggle train.txt, 1TB day_N, plain or .gz, or the trainer's CSV) "
+    "into binary shards once, streaming with bounded memory; train from them with "
+    "python -m models.dlrm.train --data DIR. Rerunning the same command resumes an "
+    "interrupted conversion file by file."
+)
+
+
 def main(argv=None) -> int:
     """The command line (see the module docstring). Returns the exit status: 0, or 2 with one
     line for a missing source, a malformed line (without --skip-bad-lines), a bad gzip, a
     source that changed while read, or shards that do not match their manifest."""
     p = argparse.ArgumentParser(
         prog="python -m models.dlrm.preprocess",
-        description=__doc__,
+        description=_CLI_DESCRIPTION,
+        epilog="examples:" + __doc__.split("Usage::")[1].split("References:")[0].rstrip(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("sources", nargs="*", help="files, folders or globs, in order")
     p.add_argument("--out", help="output folder of shards")
-    p.add_argument("--data-format", default="kaggle", choices=("kaggle", "terabyte", "csv"))
+    p.add_argument(
+        "--data-format",
+        default="kaggle",
+        choices=("kaggle", "terabyte", "csv"),
+        help="layout of the sources: Criteo Kaggle train.txt, Criteo 1TB day_N (both 40 "
+        "tab-separated fields, plain or .gz) or the trainer's CSV with a header (default: kaggle)",
+    )
     p.add_argument(
         "--config",
         default=None,
@@ -954,10 +969,19 @@ def main(argv=None) -> int:
     p.add_argument(
         "--max-ind-range", type=int, default=None, help="cap on table rows (default: the preset's)"
     )
-    p.add_argument("--skip-bad-lines", action="store_true")
-    p.add_argument("--chunk-mb", type=int, default=4)
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="skip and count malformed lines instead of stopping at the first (FILE:LINE)",
+    )
+    p.add_argument(
+        "--chunk-mb",
+        type=int,
+        default=4,
+        help="text handed to a parsing thread at a time, MiB (default: 4)",
+    )
+    p.add_argument("--threads", type=int, default=0, help="parsing threads (0: one per CPU core)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (lines/s)")
     p.add_argument("--verify", metavar="DIR", help="check a shard folder's sizes and SHA-256")
     p.add_argument(
         "--day-split",
@@ -980,6 +1004,11 @@ def _run(a: argparse.Namespace) -> int:
     from models.dlrm.configs import get_config
 
     if a.verify:
+        if not os.path.isfile(os.path.join(a.verify, MANIFEST)):
+            raise ShardFormatError(
+                f"{a.verify}: no {MANIFEST}, so not a shard folder (python -m "
+                "models.dlrm.preprocess SOURCES --out DIR writes one)"
+            )
         verify_shards(a.verify, read_manifest(a.verify))
         print(f"{a.verify}: every shard matches its manifest")
         return 0
@@ -1008,6 +1037,11 @@ def _run(a: argparse.Namespace) -> int:
     )
     if a.day_split:
         print(f"last day: {split['test']} rows -> {a.out}/test, {split['val']} rows -> {a.out}/val")
+    if r.rows == 0:
+        raise ip.DataError(
+            f"no rows in {' '.join(a.sources)} ({r.lines} lines, {r.bad_lines} bad): the shards "
+            f"in {where} hold nothing to train on (empty files?)"
+        )
     return 0
 
 
