@@ -19,6 +19,18 @@ requires_dumps = pytest.mark.skipif(
 )
 
 
+#: Why a multi-device test is skipped: a run with XLA_FLAGS of its own (fewer devices).
+EIGHT_DEVICES = "needs 8 devices in this process (the root conftest.py sets them)"
+
+
+def require_eight_devices() -> None:
+    """Skips the calling test unless JAX has 8 devices (imports JAX only when called)."""
+    import jax
+
+    if jax.device_count() < 8:
+        pytest.skip(EIGHT_DEVICES)
+
+
 def load_dump(name: str) -> np.ndarray:
     """A real pooled-embedding dump as float32[rows, dim] (shape from manifest.json)."""
     import json

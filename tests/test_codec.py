@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import jax_lossy_comm as lc
-from conftest import DUMPS, load_dump, requires_dumps
+from conftest import DUMPS, EIGHT_DEVICES, load_dump, requires_dumps
 from jax_lossy_comm import frame
 
 DTYPES = [np.float32, ml_dtypes.bfloat16, np.float16]
@@ -426,7 +426,7 @@ def test_exchange_rejects_a_concrete_negative_bound():
 
 
 # ------------------------------------------------------------------- inside shard_map (vma)
-@pytest.mark.skipif(jax.device_count() < 8, reason="needs 8 devices (XLA_FLAGS in conftest.py)")
+@pytest.mark.skipif(jax.device_count() < 8, reason=EIGHT_DEVICES)
 def test_outputs_are_typed_like_inputs_inside_shard_map():
     """compress, decompress and frame_status return values typed as varying over the axes
     their inputs vary over, so a straight-through round trip written by a user inside

@@ -12,13 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import EIGHT_DEVICES
 from models.dlrm import checkpoints, main, models, train
 from models.dlrm.configs import get_config
 from models.dlrm.error_bounds import ErrorBoundHook
 
-pytestmark = pytest.mark.skipif(
-    jax.device_count() < 8, reason="needs 8 devices in this process (the root conftest.py)"
-)
+pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason=EIGHT_DEVICES)
 
 
 def _config(**over):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from conftest import require_eight_devices
 from models.dlrm import exchange, flags, metrics, train
 from models.dlrm import mesh as mesh_lib
 from models.dlrm.configs import get_config
@@ -39,8 +40,7 @@ def _run(tmp_root, name: str, **over):
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    if jax.device_count() < 8:
-        pytest.skip("needs 8 devices in this process (the root conftest.py sets them)")
+    require_eight_devices()
     return str(tmp_path_factory.mktemp("topology"))
 
 

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from conftest import require_eight_devices
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "..", "shared", "data")
 KAGGLE = os.path.join(DATA, "criteo_kaggle")
@@ -223,12 +225,10 @@ def test_python_entry_point_runs_what_the_command_line_runs(tmp_path):
         "--eb-schedule",
         "step",
     )
-    import jax
 
     from models.dlrm import flags, train
 
-    if jax.device_count() < 8:
-        pytest.skip("needs 8 devices in this process (the root conftest.py sets them)")
+    require_eight_devices()
     cli, py = tmp_path / "cli", tmp_path / "py"
     [(rc, out)] = _run_all([_cmd(cli, *argv[2:])])
     assert rc == 0, out[-3000:]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench.input_bench import criteo_text
+from conftest import require_eight_devices
 from models.dlrm import data as data_lib
 from models.dlrm import input_pipeline as ip
 from models.dlrm import preprocess as pp
@@ -197,12 +198,9 @@ def test_trainer_shard_path_equals_text_path(tmp_path):
     text path's batches bit for bit and the same training result (final AUC, parameters)."""
     import dataclasses
 
-    import jax
-
     from models.dlrm import train
 
-    if jax.device_count() < 8:
-        pytest.skip("needs 8 devices in this process (the root conftest.py sets them)")
+    require_eight_devices()
     text = tmp_path / "train.txt"
     text.write_bytes(criteo_text(3000, seed=42))
     base = dataclasses.replace(
@@ -242,12 +240,9 @@ def test_real_kaggle_and_terabyte_shards_train_end_to_end(tmp_path):
     import dataclasses
     import json
 
-    import jax
-
     from models.dlrm import train
 
-    if jax.device_count() < 8:
-        pytest.skip("needs 8 devices in this process (the root conftest.py sets them)")
+    require_eight_devices()
     tiny = get_config("tiny")
     terabyte = os.path.join(os.path.dirname(DATA), "criteo_terabyte", "day0_head1000.tsv")
     runs = {
