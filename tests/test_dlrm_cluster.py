@@ -308,6 +308,34 @@ def test_a_workdir_not_shared_between_processes_is_a_clear_error(tmp_path):
         assert "processes [1] see no file process 0 wrote there" in out, out[-3000:]
 
 
+@pytest.mark.slow
+def test_two_processes_resume_with_another_grad_allreduce(tmp_path):
+    # The saved error-feedback residuals are split over 2 processes x 2 devices; a rerun
+    # with the exact all-reduce has none, so restore reads them into throwaway arrays on each
+    # process's own device and starts grad_ef fresh: both processes resume at step 2.
+    import subprocess
+
+    from _multiprocess import start_trainers
+
+    args = ["--preset", "tiny", "--devices", "2", "--eval-every", "0", "--eval-rows", "64"]
+    args += ["--checkpoint-every", "2", "--no-progress", "--out", str(tmp_path / "run")]
+    for steps, allreduce in (("2", "compressed"), ("4", "exact")):
+        procs = start_trainers(
+            [*args, "--steps", steps, "--grad-allreduce", allreduce], stderr=subprocess.STDOUT
+        )
+        try:
+            outs = [p.communicate(timeout=240)[0] for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+        for i, (p, out) in enumerate(zip(procs, outs)):
+            assert p.returncode == 0, f"process {i}, --grad-allreduce {allreduce}:\n{out[-3000:]}"
+    assert "resumed from step 2" in outs[0], outs[0][-3000:]
+    assert "checkpoint 2: grad_ef re-initialized to a new run's value" in outs[0]
+    steps = [d for d in os.listdir(tmp_path / "run" / "checkpoints") if d.isdigit()]
+    assert sorted(steps) == ["2", "4"]
+
+
 # --- a GPU without the CUDA handlers ----------------------------------------------------------
 
 
