@@ -18,5 +18,7 @@ Entry points (each ``--help`` lists its options):
 
 Library modules: ``bench_util`` (timing, dumps, environment record, JSON), ``registry`` (the
 codec registry), ``quant_codes`` (the quantization peer), ``pareto`` (Pareto analysis),
-``figures`` (plots).
+``figures`` (plots), ``codec_tables`` and ``link_tables`` (the report's Markdown tables),
+``netns_testbed`` (network namespaces, rate-limited links, link counters) and
+``netns_results`` (speedups and summaries of a netns result).
 """

@@ -462,16 +462,14 @@ def write_json(obj: Any, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def replace_between_markers(text: str, new: str, begin: str, end: str) -> str:
-    """``text`` with everything between the markers replaced by ``new`` (one newline each side).
-
-    Raises:
-      ValueError: a marker is missing or ``end`` comes before ``begin``.
-    """
-    i, j = text.find(begin), text.find(end)
-    if i < 0 or j < 0 or j < i:
-        raise ValueError(f"markers {begin!r} ... {end!r} not found in order")
-    return text[: i + len(begin)] + "\n" + new.strip("\n") + "\n" + text[j:]
+def env_line(result: dict[str, Any]) -> str:
+    """One line naming where and when ``result`` was measured: its ``environment_record``'s
+    UTC time, CPU model and core count, and the first 10 digits of the commit."""
+    e = result.get("environment", {})
+    return (
+        f"{e.get('utc', '?')}, {e.get('cpu_model', '?')} ({e.get('cpu_count', '?')} "
+        f"cores, shared), commit {str(e.get('git_commit'))[:10]}"
+    )
 
 
 def interval_steps(steps: Sequence[int]) -> list[int]:

@@ -21,7 +21,7 @@ Two suites, the same measurement (options override a suite's defaults):
   issue 2's targets checked on those ratios (pass/fail in the JSON).
 
 After a run into bench/results/ the report is re-rendered (``bench.report``: RESULTS.md,
-codec.md, the README's result sections, the figures).
+codec.md, the other result pages, the figures).
 
 Usage (from the repo root)::
 
@@ -469,7 +469,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="3 repeats, no tilings (smoke run)")
     ap.add_argument("--out", default=None, help="result JSON (default: the suite's)")
     ap.add_argument("--no-report", action="store_true", help="do not re-render the report")
-    ap.add_argument("--no-readme", action="store_true", help="re-render, but not README.md")
     args = ap.parse_args(argv)
     suite = SUITES[args.suite]
     bu.set_single_thread()  # before jax / torch are imported by the registry
@@ -518,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not args.no_report and out.resolve().parent == bu.RESULTS_DIR.resolve():
         from bench import report
 
-        report.render(bu.RESULTS_DIR, readme=not args.no_readme)
+        report.render(bu.RESULTS_DIR)
     return result
 
 

@@ -16,7 +16,17 @@ import numpy as np
 import pytest
 
 from bench import bench_util as bu
-from bench import codec_bench, netns_bench, pareto, registry, report, train_compare
+from bench import (
+    codec_bench,
+    codec_tables,
+    netns_bench,
+    netns_results,
+    netns_testbed,
+    pareto,
+    registry,
+    report,
+    train_compare,
+)
 from models.dlrm import metrics
 
 
@@ -149,7 +159,7 @@ def test_markdown_and_summary():
         ],
     }
     netns = {"status": "skipped", "skip_reason": "not root"}
-    md = report.render_markdown(PEERS, train, netns, full=True)
+    md = report.render_markdown(PEERS, train, netns)
     assert "| kaggle_table08 | [128, 32] | 190.0 |" in md
     assert "**yes**" in md and "| NO |" in md
     assert "-0.00100" in md and "4.00x" in md
@@ -157,23 +167,10 @@ def test_markdown_and_summary():
     assert "sz3-default (no pysz)" in md
     assert "none.**" in md  # no error-bounded codec violated its bound
     assert "why: 50 us of jlc-auto's 100 us" in md
-    short = report.render_markdown(PEERS, train, netns, full=False)
-    assert "RESULTS.md" in short and "#### " not in short
+    assert "#### kaggle_table08, REL 0.01" in md and "![Pareto](pareto_rel0.01.png)" in md
     s = report.summary(PEERS, train, netns)
     assert "kaggle_table08" in s and "ON the front" in s and "NOT on the front" in s
     assert "fbgemm-mx4" in s
-
-
-def test_replace_between_markers():
-    b, e = report.BEGIN, report.END
-    text = f"# T\n\nbefore\n{b}\nold\n{e}\nafter\n"
-    new = bu.replace_between_markers(text, "NEW\n", b, e)
-    assert new == f"# T\n\nbefore\n{b}\nNEW\n{e}\nafter\n"
-    assert bu.replace_between_markers(new, "NEW", b, e) == new
-    with pytest.raises(ValueError):
-        bu.replace_between_markers("no markers", "x", b, e)
-    with pytest.raises(ValueError):
-        bu.replace_between_markers(f"{e}\n{b}\n", "x", b, e)
 
 
 def _committed(name):
@@ -184,22 +181,33 @@ def _committed(name):
 
 
 def test_report_rerenders_the_committed_results():
-    """The report from the committed JSON results is the committed Markdown: RESULTS.md,
-    codec.md and both README sections (so a rerun that is not re-rendered shows here)."""
+    """The report from the committed JSON results is the committed Markdown: RESULTS.md and
+    codec.md (so a rerun that is not re-rendered shows here)."""
     peers, codec = _committed("peers.json"), _committed("codec.json")
     train, netns = _committed("train_compare.json"), _committed("netns.json")
-    full = report.render_markdown(peers, train, netns, full=True) + "\n"
+    full = report.render_markdown(peers, train, netns) + "\n"
     assert full == (bu.RESULTS_DIR / "RESULTS.md").read_text()
-    assert report.codec_markdown(codec) == (bu.RESULTS_DIR / "codec.md").read_text()
-    readme = report.README.read_text()
-    short = report.render_markdown(peers, train, netns, full=False)
-    for begin, end, text in (
-        (report.BEGIN, report.END, short),
-        (report.CODEC_BEGIN, report.CODEC_END, report.codec_markdown(codec)),
-    ):
-        assert bu.replace_between_markers(readme, text, begin, end) == readme, begin
+    assert codec_tables.codec_markdown(codec) == (bu.RESULTS_DIR / "codec.md").read_text()
     # the checks stored by the targets suite are those check_targets makes from its rows
     assert codec_bench.check_targets(codec["rows"], codec["paired"]) == codec["checks"]
+
+
+def test_render_writes_the_results_pages_and_leaves_the_readme_alone(tmp_path, monkeypatch):
+    """``render`` writes the Markdown pages into the results folder it is given, the same as
+    the committed ones, and never README.md (the README links the pages)."""
+    names = ["peers.json", "codec.json", "train_compare.json", "netns.json"]
+    names += ["netns_two_node.json", "netns_two_node_rates.json"]
+    for name in names:
+        (tmp_path / name).write_text(json.dumps(_committed(name)))
+    monkeypatch.setattr(report.figures, "plot_all", lambda results: [])  # tables only
+    readme = bu.REPO_ROOT / "README.md"
+    before = (readme.read_bytes(), readme.stat().st_mtime_ns)
+    assert report.render(tmp_path) == 0
+    assert (readme.read_bytes(), readme.stat().st_mtime_ns) == before
+    pages = sorted(p.name for p in tmp_path.glob("*.md"))
+    assert pages == ["RESULTS.md", "codec.md", "two_node.md", "two_node_rates.md"]
+    for page in pages:
+        assert (tmp_path / page).read_text() == (bu.RESULTS_DIR / page).read_text(), page
 
 
 def _lib_row(codec, family, ratio, c_gbps, d_gbps, dump="terabyte_table01", err=0.99):
@@ -249,7 +257,7 @@ def test_check_targets_and_codec_markdown():
     assert alone["compress speed auto / int8+zstd-1"] == 2.0
     assert alone["decompress speed fixed / memcpy"] == 0.4
     env = {"cpu_model": "cpu", "packages": {"jax": "0.10.2"}}
-    md = report.codec_markdown({"rows": rows, "environment": env, "checks": checks})
+    md = codec_tables.codec_markdown({"rows": rows, "environment": env, "checks": checks})
     assert "| terabyte_table01 | 0.01 | memcpy | 1.00 | - | 20.00 | 20.00 |" in md
     assert "| terabyte_table01 | 0.01 | jlc-fixed | 5.00 | 1.500 | 6.00 | 8.00 |" in md
     assert "| decompress speed fixed / memcpy (side by side) | 0.2 | 0.25 | **no** | jitted" in md
@@ -331,7 +339,7 @@ def test_trainer_metrics_summaries(tmp_path):
         "bf16",
     ]
     assert m["allreduce_moved_bytes_per_step"] == 0.0 and m["allreduce_fallback_steps"] == 0
-    sp = netns_bench.speedups(
+    sp = netns_results.speedups(
         [
             {"rate": "1gbit", "mode": "exact", "status": "ok", "step_time_s": 3.0},
             {"rate": "1gbit", "mode": "compressed", "status": "ok", "step_time_s": 2.0},
@@ -341,11 +349,11 @@ def test_trainer_metrics_summaries(tmp_path):
 
 
 def test_rate_bits():
-    assert netns_bench.rate_bits("1gbit") == 1e9
-    assert netns_bench.rate_bits("500mbit") == 5e8
-    assert math.isinf(netns_bench.rate_bits("unlimited"))
+    assert netns_testbed.rate_bits("1gbit") == 1e9
+    assert netns_testbed.rate_bits("500mbit") == 5e8
+    assert math.isinf(netns_testbed.rate_bits("unlimited"))
     with pytest.raises(ValueError):
-        netns_bench.rate_bits("fast")
+        netns_testbed.rate_bits("fast")
 
 
 def test_serial_model():
@@ -367,7 +375,7 @@ def test_serial_model():
         run("1gbit", "exact", 0.3, 19.0),
         run("1gbit", "compressed", 0.26, 7.0),
     ]
-    m = netns_bench.serial_model(runs, "1gbit", "compressed")
+    m = netns_results.serial_model(runs, "1gbit", "compressed")
     le, lc = 19 * 2**20 * 8 / 1e9, 7 * 2**20 * 8 / 1e9
     assert m["link_exact_s"] == pytest.approx(le) and m["link_mode_s"] == pytest.approx(lc)
     assert m["model"] == pytest.approx((0.2 + le) / (0.24 + lc))
@@ -381,7 +389,7 @@ def test_serial_model():
 
     assert m["reached"] == "slower" and model(r) == pytest.approx(1.5)
     assert model(r / 2) > 1.5 > model(2 * r)
-    assert netns_bench.serial_model(runs[2:], "1gbit", "compressed") is None  # no unlimited
+    assert netns_results.serial_model(runs[2:], "1gbit", "compressed") is None  # no unlimited
 
     def case(cc, mib_c):
         rs = [
@@ -390,7 +398,7 @@ def test_serial_model():
             run("1gbit", "exact", 0.3, 19.0),
             run("1gbit", "compressed", 0.3, mib_c),
         ]
-        return netns_bench.serial_model(rs, "1gbit", "compressed")
+        return netns_results.serial_model(rs, "1gbit", "compressed")
 
     # as many bytes as exact and more compute: never
     assert case(0.24, 19.0)["reached"] == "never" and case(0.24, 19.0)["rate_for_target"] is None

@@ -19,14 +19,15 @@ import subprocess
 import numpy as np
 import pytest
 
+from bench import link_tables, netns_results, report, torchrec_peer
 from bench import netns_bench as nb
-from bench import report, torchrec_peer
+from bench import netns_testbed as testbed
 from models.dlrm import configs, shards, synthetic
 
 
 # ------------------------------------------------------------------------------- testbed
 def test_two_node_plan():
-    plan = nb.two_node_plan("jlc123", "myhost")
+    plan = testbed.two_node_plan("jlc123", "myhost")
     assert plan.namespaces == ("jlc123n0", "jlc123n1")
     assert plan.veths == ("jlc123v0", "jlc123v1")
     assert plan.addresses == ("10.77.0.1", "10.77.0.2")
@@ -39,22 +40,22 @@ def test_two_node_plan():
     assert ["ip", "-n", "jlc123n1", "addr", "add", "10.77.0.2/24", "dev", "jlc123v1"] in cmds
     assert ["ip", "-n", "jlc123n0", "link", "set", "jlc123v0", "up"] in cmds
     assert all(c[:2] == ["ip", "-n"] for c in cmds[1:])
-    longest = nb.two_node_plan("a" * 13, "h")
+    longest = testbed.two_node_plan("a" * 13, "h")
     assert max(len(v) for v in longest.veths) == 15  # Linux interface names: at most 15
     for bad in ("", "a" * 14, "bad name", "x/y"):
         with pytest.raises(ValueError, match="prefix"):
-            nb.two_node_plan(bad, "h")
+            testbed.two_node_plan(bad, "h")
 
 
 def test_resolve_testbed():
-    assert nb.resolve_testbed("auto", 1) == "loopback"
-    assert nb.resolve_testbed("auto", 2) == "two-node"
-    assert nb.resolve_testbed("loopback", 4) == "loopback"
-    assert nb.resolve_testbed("two-node", 1) == "two-node"
+    assert testbed.resolve_testbed("auto", 1) == "loopback"
+    assert testbed.resolve_testbed("auto", 2) == "two-node"
+    assert testbed.resolve_testbed("loopback", 4) == "loopback"
+    assert testbed.resolve_testbed("two-node", 1) == "two-node"
     with pytest.raises(ValueError, match="testbed"):
-        nb.resolve_testbed("three-node", 2)
+        testbed.resolve_testbed("three-node", 2)
     with pytest.raises(ValueError, match="devices_per_process"):
-        nb.resolve_testbed("auto", 0)
+        testbed.resolve_testbed("auto", 0)
 
 
 def test_parse_net_dev_and_ss():
@@ -66,31 +67,31 @@ def test_parse_net_dev_and_ss():
         "jlc1v0:     500       5    0    0    0     0          0         0     7000      70"
         "    0    0    0     0       0          0\n"
     )
-    assert nb.parse_net_dev(text) == {"lo": (1000, 1000), "jlc1v0": (500, 7000)}
+    assert testbed.parse_net_dev(text) == {"lo": (1000, 1000), "jlc1v0": (500, 7000)}
     ss = (
         "0 0 10.77.0.1:4000 10.77.0.2:5000\n"
         "0 0 10.77.0.1:4001 10.77.0.1:5001\n"
         "0 0 [::ffff:10.77.0.1]:6000 [::ffff:10.77.0.2]:7000\n"
         "0 0 10.77.0.1:4002 10.77.0.2:5002\n"
     )
-    assert nb.parse_ss(ss) == {"10.77.0.1->10.77.0.2": 3, "10.77.0.1->10.77.0.1": 1}
+    assert testbed.parse_ss(ss) == {"10.77.0.1->10.77.0.2": 3, "10.77.0.1->10.77.0.1": 1}
 
 
 def test_per_step_bytes_interpolates_the_counters():
     # link counter grows 100 bytes per second, in-process 10 per second, sampled each second
     samples = [(float(t), {"link": 100.0 * t, "inprocess": 10.0 * t}) for t in range(11)]
-    assert nb.counter_at(samples, 2.5, "link") == 250.0
-    assert nb.counter_at(samples, -1.0, "link") == 0.0  # clamped to the first sample
-    assert nb.counter_at(samples, 99.0, "link") == 1000.0  # and to the last
+    assert testbed.counter_at(samples, 2.5, "link") == 250.0
+    assert testbed.counter_at(samples, -1.0, "link") == 0.0  # clamped to the first sample
+    assert testbed.counter_at(samples, 99.0, "link") == 1000.0  # and to the last
     # intervals (start, end, steps): 200 bytes over 4 steps, 300 over 3 -> median of 50, 100
     ivs = [(1.0, 3.0, 4), (4.5, 7.5, 3), (8.0, 9.0, 1)]
-    assert nb.per_step_bytes(samples, ivs, "link") == 100.0
-    assert nb.per_step_bytes(samples, ivs, "inprocess") == 10.0
-    assert nb.per_step_bytes(samples, [], "link") is None
-    assert nb.per_step_bytes([], ivs, "link") is None
-    assert nb.per_step_bytes(samples, ivs, "absent") is None
+    assert testbed.per_step_bytes(samples, ivs, "link") == 100.0
+    assert testbed.per_step_bytes(samples, ivs, "inprocess") == 10.0
+    assert testbed.per_step_bytes(samples, [], "link") is None
+    assert testbed.per_step_bytes([], ivs, "link") is None
+    assert testbed.per_step_bytes(samples, ivs, "absent") is None
     with pytest.raises(ValueError):
-        nb.counter_at([], 1.0, "link")
+        testbed.counter_at([], 1.0, "link")
 
 
 # ------------------------------------------------------------------------------- modes, runs
@@ -133,22 +134,22 @@ def test_modes_and_baselines():
     assert fixed[-2:] == ("--grad-codec", "fixed")
     assert nb.TORCHREC_MODES["torchrec-int8"] == ("dlrm", "int8")
     assert not set(nb.MODES) & set(nb.TORCHREC_MODES)
-    assert nb.baseline("compressed-hierarchical") == "exact"
-    assert nb.baseline("torchrec-int8") == "torchrec-fp32"
-    assert nb.baseline("torchrec-dcn-fp16") == "torchrec-dcn-fp32"
+    assert netns_results.baseline("compressed-hierarchical") == "exact"
+    assert netns_results.baseline("torchrec-int8") == "torchrec-fp32"
+    assert netns_results.baseline("torchrec-dcn-fp16") == "torchrec-dcn-fp32"
     for _, qcomm in nb.TORCHREC_MODES.values():
         assert qcomm in torchrec_peer.QCOMMS
 
 
 def test_speedups_pair_each_mode_with_its_baseline():
-    per_round = nb.speedups_per_round(RUNS)["1gbit"]
+    per_round = netns_results.speedups_per_round(RUNS)["1gbit"]
     assert per_round["compressed-hierarchical"] == [pytest.approx(2.0), pytest.approx(2.0)]
     assert per_round["compressed-flat"] == [pytest.approx(1.5)]
     assert per_round["torchrec-int8"] == [pytest.approx(2.0), pytest.approx(2.0)]
     assert per_round["torchrec-fp16"] == [pytest.approx(1.25)]
     assert "exact" not in per_round and "torchrec-fp32" not in per_round
     assert "torchrec-bf16" not in per_round  # it failed
-    sp = nb.paired_speedups(RUNS)["1gbit"]
+    sp = netns_results.paired_speedups(RUNS)["1gbit"]
     assert sp["compressed-hierarchical"] == pytest.approx(2.0)
     assert sp["torchrec-int8"] == pytest.approx(2.0)
 
@@ -163,7 +164,7 @@ def test_two_node_markdown():
         "testbed_info": {"addresses": ["10.77.0.1", "10.77.0.2"], "gloo_address": "hosts"},
         "runs": [dict(r, qdisc="qdisc tbf 1: rate 1Gbit") for r in RUNS],
     }  # fmt: skip
-    md = report.two_node_markdown(res)
+    md = link_tables.two_node_markdown(res)
     assert "| 1gbit | compressed-hierarchical | 350 ms | 5851 | 0.25 MiB | 2.00 MiB | " in md
     assert "| 3.00 MiB | 2.000x | 0.70050 |" in md
     assert "| 1gbit | torchrec-int8 | 1050 ms | " in md and "| - | 4.00 MiB | 0.00 MiB |" in md
@@ -176,11 +177,13 @@ def test_two_node_markdown():
     assert "(hierarchical >= best TorchRec quantized): met" in md
     assert "hierarchical +0.00050, torchrec-int8 -0.00100" in md
     assert "torchrec-int8 INT8/FP16" in md
-    assert report.two_node_markdown({"status": "skipped", "skip_reason": "not root"}) == (
+    assert link_tables.two_node_markdown({"status": "skipped", "skip_reason": "not root"}) == (
         "Skipped: not root\n"
     )
     # the loopback table keeps its columns: no in-process column without the measurement
-    loop = report.netns_table({"runs": [_run("1gbit", "exact", 0, 0.5, moved_bytes_per_step=1)]})
+    loop = link_tables.netns_table(
+        {"runs": [_run("1gbit", "exact", 0, 0.5, moved_bytes_per_step=1)]}
+    )
     assert "in-process" not in loop
 
 
@@ -201,14 +204,14 @@ def test_rate_sweep_markdown():
                    "rates": ["unlimited", "1gbit", "250mbit"]},
         "runs": runs,
     }  # fmt: skip
-    md = report.rate_sweep_markdown(res)
+    md = link_tables.rate_sweep_markdown(res)
     assert "| 250mbit | compressed-hierarchical | 300 ms | " in md
     # ceiling = exact at the rate / exact unlimited: 0.3 / 0.2 and 0.6 / 0.2
     assert "1gbit: compressed-hierarchical 1.20x; ceiling 1.50x" in md
     assert "250mbit: compressed-hierarchical 2.00x; ceiling 3.00x" in md
     assert "1.5x reached by: compressed-hierarchical at 250mbit." in md
     res["runs"] = runs[:4]
-    assert "1.5x reached by: no mode." in report.rate_sweep_markdown(res)
+    assert "1.5x reached by: no mode." in link_tables.rate_sweep_markdown(res)
 
 
 def test_acceptance_flags_of_the_report():
@@ -365,12 +368,12 @@ _NETNS = os.environ.get("JLC_NETNS_TESTS") == "1"
 
 
 @pytest.mark.skipif(
-    not _NETNS or nb.why_unavailable() is not None,
+    not _NETNS or testbed.why_unavailable() is not None,
     reason="creates network namespaces and a veth pair: opt in with JLC_NETNS_TESTS=1 as root "
-    f"(here: {'opted in' if _NETNS else 'not opted in'}; {nb.why_unavailable() or 'root'})",
+    f"(here: {'opted in' if _NETNS else 'not opted in'}; {testbed.why_unavailable() or 'root'})",
 )
 def test_two_node_testbed_setup_and_teardown():  # pragma: no cover - root only
-    tb = nb.TwoNodeTestbed(f"jlct{os.getpid() % 10**6}", hostname="jlc-test-host")
+    tb = testbed.TwoNodeTestbed(f"jlct{os.getpid() % 10**6}", hostname="jlc-test-host")
     try:
         listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         assert all(n in listed for n in tb.plan.namespaces)
@@ -399,20 +402,17 @@ def test_two_node_testbed_setup_and_teardown():  # pragma: no cover - root only
 
 
 @pytest.mark.parametrize(
-    "result, rendered, render, markers",
+    "result, rendered, render",
     [
-        ("netns_two_node.json", "two_node.md", "two_node_markdown", "TWO_NODE"),
-        ("netns_two_node_rates.json", "two_node_rates.md", "rate_sweep_markdown", "RATES"),
+        ("netns_two_node.json", "two_node.md", "two_node_markdown"),
+        ("netns_two_node_rates.json", "two_node_rates.md", "rate_sweep_markdown"),
     ],
 )
-def test_committed_two_node_results_are_rendered(result, rendered, render, markers):
-    """bench/results' markdown and the README's section are the rendering of the committed
-    result (a rerun that is not re-rendered shows here)."""
+def test_committed_two_node_results_are_rendered(result, rendered, render):
+    """bench/results' markdown is the rendering of the committed result (a rerun that is not
+    re-rendered shows here)."""
     path = report.RESULTS / result
     if not path.is_file():
         pytest.skip(f"{path} absent (not measured yet)")
-    md = getattr(report, render)(json.loads(path.read_text()))
+    md = getattr(link_tables, render)(json.loads(path.read_text()))
     assert (report.RESULTS / rendered).read_text() == md
-    readme = report.README.read_text()
-    begin, end = getattr(report, f"{markers}_BEGIN"), getattr(report, f"{markers}_END")
-    assert report.bu.replace_between_markers(readme, md, begin, end) == readme
