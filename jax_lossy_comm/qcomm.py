@@ -61,9 +61,9 @@ flattens each rank's buffer); for the row-wise codecs the block size must be a m
 ``row_dim`` (TorchRec asserts the same).
 
 Non-finite values follow FBGEMM's GPU kernels (the path TorchRec trains on): FP8 row-wise
-leaves NaN out of the row maximum and encodes it as the largest code (it decodes to the row's
-max magnitude with its sign); an Inf row maximum makes the scale 0, so that row decodes to NaN
-with +-Inf where the Inf was. MX4 leaves NaN out of the group maximum (``tl.max``) and encodes
+leaves NaN out of the row maximum and encodes it as the largest positive code (it decodes to
+the row's max magnitude); an Inf row maximum makes the scale 0 (``Inf * 0`` is a NaN), so
+that row decodes to NaN with +Inf where the Inf was. MX4 leaves NaN out of the group maximum (``tl.max``) and encodes
 NaN as +6, +-Inf as +-6 with the shared exponent 125 (the Inf group's finite values decode to
 0). FBGEMM's CPU reference ``py_quantize_mx4`` differs on such groups (``torch.max``
 propagates NaN and the group decodes to zeros) and takes ``floor(torch.log2(.))`` in float32,
@@ -225,10 +225,11 @@ def _bits_f32(b):
 def hfp8_encode(v, fmt: str = "e4m3"):
     """FBGEMM ``float_to_hfp8(v, ebits, bias, max_pos)`` of float32 ``v`` (any shape) -> uint8.
 
-    Magnitudes are clamped to ``max_pos`` (NaN -> ``max_pos``: ``fminf``), rounded to nearest
-    even on the ``7 - ebits`` mantissa bits (FBGEMM's bouncer addition, done here on the bits),
-    below ``2^(1 - bias)`` to multiples of ``2^(1 - bias - mbits)`` (gradual underflow); the
-    sign is kept (``-0`` -> ``0x80``).
+    Magnitudes are clamped to ``max_pos`` (NaN -> ``+max_pos``: ``fminf``; a NaN's sign is
+    dropped, as the GPU's canonical NaN of ``x * scale`` has none), rounded to nearest even on
+    the ``7 - ebits`` mantissa bits (FBGEMM's bouncer addition, done here on the bits), below
+    ``2^(1 - bias)`` to multiples of ``2^(1 - bias - mbits)`` (gradual underflow); the sign is
+    kept otherwise (``-0`` -> ``0x80``).
 
     Raises:
       ValueError: ``fmt`` not in ``FP8_FORMATS``.
@@ -236,7 +237,7 @@ def hfp8_encode(v, fmt: str = "e4m3"):
     ebits, bias, max_pos = _fp8_format(fmt)
     mbits = 7 - ebits
     bits = _f32_bits(v)
-    sign = bits & jnp.uint32(0x80000000)
+    sign = jnp.where(jnp.isnan(v), jnp.uint32(0), bits & jnp.uint32(0x80000000))
     mag = jnp.fmin(_bits_f32(bits & jnp.uint32(0x7FFFFFFF)), jnp.float32(max_pos))
     a = _f32_bits(mag)
     shift = 23 - mbits
