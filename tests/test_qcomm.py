@@ -161,7 +161,8 @@ def np_fp8_rowwise(x, row_dim=32, fmt="e4m3"):
     r = np.asarray(x, np.float32).reshape(-1, row_dim)
     top = np.fmax.reduce(np.fmax(np.abs(r), eps), axis=1)  # fmaxf: NaN left out
     scale = (np.float32(max_pos) / (eps + top)).astype(np.float32)
-    v = r * scale[:, None]
+    with np.errstate(invalid="ignore"):  # Inf * 0
+        v = r * scale[:, None]
     v = np.where(np.isnan(v), _u32(0x7FFFFFFF).view(np.float32), v)  # the GPU's canonical NaN
     codes = np_float_to_hfp8(v, ebits, bias, max_pos)
     with np.errstate(divide="ignore", invalid="ignore"):
