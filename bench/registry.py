@@ -25,6 +25,10 @@ Entries (names as in `registry()`):
                          group 32, runs the python reference on CPU; HFP8 = FP8 e4m3 bias 15).
   jax-bf16 / jax-fp8-e4m3
                          jitted casts float32 -> bfloat16 / float8_e4m3fn -> float32 in JAX.
+  jax-qcomm-int8-rowwise / -bf16 / -fp16 / -fp8-rowwise / -mx4
+                         jax_lossy_comm's JAX versions of TorchRec's quantized-comm codecs
+                         (`jax_lossy_comm.qcomm`: Int8Rowwise, BF16, FP16, FP8Rowwise, MX4),
+                         jitted, the whole input as one peer's block.
   jlc-auto / -fixed / -dedup / -entropy
                          jax_lossy_comm's codec (`compress(codec=...)`, REL mode, jitted), the
                          library's one adapter (`library_codecs`).
@@ -478,6 +482,42 @@ def _jax_cast_peers() -> list[Codec]:
     return out
 
 
+#: jax_lossy_comm's TorchRec/FBGEMM baselines: entry name -> codec class name in the library.
+JAX_QCOMM = {
+    "jax-qcomm-int8-rowwise": "Int8Rowwise",
+    "jax-qcomm-bf16": "BF16",
+    "jax-qcomm-fp16": "FP16",
+    "jax-qcomm-fp8-rowwise": "FP8Rowwise",
+    "jax-qcomm-mx4": "MX4",
+}
+
+
+def _jax_qcomm_peers() -> list[Codec]:
+    """The library's quantized-comm baselines (``jax_lossy_comm.CommCodec`` objects), each
+    input ``[rows, dim]`` coded as one peer's block (``encode`` of ``[1, rows, dim]``)."""
+    try:
+        import jax_lossy_comm as jlc
+    except Exception as e:  # noqa: BLE001
+        return [unavailable(n, "jax-qcomm", False, _reason(e)) for n in JAX_QCOMM]
+    out = []
+    for name, cls in JAX_QCOMM.items():
+        codec = getattr(jlc, cls)()
+        out.append(
+            jax_codec(
+                name,
+                "jax-qcomm",
+                False,
+                lambda x, _c=codec: _c.encode(x[None], None, 0)[0],
+                lambda w, shape, _c=codec: _c.decode(w, None, shape=shape, dtype=np.float32)[0],
+                nbytes=lambda b: int(b.size * b.dtype.itemsize),
+                package=_version("jax_lossy_comm"),
+                eb_traced=False,
+                notes=f"jax_lossy_comm.{cls}() (TorchRec/FBGEMM definition), jitted",
+            )
+        )
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Baseline: a numpy copy
 # --------------------------------------------------------------------------------------------
@@ -634,6 +674,7 @@ _FACTORIES: tuple[Callable[[], list[Codec]], ...] = (
     _zfp_peers,
     _fbgemm_peers,
     _jax_cast_peers,
+    _jax_qcomm_peers,
 )
 
 
@@ -649,7 +690,8 @@ def registry(names: Sequence[str] | None = None, *, library_capacity: str = "raw
 
     Returns:
       list of Codec in a fixed order: lossless, quantization, SZ3, ZFP, FBGEMM, casts, the
-      library's forms (`LIBRARY_FORMS`), memcpy.
+      library's quantized-comm baselines (`JAX_QCOMM`), the library's forms
+      (`LIBRARY_FORMS`), memcpy.
     """
     wanted = None if names is None else set(names)
     factories = (*_FACTORIES, lambda: library_codecs(capacity=library_capacity), _memcpy)

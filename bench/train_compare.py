@@ -13,6 +13,9 @@ devices in one process each:
                  re-evaluated every ``steps / 10``).
   int8-rowwise   TorchRec/FBGEMM INT8 row-wise (codec ``jax_lossy_comm.Int8Rowwise``).
   bf16           TorchRec/FBGEMM BF16 (codec ``jax_lossy_comm.BF16``).
+  fp16           TorchRec/FBGEMM FP16 (codec ``jax_lossy_comm.FP16``).
+  fp8-rowwise    TorchRec/FBGEMM FP8 row-wise, 1-4-3 (codec ``jax_lossy_comm.FP8Rowwise``).
+  mx4            TorchRec/FBGEMM MX4, OCP MX FP4 (codec ``jax_lossy_comm.MX4``).
   jlc-paper-ar   jlc-paper plus the compressed gradient all-reduce of the dense MLPs
                  (``--grad-allreduce compressed``: ``compressed_psum`` with error feedback).
   jlc-paper-ar-bf16
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_util as bu
+from models.dlrm.exchange import QCOMM_CODECS
 from models.dlrm.metrics import MetricsLog, read_metrics
 
 DEFAULT_OUT = bu.RESULTS_DIR / "train_compare.json"
@@ -53,6 +57,9 @@ RUNS = (
     "jlc-auto",
     "int8-rowwise",
     "bf16",
+    "fp16",
+    "fp8-rowwise",
+    "mx4",
     "jlc-paper-ar",
     "jlc-paper-ar-bf16",
 )
@@ -98,7 +105,7 @@ def run_flags(name: str, steps: int, early_stage_frac: float) -> list[str]:
             "--eb-update-every",
             str(max(1, steps // 10)),
         ]
-    if name in ("int8-rowwise", "bf16"):
+    if name in QCOMM_CODECS:
         return ["--compression", "on", "--codec", name]
     raise ValueError(f"unknown run {name!r}; expected one of {RUNS}")
 

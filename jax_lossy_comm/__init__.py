@@ -31,7 +31,7 @@ from jax_lossy_comm.frame import (
     frame_info,
 )
 from jax_lossy_comm.layout import Layout, make_layout
-from jax_lossy_comm.qcomm import BF16, Int8Rowwise
+from jax_lossy_comm.qcomm import BF16, FP16, MX4, FP8Rowwise, Int8Rowwise
 
 __version__ = "0.1.0"
 
@@ -44,10 +44,13 @@ __all__ = [
     "ErrorFeedbackState",
     "ExchangeConfig",
     "ExchangeStats",
+    "FP16",
+    "FP8Rowwise",
     "FrameCodec",
     "FrameInfo",
     "Int8Rowwise",
     "Layout",
+    "MX4",
     "STATUS",
     "compress",
     "compressed_all_to_all",

@@ -7,8 +7,9 @@ runs every codec through the same layout, exchange, straight-through gradient an
 * :class:`CommCodec`: the protocol.
 * :class:`FrameCodec`: the library's error-bounded frames (:func:`jax_lossy_comm.compress`),
   variable size, per (peer, table) chunk.
-* ``Int8Rowwise`` and ``BF16`` (:mod:`jax_lossy_comm.qcomm`): TorchRec/FBGEMM's quantized
-  communication, fixed size, no error bound; baselines for the benchmarks.
+* ``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16`` and ``BF16`` (:mod:`jax_lossy_comm.qcomm`):
+  TorchRec/FBGEMM's quantized communication, fixed size, no error bound; baselines for the
+  benchmarks.
 
 References:
   S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model Training

@@ -11,7 +11,8 @@ et al., SC24, arXiv 2407.04272, sec. 3 and 4). Its gradient is the transposed ex
 cotangent (straight-through estimator, sec. 3), exact or through a backward codec with its
 own error bound. The static settings are one frozen :class:`ExchangeConfig`.
 
-Codecs of fixed size (``Int8Rowwise``, ``BF16``) travel in one dense ``all_to_all``.
+Codecs of fixed size (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``) travel in one
+dense ``all_to_all``.
 Variable-size frames take one of these paths (``ExchangeConfig.path``):
 
 * ``"ragged"`` (``"auto"`` where ``jax.lax.ragged_all_to_all`` is implemented, i.e. GPU):
@@ -205,14 +206,14 @@ class ExchangeConfig:
 
     Attributes:
       forward: codec of the forward exchange (:class:`jax_lossy_comm.CommCodec`): the
-        library's error-bounded :class:`jax_lossy_comm.FrameCodec` (default) or a baseline,
-        ``Int8Rowwise()`` / ``BF16()``.
+        library's error-bounded :class:`jax_lossy_comm.FrameCodec` (default) or a TorchRec
+        baseline, ``Int8Rowwise()`` / ``FP8Rowwise()`` / ``MX4()`` / ``FP16()`` / ``BF16()``.
       backward: codec of the cotangent's transposed exchange, or None (default): the exact
         transposed ``all_to_all`` (straight-through estimator, the paper's setting).
         TorchRec's ``QCommsConfig`` has the same pair (forward and backward precision).
       table_axis: axis of ``x`` whose indices are separate chunks, each with its own bound
         and REL range (static; not the last axis), or None: one chunk per peer. With a
-        per-peer codec (``Int8Rowwise``, ``BF16``) it only shapes ``compression_ratio``.
+        per-peer codec (the TorchRec baselines) it only shapes ``compression_ratio``.
       path: how variable-size frames travel: ``"auto"`` (:func:`resolve_path`), ``"dense"``,
         ``"packed"`` or ``"ragged"`` (module docstring). Fixed-size codecs ignore it.
       topology: ``"flat"`` (default): one exchange over ``axis_name``, every block coded;
@@ -943,8 +944,8 @@ def compressed_all_to_all(
       tiled: as in ``jax.lax.all_to_all``.
       error_bound: float, traced or concrete, broadcastable to the chunk grid ``[P]`` (no
         table axis) or ``[P, T]`` (a ``[T]`` vector gives one bound per table); required by
-        the default :class:`jax_lossy_comm.FrameCodec`, ignored by ``Int8Rowwise`` and
-        ``BF16``. REL (``FrameCodec(mode="rel")``): ``eb_abs = error_bound * (max - min)`` of
+        the default :class:`jax_lossy_comm.FrameCodec`, ignored by the TorchRec baselines
+        (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``). REL (``FrameCodec(mode="rel")``): ``eb_abs = error_bound * (max - min)`` of
         each chunk; ABS: absolute. Every finite value of the result is within ``eb_abs`` of
         the exact result; NaN/Inf arrive bit-exact. Changing a traced bound does not
         recompile.

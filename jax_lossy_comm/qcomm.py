@@ -1,10 +1,11 @@
 """Quantized-communication baselines of TorchRec/FBGEMM for the embedding all-to-all, in JAX.
 
-Two :class:`jax_lossy_comm.CommCodec` objects, the codecs TorchRec uses to shrink the same
-exchange (``QCommsConfig`` with ``fbgemm_gpu.quantize_comm.QuantizedCommCodec``), run through
-the same :func:`jax_lossy_comm.compressed_all_to_all` as the library's error-bounded frames
-(``ExchangeConfig(forward=Int8Rowwise())``). They are baselines for the benchmarks
-(bench/train_compare.py, bench/netns_bench.py); they make no error-bound promise.
+Five :class:`jax_lossy_comm.CommCodec` objects, the precisions TorchRec offers to shrink the
+same exchange (``QCommsConfig`` with ``fbgemm_gpu.quantize_comm.QuantizedCommCodec``), run
+through the same :func:`jax_lossy_comm.compressed_all_to_all` as the library's error-bounded
+frames (``ExchangeConfig(forward=Int8Rowwise())``). They are baselines for the benchmarks
+(bench/train_compare.py, bench/netns_bench.py); they make no error-bound promise. Bytes per 32
+float32 values (128 raw): FP16 and BF16 64, INT8 and FP8 row-wise 40, MX4 17.
 
 * :class:`Int8Rowwise` -- ``SparseType.INT8``: FBGEMM's ``FloatToFused8BitRowwiseQuantized``
   on each peer's block viewed as rows of ``row_dim`` values (TorchRec's
@@ -20,20 +21,71 @@ the same :func:`jax_lossy_comm.compressed_all_to_all` as the library's error-bou
   (row_dim + 3) // 4 * 4 + 2 * 4``). Scale and bias are float32, not float16: TorchRec's qcomm
   INT8 calls ``FloatToFused8BitRowwiseQuantized`` (the SBFloat variant); the float16
   ``...SBHalf`` variant is FBGEMM's format for quantized *embedding tables*, not for comm.
-  Bytes on the wire: 40 per 32 float32 values (3.2x smaller).
+* :class:`FP8Rowwise` -- ``SparseType.FP8`` with ``QCommsConfig.fp8_quantize_dim = row_dim``:
+  FBGEMM's ``FloatToFP8RowwiseQuantized`` (CUDA only in FBGEMM). Per row of ``row_dim``::
+
+      scale = max_pos / (1e-20 + max(1e-20, max |row|))   float32, NaN left out of the max
+      code  = float_to_hfp8(x * scale)                    uint8, round half to even
+      x_hat = hfp8_to_float(code) / scale
+
+  Forward format 1-4-3 (4 exponent bits, bias 15, ``max_pos`` 0.9375: the row maximum lands on
+  the largest code; gradual underflow down to 2^-17); TorchRec's backward default is 1-5-2
+  (bias 31, ``max_pos`` 0.875; ``fmt="e5m2"``). The wire row is the INT8 layout: codes, zero
+  padding to ``ceil4(row_dim)``, the scale and a 0.0 as little-endian float32 (FBGEMM leaves
+  the padding bytes unset; ``calc_quantized_size`` counts FP8 row-wise as INT8).
+* :class:`MX4` -- ``SparseType.MX4``: FBGEMM's ``fp32_to_mx4`` (OCP Microscaling FP4 E2M1
+  with an E8M0 shared exponent per group of 32, ``RoundingMode.even``, TorchRec's default).
+  Per group::
+
+      e     = exponent field of (bits(max |group|) + 0x1FFFFF) - 127   (2^-126 for an all-zero
+              group; "even" pre-rounding: a max whose mantissa is above 1.75 goes up one binade)
+      s     = clip(e - 2, -127, 125)                       shared exponent, byte s + 127
+      code  = E2M1(x / 2^s)    {0, .5, 1, 1.5, 2, 3, 4, 6} x sign, ties away from zero,
+                               beyond 6 -> 6
+      x_hat = value(code) * 2^s
+
+  Two codes per byte (element ``2i`` in the low nibble, ``2i + 1`` in the high nibble), the 16
+  packed bytes of a group followed by its exponent byte: 17 bytes per group, groups back to
+  back (``calc_quantized_size``: ``n / 2 + n / 32``). A block whose size is not a multiple of
+  32 is zero-padded at its end to whole groups (``py_quantize_mx4`` pads the last axis it is
+  given; TorchRec pads each sample's ``dim_sum`` row instead, the same when it is a multiple of
+  32 as in the DLRM presets here).
+* :class:`FP16` -- ``SparseType.FP16``: ``fp32_to_fp16_with_clamp`` (clamp to +-65504, round
+  to nearest even), exchange ``float16``, cast back (2x smaller).
 * :class:`BF16` -- ``SparseType.BF16``: ``fp32_to_bf16_with_clamp`` (clamp to the finite
   bfloat16 range, round to nearest even), exchange bfloat16, cast back (2x smaller).
 
 The payload is grouped per destination peer (``per_table = False``): a row of ``row_dim``
 values never straddles two peers (each peer's block is flattened in C order, as TorchRec
-flattens each rank's buffer); the block size must be a multiple of ``row_dim`` (TorchRec
-asserts the same).
+flattens each rank's buffer); for the row-wise codecs the block size must be a multiple of
+``row_dim`` (TorchRec asserts the same).
+
+Non-finite values follow FBGEMM's GPU kernels (the path TorchRec trains on): FP8 row-wise
+leaves NaN out of the row maximum and encodes it as the largest positive code (it decodes to
+the row's max magnitude); an Inf row maximum makes the scale 0 (``Inf * 0`` is a NaN), so
+that row decodes to NaN with +Inf where the Inf was. MX4 leaves NaN out of the group maximum (``tl.max``) and encodes
+NaN as +6, +-Inf as +-6 with the shared exponent 125 (the Inf group's finite values decode to
+0). FBGEMM's CPU reference ``py_quantize_mx4`` differs on such groups (``torch.max``
+propagates NaN and the group decodes to zeros) and takes ``floor(torch.log2(.))`` in float32,
+which can land one binade higher when the pre-rounded maximum is a few ulps below a power of
+two. Float32 subnormal inputs encode as their values say (integer arithmetic, independent of a
+backend that flushes subnormals).
 
 References:
   J. Yang et al., "Training Deep Learning Recommendation Model with Quantized Collective
-  Communications", DLP-KDD 2020. FBGEMM: ``fbgemm_gpu/quantize_comm.py``,
-  ``src/QuantUtils.cc`` (``FloatToFused8BitRowwiseQuantizedSBFloatRef``). TorchRec:
-  ``torchrec/distributed/fbgemm_qcomm_codec.py``.
+  Communications", DLP-KDD 2020. OCP Microscaling Formats (MX) Specification v1.0, 2023.
+  FBGEMM (pytorch/FBGEMM): ``fbgemm_gpu/fbgemm_gpu/quantize_comm.py`` (codecs, sizes,
+  ``fp8 ebits, mbits, bias = 4, 3, 15``, ``MX_GROUP_SIZE_DEFAULT``),
+  ``fbgemm_gpu/fbgemm_gpu/quantize_utils.py`` (``fp32_to_fp16_with_clamp``,
+  ``fp32_to_bf16_with_clamp``, ``fp32_to_mx4``), ``fbgemm_gpu/src/quantize_ops/QuantUtils.cc``
+  (``FloatToFused8BitRowwiseQuantizedSBFloatRef``),
+  ``fbgemm_gpu/src/quantize_ops/quantize_fp8_rowwise.cu`` (``_get_FP8_qparam_cuda_kernel``,
+  ``_compute_FP8_quantize_cuda_kernel``), ``fbgemm_gpu/include/fbgemm_gpu/quantize_ops_utils.h``
+  (``float_to_hfp8``, ``hfp8_to_float``), ``fbgemm_gpu/fbgemm_gpu/triton/quantize.py``
+  (``_kernel_quantize_mx4``) and ``fbgemm_gpu/fbgemm_gpu/triton/quantize_ref.py``
+  (``py_quantize_mx4``, ``py_dequantize_mx4``). TorchRec (pytorch/torchrec):
+  ``torchrec/distributed/fbgemm_qcomm_codec.py`` (``QCommsConfig``, ``get_qcomm_codecs``),
+  ``torchrec/distributed/comm_ops.py`` (``All2All_Pooled_Req``: padding and split sizes).
 """
 
 from __future__ import annotations
@@ -49,14 +101,68 @@ import numpy as np
 ROW_DIM_DEFAULT = 32
 #: FBGEMM's epsilon in ``255 / (range + eps)`` (QuantUtils.cc, ``kEpsilon``).
 INT8_EPSILON = 1e-8
-#: Bytes of scale + bias (two float32) appended to each INT8 row.
+#: Bytes of the two float32 (INT8: scale and bias; FP8: scale and 0.0) appended to each row.
 INT8_SCALE_BIAS_BYTES = 8
-_BF16 = jnp.finfo(jnp.bfloat16)
+#: FBGEMM's epsilon of the FP8 row-wise scale (quantize_fp8_rowwise.cu, ``kEpsilon``).
+FP8_EPSILON = 1e-20
+#: FP8 row-wise formats: name -> (exponent bits, exponent bias, max_pos). FBGEMM's
+#: ``forward=True`` (1-4-3) and ``forward=False`` (1-5-2) settings.
+FP8_FORMATS = {"e4m3": (4, 15, 0.9375), "e5m2": (5, 31, 0.875)}
+#: Values per MX4 group (``fbgemm_gpu.quantize_comm.MX_GROUP_SIZE_DEFAULT``).
+MX4_GROUP_SIZE = 32
+#: Magnitudes of the FP4 E2M1 codes 0..7 (code 8..15: the same, negative).
+MX4_E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
 def int8_row_bytes(row_dim: int = ROW_DIM_DEFAULT) -> int:
-    """Wire bytes of one INT8 row of ``row_dim`` values: ``ceil4(row_dim) + 8``."""
+    """Wire bytes of one INT8 or FP8 row-wise row of ``row_dim`` values: ``ceil4(row_dim) + 8``."""
     return (int(row_dim) + 3) // 4 * 4 + INT8_SCALE_BIAS_BYTES
+
+
+def mx4_bytes(n: int, group_size: int = MX4_GROUP_SIZE) -> int:
+    """Wire bytes of ``n`` values in MX4: ``ceil(n / group_size) * (group_size / 2 + 1)``."""
+    return -(-int(n) // group_size) * (group_size // 2 + 1)
+
+
+def _rows(x, row_dim: int):
+    """``x[..., n]`` -> ``float32[..., n // row_dim, row_dim]``; ValueError if not divisible."""
+    x = jnp.asarray(x)
+    n = x.shape[-1]
+    if row_dim < 1 or n % row_dim:
+        raise ValueError(f"last axis {n} is not a multiple of row_dim={row_dim}")
+    return x.astype(jnp.float32).reshape(x.shape[:-1] + (n // row_dim, row_dim))
+
+
+def _fuse_rows(codes, first, second):
+    """FBGEMM's fused row: ``uint8 codes[..., g, row_dim]``, zero padding to a multiple of 4,
+    then two float32 ``[..., g, 1]`` as little-endian bytes."""
+    row_dim = codes.shape[-1]
+    pad = (row_dim + 3) // 4 * 4 - row_dim
+    if pad:
+        codes = jnp.concatenate([codes, jnp.zeros(codes.shape[:-1] + (pad,), jnp.uint8)], axis=-1)
+    sb = jax.lax.bitcast_convert_type(jnp.concatenate([first, second], axis=-1), jnp.uint8)
+    return jnp.concatenate([codes, sb.reshape(sb.shape[:-2] + (INT8_SCALE_BIAS_BYTES,))], axis=-1)
+
+
+def _split_rows(packed, row_dim: int):
+    """Inverse of :func:`_fuse_rows`: ``(codes uint8[..., g, row_dim], first, second)``."""
+    w = int8_row_bytes(row_dim)
+    if packed.shape[-1] != w:
+        raise ValueError(f"packed rows have {packed.shape[-1]} bytes, row_dim={row_dim} needs {w}")
+    sb = packed[..., w - INT8_SCALE_BIAS_BYTES :]
+    sb = jax.lax.bitcast_convert_type(sb.reshape(sb.shape[:-1] + (2, 4)), jnp.float32)
+    return packed[..., :row_dim], sb[..., 0:1], sb[..., 1:2]
+
+
+def _divide(a, b):
+    """``a / b`` correctly rounded, ``b`` broadcast to ``a``'s shape: XLA rewrites a division
+    by a broadcast into a multiplication by its reciprocal (1 ulp off), the barrier stops it."""
+    return a / jax.lax.optimization_barrier(jnp.broadcast_to(b, a.shape))
+
+
+def _unrows(y, dtype):
+    """``[..., g, row_dim]`` -> ``dtype[..., g * row_dim]``."""
+    return y.reshape(y.shape[:-2] + (y.shape[-2] * y.shape[-1],)).astype(dtype)
 
 
 # ------------------------------------------------------------------------------------- codecs
@@ -74,24 +180,14 @@ def int8_rowwise_quantize(x, row_dim: int = ROW_DIM_DEFAULT):
     Raises:
       ValueError: ``n`` not a multiple of ``row_dim``, or ``row_dim < 1``.
     """
-    x = jnp.asarray(x)
-    n = x.shape[-1]
-    if row_dim < 1 or n % row_dim:
-        raise ValueError(f"last axis {n} is not a multiple of row_dim={row_dim}")
-    r = x.astype(jnp.float32).reshape(x.shape[:-1] + (n // row_dim, row_dim))
+    r = _rows(x, row_dim)
     lo = jnp.min(r, axis=-1, keepdims=True)
     hi = jnp.max(r, axis=-1, keepdims=True)
     rng = hi - lo
     scale = rng / jnp.float32(255.0)
     inv = jnp.float32(255.0) / (rng + jnp.float32(INT8_EPSILON))
     q = jnp.clip(jnp.rint((r - lo) * inv), 0, 255).astype(jnp.uint8)
-    pad = (row_dim + 3) // 4 * 4 - row_dim
-    if pad:
-        q = jnp.concatenate([q, jnp.zeros(q.shape[:-1] + (pad,), jnp.uint8)], axis=-1)
-    sb = jnp.concatenate([scale, lo], axis=-1)  # float32[..., g, 2]
-    sb = jax.lax.bitcast_convert_type(sb, jnp.uint8)  # uint8[..., g, 2, 4]
-    sb = sb.reshape(sb.shape[:-2] + (INT8_SCALE_BIAS_BYTES,))
-    return jnp.concatenate([q, sb], axis=-1)
+    return _fuse_rows(q, scale, lo)
 
 
 def int8_rowwise_dequantize(packed, row_dim: int = ROW_DIM_DEFAULT, dtype=jnp.float32):
@@ -108,20 +204,239 @@ def int8_rowwise_dequantize(packed, row_dim: int = ROW_DIM_DEFAULT, dtype=jnp.fl
     Raises:
       ValueError: the last axis is not ``ceil4(row_dim) + 8``.
     """
-    w = int8_row_bytes(row_dim)
+    q, scale, bias = _split_rows(packed, row_dim)
+    return _unrows(q.astype(jnp.float32) * scale + bias, dtype)
+
+
+def _fp8_format(fmt: str):
+    if fmt not in FP8_FORMATS:
+        raise ValueError(f"FP8 format must be one of {sorted(FP8_FORMATS)}, got {fmt!r}")
+    return FP8_FORMATS[fmt]
+
+
+def _f32_bits(v):
+    return jax.lax.bitcast_convert_type(jnp.asarray(v, jnp.float32), jnp.uint32)
+
+
+def _bits_f32(b):
+    return jax.lax.bitcast_convert_type(b.astype(jnp.uint32), jnp.float32)
+
+
+def hfp8_encode(v, fmt: str = "e4m3"):
+    """FBGEMM ``float_to_hfp8(v, ebits, bias, max_pos)`` of float32 ``v`` (any shape) -> uint8.
+
+    Magnitudes are clamped to ``max_pos`` (NaN -> ``+max_pos``: ``fminf``; a NaN's sign is
+    dropped, as the GPU's canonical NaN of ``x * scale`` has none), rounded to nearest even on
+    the ``7 - ebits`` mantissa bits (FBGEMM's bouncer addition, done here on the bits), below
+    ``2^(1 - bias)`` to multiples of ``2^(1 - bias - mbits)`` (gradual underflow); the sign is
+    kept otherwise (``-0`` -> ``0x80``).
+
+    Raises:
+      ValueError: ``fmt`` not in ``FP8_FORMATS``.
+    """
+    ebits, bias, max_pos = _fp8_format(fmt)
+    mbits = 7 - ebits
+    bits = _f32_bits(v)
+    sign = jnp.where(jnp.isnan(v), jnp.uint32(0), bits & jnp.uint32(0x80000000))
+    mag = jnp.fmin(_bits_f32(bits & jnp.uint32(0x7FFFFFFF)), jnp.float32(max_pos))
+    a = _f32_bits(mag)
+    shift = 23 - mbits
+    rounded = (a + jnp.uint32((1 << (shift - 1)) - 1) + ((a >> shift) & 1)) & jnp.uint32(
+        ~((1 << shift) - 1) & 0xFFFFFFFF
+    )
+    normal = (((rounded - jnp.uint32((127 - bias) << 23)) << (8 - ebits)) | sign) >> 24
+    k = jnp.round(mag * jnp.float32(2.0 ** (bias + mbits - 1))).astype(jnp.uint32)
+    sub = k | (sign >> 24)
+    return jnp.where(mag >= jnp.float32(2.0 ** (1 - bias)), normal, sub).astype(jnp.uint8)
+
+
+def _hfp8_table(fmt: str) -> np.ndarray:
+    """``hfp8_to_float`` of the 256 codes as float32 (computed in numpy, subnormals exact)."""
+    ebits, bias, _ = _fp8_format(fmt)
+    c = np.arange(256, dtype=np.uint32)
+    frac = ((c & 0x7F) << (24 - (8 - ebits))).view(np.float32).astype(np.float64)
+    v = (frac * 2.0 ** (127 - bias)).astype(np.float32)
+    return np.where(c & 0x80, -v, v).astype(np.float32)
+
+
+def fp8_rowwise_quantize(x, row_dim: int = ROW_DIM_DEFAULT, fmt: str = "e4m3"):
+    """FBGEMM ``FloatToFP8RowwiseQuantized`` of ``x[..., n]`` in rows of ``row_dim``.
+
+    Args:
+      x: ``float32 | bfloat16 | float16 [..., n]``, ``n % row_dim == 0``.
+      row_dim: values per row (static; TorchRec's ``fp8_quantize_dim``).
+      fmt: ``"e4m3"`` (FBGEMM ``forward=True``, TorchRec's forward) or ``"e5m2"``.
+
+    Returns:
+      ``uint8[..., n // row_dim, ceil4(row_dim) + 8]``: FP8 codes, zero padding, then the
+      float32 scale ``max_pos / (1e-20 + max(1e-20, max |row|))`` and 0.0, little-endian.
+
+    Raises:
+      ValueError: ``n`` not a multiple of ``row_dim``, ``row_dim < 1``, or an unknown ``fmt``.
+    """
+    _, _, max_pos = _fp8_format(fmt)
+    r = _rows(x, row_dim)
+    eps = jnp.float32(FP8_EPSILON)
+    top = jnp.max(jnp.fmax(jnp.abs(r), eps), axis=-1, keepdims=True)  # fmaxf: NaN left out
+    scale = jnp.float32(max_pos) / (eps + top)
+    codes = hfp8_encode(r * scale, fmt)
+    return _fuse_rows(codes, scale, jnp.zeros_like(scale))
+
+
+def fp8_rowwise_dequantize(
+    packed, row_dim: int = ROW_DIM_DEFAULT, fmt: str = "e4m3", dtype=jnp.float32
+):
+    """Inverse of :func:`fp8_rowwise_quantize` (FBGEMM ``FP8RowwiseQuantizedToFloat``).
+
+    Args:
+      packed: ``uint8[..., g, ceil4(row_dim) + 8]``.
+      row_dim: values per row (static).
+      fmt: the format it was encoded with.
+      dtype: output dtype.
+
+    Returns:
+      ``dtype[..., g * row_dim]``: ``hfp8_to_float(code) / scale`` computed in float32.
+
+    Raises:
+      ValueError: the last axis is not ``ceil4(row_dim) + 8``, or an unknown ``fmt``.
+    """
+    codes, scale, _ = _split_rows(packed, row_dim)
+    table = jnp.asarray(_hfp8_table(fmt))
+    return _unrows(_divide(table[codes.astype(jnp.int32)], scale), dtype)
+
+
+def _mx4_check_group(group_size: int) -> None:
+    if not isinstance(group_size, (int, np.integer)) or group_size < 2 or group_size % 2:
+        raise ValueError(f"MX4 group_size must be an even int >= 2, got {group_size!r}")
+
+
+def _e2m1_codes(scaled_bits):
+    """FP4 E2M1 codes (0..7) of the float32 magnitudes ``scaled_bits`` (uint32 bits), as
+    FBGEMM's ``_kernel_quantize_mx4``: one rounding bit, ties away from zero, beyond 6 -> 6."""
+    i32 = jnp.int32
+    biased_exp = (scaled_bits >> 23).astype(i32)
+    trailing = (scaled_bits & jnp.uint32(0x7FFFFF)).astype(i32)
+    new_exp = biased_exp - 127 + 1
+    exp_diff = jnp.minimum(jnp.where(new_exp <= 0, 1 - new_exp, 0), 24)
+    is_sub = biased_exp == 0
+    mant = jnp.where(is_sub, trailing, trailing + (1 << 23))
+    shift = jnp.where(is_sub, 23, 24) + exp_diff - 2 - 1
+    mant = jax.lax.shift_right_logical(mant, shift.astype(i32))  # >= 32 -> 0
+    mant = (mant + 1) >> 1
+    overflow = mant > 3
+    mant = jnp.where(overflow & ~is_sub, mant >> 1, mant)
+    new_exp = jnp.where((new_exp <= 0) & (mant == 2), 1, new_exp)
+    mant = mant & 1
+    new_exp = jnp.where(overflow, new_exp + 1, new_exp)
+    mant = jnp.where(new_exp > 3, 1, mant)
+    return (jnp.clip(new_exp, 0, 3) << 1) | mant
+
+
+def mx4_quantize(x, group_size: int = MX4_GROUP_SIZE):
+    """FBGEMM ``fp32_to_mx4(x, group_size, rounding_mode=RoundingMode.even)`` of ``x[..., n]``.
+
+    Args:
+      x: ``float32 | bfloat16 | float16 [..., n]``; the last axis is zero-padded to a multiple
+        of ``group_size``.
+      group_size: values per shared exponent (static, even; TorchRec's ``mx4_quantize_dim``).
+
+    Returns:
+      ``uint8[..., ceil(n / group_size), group_size / 2 + 1]``: per group the packed FP4 codes
+      (element ``2i`` in the low nibble of byte ``i``) and then the E8M0 exponent byte
+      ``s + 127`` (module docstring).
+
+    Raises:
+      ValueError: ``group_size`` odd or < 2.
+    """
+    _mx4_check_group(group_size)
+    x = jnp.asarray(x).astype(jnp.float32)
+    n = x.shape[-1]
+    pad = -n % group_size
+    if pad:
+        x = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (pad,), jnp.float32)], axis=-1)
+    r = x.reshape(x.shape[:-1] + ((n + pad) // group_size, group_size))
+    bits = _f32_bits(r)
+    mag = bits & jnp.uint32(0x7FFFFFFF)
+    nan = mag > jnp.uint32(0x7F800000)
+    gmax = jnp.max(jnp.where(nan, jnp.uint32(0), mag), axis=-1, keepdims=True)
+    gmax = jnp.where(gmax == 0, jnp.uint32(0x00800000), gmax)  # FP32_MIN_NORMAL
+    e = ((gmax + jnp.uint32(0x1FFFFF)) >> 23).astype(jnp.int32) - 127  # RoundingMode.even
+    s = jnp.clip(e - 2, -127, 125)
+    # x / 2^s on the bits (exact where the result is a normal float32; smaller results
+    # encode as 0 either way): normalize subnormal inputs, subtract s from the exponent.
+    field = (mag >> 23).astype(jnp.int32)
+    frac = mag & jnp.uint32(0x7FFFFF)
+    top = 31 - jax.lax.clz(frac.astype(jnp.int32))  # leading bit of a subnormal's mantissa
+    sub_frac = jax.lax.shift_left(frac, (23 - top).astype(jnp.uint32)) & jnp.uint32(0x7FFFFF)
+    field, frac = jnp.where(field == 0, top - 22, field), jnp.where(field == 0, sub_frac, frac)
+    new_field = field - s
+    finite = mag < jnp.uint32(0x7F800000)
+    scaled = jnp.where(
+        new_field >= 1,
+        (jnp.clip(new_field, 1, 254).astype(jnp.uint32) << 23) | frac,
+        jnp.uint32(0),
+    )
+    scaled = jnp.where(finite & (mag > 0), scaled, jnp.where(finite, jnp.uint32(0), mag))
+    sign = jnp.where(nan, 0, (bits >> 31).astype(jnp.int32))  # NaN: +6 (a canonical NaN)
+    codes = (_e2m1_codes(scaled) | (sign << 3)).astype(jnp.uint8)
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return jnp.concatenate([packed, (s + 127).astype(jnp.uint8)], axis=-1)
+
+
+def mx4_dequantize(packed, n: int, group_size: int = MX4_GROUP_SIZE, dtype=jnp.float32):
+    """Inverse of :func:`mx4_quantize` (FBGEMM ``mx4_to_float``): ``value(code) * 2^(byte -
+    127)``, built on the bits (exact also where the result is a float32 subnormal).
+
+    Args:
+      packed: ``uint8[..., g, group_size / 2 + 1]``.
+      n: values to return (``<= g * group_size``; the padding is dropped), static.
+      group_size: as encoded (static).
+      dtype: output dtype.
+
+    Returns:
+      ``dtype[..., n]``.
+
+    Raises:
+      ValueError: a group width other than ``group_size / 2 + 1``, ``n`` outside ``[0, g *
+        group_size]``, or a bad ``group_size``.
+    """
+    _mx4_check_group(group_size)
+    w = group_size // 2 + 1
     if packed.shape[-1] != w:
-        raise ValueError(f"packed rows have {packed.shape[-1]} bytes, row_dim={row_dim} needs {w}")
-    q = packed[..., :row_dim].astype(jnp.float32)
-    sb = packed[..., w - INT8_SCALE_BIAS_BYTES :]
-    sb = jax.lax.bitcast_convert_type(sb.reshape(sb.shape[:-1] + (2, 4)), jnp.float32)
-    y = q * sb[..., 0:1] + sb[..., 1:2]
-    return y.reshape(y.shape[:-2] + (y.shape[-2] * row_dim,)).astype(dtype)
+        raise ValueError(f"MX4 groups have {packed.shape[-1]} bytes, group_size={group_size} "
+                         f"needs {w}")  # fmt: skip
+    if not 0 <= n <= packed.shape[-2] * group_size:
+        raise ValueError(f"n={n} does not fit {packed.shape[-2]} groups of {group_size}")
+    nib = packed[..., :-1].astype(jnp.int32)
+    codes = jnp.stack([nib & 0xF, nib >> 4], axis=-1).reshape(nib.shape[:-1] + (group_size,))
+    c = codes & 7
+    t = jnp.where(c == 1, -1, (c >> 1) - 1) + packed[..., -1:].astype(jnp.int32) - 127
+    frac = jnp.where((c >= 2) & ((c & 1) == 1), 1 << 22, 0)
+    normal = ((jnp.clip(t, -126, 127) + 127) << 23) | frac
+    sub = jax.lax.shift_right_logical((1 << 23) | frac, jnp.clip(-126 - t, 0, 31))
+    mag = jnp.where(t >= -126, normal, sub)
+    mag = jnp.where(t > 127, 0x7F800000, mag)  # bytes above 252 are never written
+    mag = jnp.where(c == 0, 0, mag)
+    y = _bits_f32(mag.astype(jnp.uint32) | ((codes >> 3).astype(jnp.uint32) << 31))
+    y = y.reshape(y.shape[:-2] + (y.shape[-2] * group_size,))
+    return y[..., :n].astype(dtype)
+
+
+def _clamped_cast(x, dtype):
+    """Clamp to the finite range of ``dtype`` (NaN kept), round to nearest even."""
+    fi = jnp.finfo(dtype)
+    x = jnp.asarray(x).astype(jnp.float32)
+    return jnp.clip(x, float(fi.min), float(fi.max)).astype(dtype)
 
 
 def bf16_encode(x):
     """FBGEMM ``fp32_to_bf16_with_clamp``: clamp to +-bfloat16 max, round to nearest even."""
-    x = jnp.asarray(x)
-    return jnp.clip(x.astype(jnp.float32), float(_BF16.min), float(_BF16.max)).astype(jnp.bfloat16)
+    return _clamped_cast(x, jnp.bfloat16)
+
+
+def fp16_encode(x):
+    """FBGEMM ``fp32_to_fp16_with_clamp``: clamp to +-65504, round to nearest even."""
+    return _clamped_cast(x, jnp.float16)
 
 
 # ------------------------------------------------------------------------------ codec objects
@@ -131,8 +446,37 @@ def _fixed_size(wire, chunks):
     return wire, jnp.full(chunks.shape[:1], per_chunk, jnp.int32)
 
 
+class _PerPeer:
+    """What every TorchRec baseline shares: one chunk per peer, fixed size, no bound."""
+
+    per_table = False
+    variable_size = False
+    error_bounded = False
+
+
+class _Rowwise(_PerPeer):
+    """Row-wise codecs in FBGEMM's fused row layout (INT8, FP8): ``row_dim`` checks, sizes."""
+
+    def _check_row_dim(self):
+        if not isinstance(self.row_dim, (int, np.integer)) or self.row_dim < 1:
+            raise ValueError(
+                f"{type(self).__name__}.row_dim must be an int >= 1, got {self.row_dim!r}"
+            )
+
+    def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
+        """Wire bytes of one peer's block: ``rows * (ceil4(row_dim) + 8)``."""
+        del dtype, dense, error_bound
+        n = math.prod(chunk_shape)
+        if n % self.row_dim:
+            raise ValueError(
+                f"each peer's block has {n} values, not a multiple of "
+                f"row_dim={self.row_dim} (TorchRec asserts the same)"
+            )
+        return n // self.row_dim * int8_row_bytes(self.row_dim)
+
+
 @dataclasses.dataclass(frozen=True)
-class Int8Rowwise:
+class Int8Rowwise(_Rowwise):
     """TorchRec/FBGEMM INT8 row-wise quantized communication as a :class:`CommCodec`.
 
     Each peer's block (C order) is cut into rows of ``row_dim`` values, quantized to uint8
@@ -166,24 +510,8 @@ class Int8Rowwise:
 
     row_dim: int = ROW_DIM_DEFAULT
 
-    per_table = False
-    variable_size = False
-    error_bounded = False
-
     def __post_init__(self):
-        if not isinstance(self.row_dim, (int, np.integer)) or self.row_dim < 1:
-            raise ValueError(f"Int8Rowwise.row_dim must be an int >= 1, got {self.row_dim!r}")
-
-    def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
-        """Wire bytes of one peer's block: ``rows * (ceil4(row_dim) + 8)``."""
-        del dtype, dense, error_bound
-        n = math.prod(chunk_shape)
-        if n % self.row_dim:
-            raise ValueError(
-                f"each peer's block has {n} values, not a multiple of "
-                f"row_dim={self.row_dim} (TorchRec asserts the same)"
-            )
-        return n // self.row_dim * int8_row_bytes(self.row_dim)
+        self._check_row_dim()
 
     def encode(self, chunks, error_bound, capacity: int):
         """``float[P, rows, dim]`` -> ``(uint8[P, g, ceil4(row_dim) + 8], nbytes int32[P])``."""
@@ -199,7 +527,151 @@ class Int8Rowwise:
 
 
 @dataclasses.dataclass(frozen=True)
-class BF16:
+class FP8Rowwise(_Rowwise):
+    """TorchRec/FBGEMM FP8 row-wise quantized communication as a :class:`CommCodec`.
+
+    ``QCommsConfig(forward_precision=CommType.FP8, fp8_quantize_dim=row_dim)``: each peer's
+    block (C order) is cut into rows of ``row_dim`` values, each row scaled so that its max
+    magnitude lands on the largest FP8 code, sent as ``uint8[P, rows, ceil4(row_dim) + 8]``
+    (codes, padding, float32 scale, 0.0; module docstring) in one ``all_to_all`` and decoded
+    as ``hfp8_to_float(code) / scale``. 1-4-3 (``"e4m3"``, bias 15) keeps 4 significant bits:
+    relative error <= 2^-4 per value above ``2^-14 / scale``, absolute error <= ``2^-18 /
+    scale`` below (gradual underflow, then 0), ``1 / scale = (1e-20 + max(1e-20, max |row|)) /
+    0.9375``: rows whose max is near or below 1e-20 are coarser. No bound is enforced,
+    ``error_bound`` is ignored. TorchRec's default backward FP8 is ``fmt="e5m2"``. Rows whose
+    max exceeds about 8e37 get a float32-subnormal scale; XLA:CPU flushes it to zero (such
+    rows decode to NaN there, not on GPUs).
+
+    Attributes:
+      row_dim: values per row (TorchRec's ``fp8_quantize_dim``; 32 here, like INT8), >= 1.
+      fmt: ``"e4m3"`` (1-4-3, bias 15, FBGEMM ``forward=True``) or ``"e5m2"`` (1-5-2, bias
+        31).
+
+    Raises:
+      ValueError: ``row_dim < 1`` or an unknown ``fmt``; from ``capacity_bytes``, a block size
+        that is not a multiple of ``row_dim``.
+
+    Examples:
+      >>> import numpy as np
+      >>> from jax_lossy_comm import FP8Rowwise
+      >>> c = FP8Rowwise()
+      >>> c.capacity_bytes((16, 64), np.float32, dense=True)  # 32 rows x (32 + 8) bytes
+      1280
+      >>> x = np.linspace(-1.0, 2.0, 2 * 16 * 64, dtype=np.float32).reshape(2, 16, 64)
+      >>> wire, nbytes = c.encode(x, None, 1280)
+      >>> wire.shape, nbytes.tolist()
+      ((2, 32, 40), [1280, 1280])
+      >>> y = c.decode(wire, nbytes, shape=(16, 64), dtype=np.float32)
+      >>> float(y.max()), bool(np.abs(y - x).max() <= 2.0 / 16)
+      (2.0, True)
+
+    References:
+      FBGEMM ``quantize_comm.py`` (``SparseType.FP8`` with ``row_dim > 0``),
+      ``quantize_fp8_rowwise.cu``; TorchRec ``fbgemm_qcomm_codec.py``.
+    """
+
+    row_dim: int = ROW_DIM_DEFAULT
+    fmt: str = "e4m3"
+
+    def __post_init__(self):
+        self._check_row_dim()
+        _fp8_format(self.fmt)
+
+    def encode(self, chunks, error_bound, capacity: int):
+        """``float[P, rows, dim]`` -> ``(uint8[P, g, ceil4(row_dim) + 8], nbytes int32[P])``."""
+        del error_bound, capacity
+        x = chunks.reshape(chunks.shape[0], -1)
+        return _fixed_size(fp8_rowwise_quantize(x, self.row_dim, self.fmt), chunks)
+
+    def decode(self, wire, nbytes, *, shape, dtype):
+        """``uint8[P, g, ceil4(row_dim) + 8]`` -> ``dtype[P, rows, dim]``."""
+        del nbytes
+        y = fp8_rowwise_dequantize(wire, self.row_dim, self.fmt, dtype)
+        return y.reshape((wire.shape[0],) + tuple(shape))
+
+
+@dataclasses.dataclass(frozen=True)
+class MX4(_PerPeer):
+    """TorchRec/FBGEMM MX4 (OCP MX FP4 E2M1, E8M0 shared exponent) as a :class:`CommCodec`.
+
+    ``QCommsConfig(forward_precision=CommType.MX4)``: each peer's block (C order, zero-padded
+    to whole groups) is cut into groups of ``group_size`` values sharing one power-of-two
+    scale, each value a 4-bit E2M1 code (module docstring), sent as ``uint8[P, groups,
+    group_size / 2 + 1]`` in one ``all_to_all`` and decoded. The error of a value is at most
+    half a code step at its magnitude: ``2^(s - 2)`` below ``2^(s + 1)``, ``2^(s - 1)`` up to
+    ``2^(s + 2)``, ``2^s`` up to ``6 * 2^s`` (``2^s``: between ``max |group| / 8`` and ``max
+    |group| / 3.5``). No bound is enforced, ``error_bound`` is ignored.
+
+    Attributes:
+      group_size: values per shared exponent (TorchRec's ``mx4_quantize_dim``, default 32),
+        even, >= 2.
+
+    Raises:
+      ValueError: ``group_size`` odd or < 2.
+
+    Examples:
+      >>> import numpy as np
+      >>> from jax_lossy_comm import MX4
+      >>> c = MX4()
+      >>> c.capacity_bytes((16, 64), np.float32, dense=True)  # 32 groups x (16 + 1) bytes
+      544
+      >>> x = np.tile(np.float32([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, -4.0, 6.0]), 256)
+      >>> wire, nbytes = c.encode(x.reshape(2, 16, 64), None, 544)
+      >>> wire.shape, nbytes.tolist(), int(wire[0, 0, -1])  # exponent byte: 2^0
+      ((2, 32, 17), [544, 544], 127)
+      >>> y = c.decode(wire, nbytes, shape=(16, 64), dtype=np.float32)
+      >>> bool((y.reshape(-1) == x).all())
+      True
+
+    References:
+      OCP Microscaling Formats (MX) v1.0; FBGEMM ``quantize_comm.py`` (``SparseType.MX4``),
+      ``triton/quantize.py``, ``triton/quantize_ref.py``; TorchRec ``fbgemm_qcomm_codec.py``.
+    """
+
+    group_size: int = MX4_GROUP_SIZE
+
+    def __post_init__(self):
+        _mx4_check_group(self.group_size)
+
+    def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
+        """Wire bytes of one peer's block: ``ceil(n / group_size) * (group_size / 2 + 1)``."""
+        del dtype, dense, error_bound
+        return mx4_bytes(math.prod(chunk_shape), self.group_size)
+
+    def encode(self, chunks, error_bound, capacity: int):
+        """``float[P, rows, dim]`` -> ``(uint8[P, groups, group_size / 2 + 1], nbytes int32[P])``."""
+        del error_bound, capacity
+        return _fixed_size(mx4_quantize(chunks.reshape(chunks.shape[0], -1), self.group_size),
+                           chunks)  # fmt: skip
+
+    def decode(self, wire, nbytes, *, shape, dtype):
+        """``uint8[P, groups, group_size / 2 + 1]`` -> ``dtype[P, rows, dim]``."""
+        del nbytes
+        y = mx4_dequantize(wire, math.prod(shape), self.group_size, dtype)
+        return y.reshape((wire.shape[0],) + tuple(shape))
+
+
+class _Cast(_PerPeer):
+    """Clamped casts (BF16, FP16): the 16-bit values travel, cast back on arrival."""
+
+    def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
+        """Wire bytes of one peer's block: 2 per value."""
+        del dtype, dense, error_bound
+        return 2 * math.prod(chunk_shape)
+
+    def encode(self, chunks, error_bound, capacity: int):
+        """``float[P, rows, dim]`` -> ``(16-bit float[P, rows, dim], nbytes int32[P])``."""
+        del error_bound, capacity
+        return _fixed_size(_clamped_cast(chunks, self.wire_dtype), chunks)
+
+    def decode(self, wire, nbytes, *, shape, dtype):
+        """``16-bit float[P, rows, dim]`` -> ``dtype[P, rows, dim]``."""
+        del nbytes
+        return wire.astype(dtype).reshape((wire.shape[0],) + tuple(shape))
+
+
+@dataclasses.dataclass(frozen=True)
+class BF16(_Cast):
     """TorchRec/FBGEMM BF16 communication as a :class:`CommCodec`.
 
     FBGEMM ``fp32_to_bf16_with_clamp`` (clamp to the finite bfloat16 range, round to nearest
@@ -222,21 +694,31 @@ class BF16:
       Yang et al., DLP-KDD 2020; FBGEMM ``quantize_utils.fp32_to_bf16_with_clamp``.
     """
 
-    per_table = False
-    variable_size = False
-    error_bounded = False
+    wire_dtype = jnp.bfloat16
 
-    def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
-        """Wire bytes of one peer's block: 2 per value."""
-        del dtype, dense, error_bound
-        return 2 * math.prod(chunk_shape)
 
-    def encode(self, chunks, error_bound, capacity: int):
-        """``float[P, rows, dim]`` -> ``(bfloat16[P, rows, dim], nbytes int32[P])``."""
-        del error_bound, capacity
-        return _fixed_size(bf16_encode(chunks), chunks)
+@dataclasses.dataclass(frozen=True)
+class FP16(_Cast):
+    """TorchRec/FBGEMM FP16 communication as a :class:`CommCodec`.
 
-    def decode(self, wire, nbytes, *, shape, dtype):
-        """``bfloat16[P, rows, dim]`` -> ``dtype[P, rows, dim]``."""
-        del nbytes
-        return wire.astype(dtype).reshape((wire.shape[0],) + tuple(shape))
+    FBGEMM ``fp32_to_fp16_with_clamp`` (clamp to +-65504, round to nearest even; float16
+    subnormals below 2^-14, values below 2^-25 to 0), exchange ``float16``, cast back to the
+    input dtype. Relative error <= 2^-11 per value in the normal float16 range; no bound is
+    enforced, ``error_bound`` is ignored. (TorchRec's optional ``forward_loss_scale``
+    multiplies before the cast; not modelled.)
+
+    Examples:
+      >>> import numpy as np
+      >>> from jax_lossy_comm import FP16
+      >>> FP16().capacity_bytes((16, 64), np.float32, dense=True)  # 2 bytes per value
+      2048
+      >>> x = np.float32([[[1.0 + 2**-11, 7e4, -np.inf]]])
+      >>> wire, nbytes = FP16().encode(x, None, 6)
+      >>> str(wire.dtype), FP16().decode(wire, nbytes, shape=(1, 3), dtype=np.float32).tolist()
+      ('float16', [[[1.0, 65504.0, -65504.0]]])
+
+    References:
+      Yang et al., DLP-KDD 2020; FBGEMM ``quantize_utils.fp32_to_fp16_with_clamp``.
+    """
+
+    wire_dtype = jnp.float16

@@ -61,6 +61,7 @@ def test_registry_lists_every_codec_with_a_reason_when_unavailable(codecs):
         "fbgemm-hfp8",
         "jax-bf16",
         "jax-fp8-e4m3",
+        *registry.JAX_QCOMM,
         "memcpy",
     }
     assert expected <= set(codecs), expected - set(codecs)
@@ -82,6 +83,7 @@ def test_registry_lists_every_codec_with_a_reason_when_unavailable(codecs):
         ("fbgemm_gpu", ("fbgemm-fp16", "fbgemm-int8-rowwise", "fbgemm-mx4")),
         ("zstandard", ("zstd-1", "quant-codes+zstd-1", "quant-codes+zstd-19")),
         ("jax_lossy_comm", LIBRARY),
+        ("jax_lossy_comm", tuple(registry.JAX_QCOMM)),
     ],
 )
 def test_missing_package_gives_skipped_entries(monkeypatch, module, names):

@@ -15,8 +15,11 @@ import jax.numpy as jnp
 
 from jax_lossy_comm import (
     BF16,
+    FP16,
+    MX4,
     ExchangeConfig,
     ExchangeStats,
+    FP8Rowwise,
     FrameCodec,
     Int8Rowwise,
     compressed_all_to_all_with_stats,
@@ -25,7 +28,13 @@ from jax_lossy_comm import (
 
 #: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
 #: no error bound; ``jax_lossy_comm.qcomm``) instead of the library's codec.
-QCOMM_CODECS = {"int8-rowwise": Int8Rowwise(), "bf16": BF16()}
+QCOMM_CODECS = {
+    "int8-rowwise": Int8Rowwise(),
+    "bf16": BF16(),
+    "fp16": FP16(),
+    "fp8-rowwise": FP8Rowwise(),
+    "mx4": MX4(),
+}
 
 
 def embedding_exchange(
@@ -51,7 +60,7 @@ def embedding_exchange(
         Ignored when ``compression == "off"``.
       compression: "on" (``compressed_all_to_all``) or "off" (exact ``all_to_all``).
       codec: codec name for ``compressed_all_to_all`` ("auto" = library's choice), or a
-        baseline of ``QCOMM_CODECS`` ("int8-rowwise", "bf16").
+        baseline of ``QCOMM_CODECS`` ("int8-rowwise", "bf16", "fp16", "fp8-rowwise", "mx4").
       axis_name: mesh axis of the exchange: ``"devices"``, or ``("nodes", "local")`` (the
         statistics then split intra- and inter-node bytes; required by ``"hierarchical"``).
       min_error_bound: static smallest relative bound ``error_bound`` takes over the run; sizes

@@ -280,8 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--codec",
         default=None,
         choices=CODECS,
-        help="codec of compressed_all_to_all (the library's; int8-rowwise and bf16: the "
-        "TorchRec/FBGEMM baselines)",
+        help="codec of compressed_all_to_all (the library's; int8-rowwise, bf16, fp16, "
+        "fp8-rowwise and mx4: the TorchRec/FBGEMM baselines)",
     )
     c.add_argument(
         "--exchange-backward",
