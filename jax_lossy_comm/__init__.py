@@ -16,11 +16,8 @@ from jax_lossy_comm.codec import compress, decompress, frame_status
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
 from jax_lossy_comm.exchange import (
     ExchangeConfig,
-    ExchangeStats,
     compressed_all_to_all,
     compressed_all_to_all_with_stats,
-    node_bytes,
-    resolve_path,
 )
 from jax_lossy_comm.frame import (
     CODECS,
@@ -32,6 +29,8 @@ from jax_lossy_comm.frame import (
 )
 from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.qcomm import BF16, Int8Rowwise
+from jax_lossy_comm.stats import ExchangeStats, node_bytes
+from jax_lossy_comm.wire import resolve_path
 
 __version__ = "0.1.0"
 

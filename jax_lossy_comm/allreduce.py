@@ -9,7 +9,7 @@ the exchange's collectives, in two phases:
 1. reduce-scatter: the leaves are flattened into one buffer (padded with its last value to
    ``P * rows * dim``), cut into one chunk ``[rows, dim]`` per peer
    (:class:`jax_lossy_comm.Layout`), encoded, and sent as in :func:`compressed_all_to_all`
-   (:func:`jax_lossy_comm.exchange.send_frames`: dense, packed or ragged path); each device
+   (:func:`jax_lossy_comm.wire.send_frames`: dense, packed or ragged path); each device
    decodes the P contributions to its chunk and sums them in float32;
 2. all-gather: each device encodes its reduced chunk once and every device receives all P
    reduced frames (an ``all_gather`` of the smallest static bucket that holds the largest
@@ -71,12 +71,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from jax_lossy_comm.codec import _varying_axes, check_dtype, concrete_error_bound
+from jax_lossy_comm.codec import check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
-from jax_lossy_comm.exchange import (
-    _TEST_PATHS,
+from jax_lossy_comm.layout import Layout, make_layout
+from jax_lossy_comm.stats import ExchangeStats
+from jax_lossy_comm.vma import varying_axes
+from jax_lossy_comm.wire import (
     PATHS,
-    ExchangeStats,
+    TEST_PATHS,
     SentFrames,
     bucket_index,
     pack_frames,
@@ -86,7 +88,6 @@ from jax_lossy_comm.exchange import (
     send_frames,
     unpack_frames,
 )
-from jax_lossy_comm.layout import Layout, make_layout
 
 try:
     _all_gather_invariant = jax.lax.all_gather_invariant
@@ -144,7 +145,7 @@ got 'ring'
     def __post_init__(self):
         if not isinstance(self.codec, CommCodec):
             raise TypeError(f"AllReduceConfig.codec must be a CommCodec, got {self.codec!r}")
-        if self.path not in PATHS + _TEST_PATHS:
+        if self.path not in PATHS + TEST_PATHS:
             raise ValueError(f"AllReduceConfig.path must be one of {PATHS}, got {self.path!r}")
 
 
@@ -330,7 +331,7 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     )
     buf = jnp.pad(flat, (0, p * rows * dim - n), mode="edge")  # keeps each chunk's range
     axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    missing = tuple(a for a in axes if a not in _varying_axes(buf))
+    missing = tuple(a for a in axes if a not in varying_axes(buf))
     if missing:  # psum of a value invariant over the axis: P * x (a no-op without check_vma)
         buf = jax.lax.pcast(buf, missing, to="varying")
     return _Plan(axis_name, lay, dt, path, codec, cap, feedback, n, unravel), buf, eb, n, unravel

@@ -26,6 +26,7 @@ import numpy as np
 
 from jax_lossy_comm import _ffi, frame
 from jax_lossy_comm.frame import CODECS, DTYPES, MODES, frame_capacity
+from jax_lossy_comm.vma import typed_like
 
 _SUPPORTED = tuple(DTYPES)
 
@@ -40,29 +41,6 @@ def check_dtype(dtype, what: str = "x") -> np.dtype:
     if dt not in _SUPPORTED:
         raise TypeError(f"{what} must be float32, bfloat16 or float16, got {dt}")
     return dt
-
-
-def _varying_axes(x) -> frozenset:
-    """Mesh axes ``x`` is typed as varying over inside ``shard_map`` (empty outside it or
-    with ``check_vma=False``)."""
-    t = jax.typeof(x)
-    vma = getattr(t, "vma", None)
-    if vma is None:
-        mat = getattr(t, "manual_axis_type", None)
-        vma = getattr(mat, "varying", None)
-    return frozenset(vma or ())
-
-
-def _typed_like(outputs, *inputs):
-    """``pcast`` each output to varying over every axis some input varies over (FFI outputs
-    are typed as invariant inside ``shard_map``; DESIGN.md pitfalls)."""
-    want = frozenset().union(*(_varying_axes(a) for a in inputs))
-
-    def one(y):
-        missing = want - _varying_axes(y)
-        return jax.lax.pcast(y, tuple(sorted(missing)), to="varying") if missing else y
-
-    return jax.tree.map(one, outputs)
 
 
 def concrete_error_bound(error_bound, what: str = "error_bound") -> np.ndarray | None:
@@ -188,7 +166,7 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
         from jax_lossy_comm import reference
 
         out = reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
-        return _typed_like(out, x, eb)
+        return typed_like(out, x, eb)
     _ffi.ensure_registered()
     _ffi.check_platform()
     call = jax.ffi.ffi_call(
@@ -200,7 +178,7 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
         vmap_method="broadcast_all",
     )
     out = call(x, eb, mode=np.int32(MODES[mode]), codec=np.int32(CODECS[codec]))
-    return _typed_like(out, x, eb)
+    return typed_like(out, x, eb)
 
 
 def _chunk_shape(frames: jax.Array, shape: Sequence[int]) -> tuple[int, int]:
@@ -286,7 +264,7 @@ def decompress(
             vmap_method="broadcast_all",
         )
         x, status = call(frames, nbytes)
-    x, status = _typed_like((x, status), frames, nbytes)
+    x, status = typed_like((x, status), frames, nbytes)
     return (x, status) if return_status else x
 
 
@@ -323,4 +301,4 @@ def frame_status(
     status = call(
         frames, nbytes, rows=np.int64(rows), dim=np.int64(dim), dtype=np.int32(DTYPES[dt])
     )
-    return _typed_like(status, frames, nbytes)
+    return typed_like(status, frames, nbytes)

@@ -434,7 +434,7 @@ def test_outputs_are_typed_like_inputs_inside_shard_map():
     psum's transpose sum every device's cotangent: the DESIGN.md pitfall)."""
     from jax.sharding import PartitionSpec as P
 
-    from jax_lossy_comm.codec import _varying_axes as varying_axes  # jax.typeof(v).vma
+    from jax_lossy_comm.vma import varying_axes  # jax.typeof(v).vma
 
     mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
     rows, dim = 16, 8
