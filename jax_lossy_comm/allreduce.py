@@ -75,7 +75,7 @@ from jax_lossy_comm.codec import check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
 from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.stats import ExchangeStats
-from jax_lossy_comm.vma import varying_axes
+from jax_lossy_comm.vma import as_varying
 from jax_lossy_comm.wire import (
     PATHS,
     TEST_PATHS,
@@ -330,10 +330,7 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
         lay.chunk_shape, dt, dense=path in ("dense", "packed"), error_bound=eb_c
     )
     buf = jnp.pad(flat, (0, p * rows * dim - n), mode="edge")  # keeps each chunk's range
-    axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    missing = tuple(a for a in axes if a not in varying_axes(buf))
-    if missing:  # psum of a value invariant over the axis: P * x (a no-op without check_vma)
-        buf = jax.lax.pcast(buf, missing, to="varying")
+    buf = as_varying(buf, axis_name)  # psum of a value invariant over the axis: P * x
     return _Plan(axis_name, lay, dt, path, codec, cap, feedback, n, unravel), buf, eb, n, unravel
 
 
@@ -342,8 +339,7 @@ def _run(x, axis_name, axis_index_groups, error_bound, config, feedback):
         x, axis_name, axis_index_groups, error_bound, config, feedback
     )
     if plan is None:
-        zero = jnp.float32(0)
-        stats = ExchangeStats(zero, zero, zero, jnp.zeros(2), jnp.int32(0), jnp.int32(0), zero)
+        stats = ExchangeStats.exact(0.0, (2,), capacity_bytes=0.0)
         return x, stats, x
     y, stats, residual = _psum(plan, buf, eb)
     return unravel(y[:n]), stats, unravel(jax.lax.stop_gradient(residual[:n]))

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import math
 from typing import NamedTuple
 
@@ -77,7 +76,7 @@ from jax_lossy_comm.comm_codec import (
 )
 from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.stats import ExchangeStats, node_bytes
-from jax_lossy_comm.vma import vary_over, varying_axes
+from jax_lossy_comm.vma import as_varying, vary_over
 from jax_lossy_comm.wire import (
     PACKED_BUCKET_STEP,
     PACKED_MIN_FRACTION,
@@ -357,11 +356,21 @@ def _codec_bound(codec, bound, grid, what):
     return _prepare_bound(bound, grid, what)
 
 
-def compressed_all_to_all_with_stats(x, axis_name, split_axis, concat_axis, **kwargs):
+def compressed_all_to_all_with_stats(
+    x,
+    axis_name,
+    split_axis: int,
+    concat_axis: int,
+    *,
+    axis_index_groups=None,
+    tiled: bool = False,
+    error_bound=None,
+    backward_error_bound=None,
+    config: ExchangeConfig | None = None,
+):
     """:func:`compressed_all_to_all` that also returns this device's :class:`ExchangeStats`.
 
-    Arguments (bound against :func:`compressed_all_to_all`'s signature, so the keyword
-    arguments and their defaults are the same), errors and references as
+    Arguments (the same, with the same defaults), errors and references as
     :func:`compressed_all_to_all`.
 
     Returns:
@@ -385,11 +394,17 @@ def compressed_all_to_all_with_stats(x, axis_name, split_axis, concat_axis, **kw
       >>> int(raw[0]), int(moved[0]), round(float(raw[0] / moved[0]), 2)  # 6-bit codes
       (65536, 13240, 4.95)
     """
-    args = inspect.signature(compressed_all_to_all).bind(
-        x, axis_name, split_axis, concat_axis, **kwargs
+    return _exchange_with_stats(
+        x,
+        axis_name,
+        split_axis,
+        concat_axis,
+        axis_index_groups=axis_index_groups,
+        tiled=tiled,
+        error_bound=error_bound,
+        backward_error_bound=backward_error_bound,
+        config=config,
     )
-    args.apply_defaults()
-    return _exchange_with_stats(**args.arguments)
 
 
 def _check_hierarchical(axis_name, config: ExchangeConfig) -> None:
@@ -412,12 +427,14 @@ def _exchange_with_stats(
     axis_name,
     split_axis,
     concat_axis,
+    *,
     axis_index_groups,
     tiled,
     error_bound,
     backward_error_bound,
     config,
 ):
+    """The one core of both public functions: ``(y, ExchangeStats)``."""
     if axis_index_groups is not None:
         raise NotImplementedError("compressed_all_to_all: axis_index_groups is not supported")
     config = ExchangeConfig() if config is None else config
@@ -431,14 +448,8 @@ def _exchange_with_stats(
     lay = make_layout(x.shape, p, split_axis, concat_axis, config.table_axis, tiled)
     if x.size == 0:  # nothing to compress (e.g. no tables on this shard): the exact empty result
         y = jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)
-        zero = jnp.float32(0)
-        ratio = jnp.ones(lay.grid, jnp.float32)
-        zi = jnp.int32(0)
-        return y, ExchangeStats(zero, zero, zero, ratio, zi, zi, zero, zero, zero, zero)
-    axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    missing = tuple(a for a in axes if a not in varying_axes(x))
-    if missing:  # x the same on every device (in_specs=P()): typed as varying, as the
-        x = jax.lax.pcast(x, missing, to="varying")  # exchange's result is (no-op w/o check_vma)
+        return y, ExchangeStats.exact(0.0, lay.grid, capacity_bytes=0.0, axis_name=axis_name)
+    x = as_varying(x, axis_name)  # x the same on every device (in_specs=P()): as y is
     path = resolve_path(config.path)
     dense = path in ("dense", "packed")
     fwd, bwd = config.forward, config.backward
@@ -578,5 +589,15 @@ def compressed_all_to_all(
       sec. 4 (quantization without prediction, REL bound). Hierarchical all-to-all: NVIDIA
       HugeCTR (``HierAll2Allv``), NCCL-based two-stage intra/inter-node exchanges.
     """
-    args = (axis_index_groups, tiled, error_bound, backward_error_bound, config)
-    return _exchange_with_stats(x, axis_name, split_axis, concat_axis, *args)[0]
+    y, _ = _exchange_with_stats(
+        x,
+        axis_name,
+        split_axis,
+        concat_axis,
+        axis_index_groups=axis_index_groups,
+        tiled=tiled,
+        error_bound=error_bound,
+        backward_error_bound=backward_error_bound,
+        config=config,
+    )
+    return y

@@ -69,6 +69,42 @@ class ExchangeStats(NamedTuple):
     inter_node_raw_bytes: jax.Array | None = None
     inter_node_moved_bytes: jax.Array | None = None
 
+    @classmethod
+    def exact(cls, raw_bytes, ratio_shape, *, capacity_bytes, axis_name=None) -> ExchangeStats:
+        """Statistics of an exchange that moved its payload exactly (nothing coded).
+
+        Args:
+          raw_bytes: float, the payload's raw bytes (``raw_bytes``, ``frame_bytes`` and
+            ``moved_bytes`` all take it).
+          ratio_shape: shape of ``compression_ratio`` (all ones), e.g. ``(P, T)`` for the
+            exchange, ``(2,)`` for the all-reduce.
+          capacity_bytes: float, the ``capacity_bytes`` to report.
+          axis_name: the exchange's mesh axis (inside ``shard_map``): the node fields split
+            ``raw_bytes`` evenly over its P destinations (:func:`node_bytes`); None (the
+            all-reduce): the node fields are None.
+
+        Returns:
+          :class:`ExchangeStats` with ``overflow_count`` and ``fallback`` 0.
+        """
+        raw = jnp.asarray(raw_bytes, jnp.float32)
+        zero = jnp.int32(0)
+        intra = inter = None
+        if axis_name is not None:
+            p = jax.lax.axis_size(axis_name)
+            intra, inter = node_bytes(jnp.full(p, raw / p), axis_name)
+        return cls(
+            raw_bytes=raw,
+            frame_bytes=raw,
+            moved_bytes=raw,
+            compression_ratio=jnp.ones(ratio_shape, jnp.float32),
+            overflow_count=zero,
+            fallback=zero,
+            capacity_bytes=jnp.asarray(capacity_bytes, jnp.float32),
+            intra_node_bytes=intra,
+            inter_node_raw_bytes=inter,
+            inter_node_moved_bytes=inter,
+        )
+
 
 def node_bytes(per_peer, axis_name):
     """Splits per-destination byte counts into intra-node and inter-node sums.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import jax
 
-__all__ = ["typed_like", "vary_over", "varying_axes"]
+__all__ = ["as_varying", "typed_like", "vary_over", "varying_axes"]
 
 
 def varying_axes(x) -> frozenset:
@@ -43,3 +43,12 @@ def vary_over(v, axis_name):
     have = varying_axes(v)
     missing = tuple(a for a in axis_name if a not in have)
     return jax.lax.pcast(v, missing, to="varying") if have and missing else v
+
+
+def as_varying(x, axis_name):
+    """``x`` typed as varying over every axis of ``axis_name`` (a name or a tuple of them):
+    a value that is the same on every device (``in_specs=P()``) is re-marked varying, as a
+    collective's result over those axes is; a no-op without ``check_vma``."""
+    axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    missing = tuple(a for a in axes if a not in varying_axes(x))
+    return jax.lax.pcast(x, missing, to="varying") if missing else x
