@@ -12,7 +12,7 @@ from jax_lossy_comm.allreduce import (
     compressed_psum_with_stats,
     error_feedback,
 )
-from jax_lossy_comm.codec import compress, decompress, frame_status
+from jax_lossy_comm.codec import compress, decompress, decompress_with_status, frame_status
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
 from jax_lossy_comm.exchange import (
     ExchangeConfig,
@@ -54,6 +54,7 @@ __all__ = [
     "compressed_psum",
     "compressed_psum_with_stats",
     "decompress",
+    "decompress_with_status",
     "describe_status",
     "error_feedback",
     "frame_capacity",

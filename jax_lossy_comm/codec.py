@@ -1,4 +1,5 @@
-"""Codec primitives: ``compress``, ``decompress`` and ``frame_status`` as XLA FFI calls.
+"""Codec primitives as XLA FFI calls: ``compress``, ``decompress`` / ``decompress_with_status``
+and ``frame_status``.
 
 These are the only ``jax.ffi.ffi_call`` sites of the library. Chunks are the last two
 dimensions ``[rows, dim]`` of the input (e.g. the pooled embeddings a table owner sends to one
@@ -18,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import jax
@@ -207,27 +209,25 @@ def _check_frames(frames, nbytes):
     return frames, nbytes
 
 
-def decompress(
+def decompress_with_status(
     frames: jax.Array,
     nbytes: jax.Array,
     *,
     shape: Sequence[int],
     dtype=jnp.float32,
-    return_status: bool = False,
-):
-    """Decodes frames made by :func:`compress` (on any platform) back to values.
+) -> tuple[jax.Array, jax.Array]:
+    """Decodes frames made by :func:`compress` (on any platform) and reports each frame's status.
 
     Args:
       frames: ``uint8[..., capacity]``.
       nbytes: ``int32[...]`` byte counts (negative: overflow).
       shape: chunk shape ``(rows, dim)`` (or the full output shape); static.
       dtype: output dtype, the input dtype of ``compress`` (static).
-      return_status: also return the per-frame status.
 
     Returns:
-      ``x_hat [..., rows, dim]`` of ``dtype``, and with ``return_status`` the status
-      ``int32[...]`` (0 valid; see :data:`jax_lossy_comm.frame.STATUS`). A frame that is
-      malformed, truncated, corrupt or of another shape decodes to NaN, never to garbage.
+      ``(x_hat, status)``: ``x_hat [..., rows, dim]`` of ``dtype`` and ``status int32[...]``
+      (0 valid; see :data:`jax_lossy_comm.frame.STATUS`). A frame that is malformed,
+      truncated, corrupt or of another shape decodes to NaN, never to garbage.
 
     Raises:
       TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
@@ -237,11 +237,11 @@ def decompress(
       >>> import jax_lossy_comm as jlc
       >>> x = jnp.linspace(-1.0, 1.0, 2 * 8 * 4, dtype=jnp.float32).reshape(2, 8, 4)
       >>> frames, nbytes = jlc.compress(x, 0.05)
-      >>> x_hat, status = jlc.decompress(frames, nbytes, shape=(8, 4), return_status=True)
+      >>> x_hat, status = jlc.decompress_with_status(frames, nbytes, shape=(8, 4))
       >>> x_hat.shape, status.tolist(), bool(jnp.abs(x_hat - x).max() <= 0.05 * 1.0)
       ((2, 8, 4), [0, 0], True)
       >>> bad = frames.at[1, 0].set(0)  # a corrupt magic byte in the second frame
-      >>> x_bad, status = jlc.decompress(bad, nbytes, shape=(8, 4), return_status=True)
+      >>> x_bad, status = jlc.decompress_with_status(bad, nbytes, shape=(8, 4))
       >>> status.tolist(), bool(jnp.isnan(x_bad[1]).all()), bool((x_bad[0] == x_hat[0]).all())
       ([0, 3], True, True)
     """
@@ -264,8 +264,54 @@ def decompress(
             vmap_method="broadcast_all",
         )
         x, status = call(frames, nbytes)
-    x, status = typed_like((x, status), frames, nbytes)
-    return (x, status) if return_status else x
+    return typed_like((x, status), frames, nbytes)
+
+
+def decompress(
+    frames: jax.Array,
+    nbytes: jax.Array,
+    *,
+    shape: Sequence[int],
+    dtype=jnp.float32,
+    return_status: bool = False,
+):
+    """Decodes frames made by :func:`compress` (on any platform) back to values.
+
+    Args:
+      frames: ``uint8[..., capacity]``.
+      nbytes: ``int32[...]`` byte counts (negative: overflow).
+      shape: chunk shape ``(rows, dim)`` (or the full output shape); static.
+      dtype: output dtype, the input dtype of ``compress`` (static).
+      return_status: deprecated (a DeprecationWarning): True returns ``(x_hat, status)``;
+        call :func:`decompress_with_status` for the status.
+
+    Returns:
+      ``x_hat [..., rows, dim]`` of ``dtype``. A frame that is malformed, truncated, corrupt
+      or of another shape decodes to NaN, never to garbage (:func:`decompress_with_status`
+      tells which).
+
+    Raises:
+      TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import jax_lossy_comm as jlc
+      >>> x = jnp.linspace(-1.0, 1.0, 2 * 8 * 4, dtype=jnp.float32).reshape(2, 8, 4)
+      >>> frames, nbytes = jlc.compress(x, 0.05)
+      >>> x_hat = jlc.decompress(frames, nbytes, shape=(8, 4))
+      >>> x_hat.shape, bool(jnp.abs(x_hat - x).max() <= 0.05 * 1.0)
+      ((2, 8, 4), True)
+    """
+    x, status = decompress_with_status(frames, nbytes, shape=shape, dtype=dtype)
+    if return_status:
+        warnings.warn(
+            "decompress(return_status=True) is deprecated; call decompress_with_status(...), "
+            "which returns (x_hat, status)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return x, status
+    return x
 
 
 def frame_status(
@@ -290,7 +336,7 @@ def frame_status(
     rows, dim = _chunk_shape(frames, shape)
     dt = check_dtype(dtype, "dtype")
     if not _ffi.available():
-        return decompress(frames, nbytes, shape=(rows, dim), dtype=dt, return_status=True)[1]
+        return decompress_with_status(frames, nbytes, shape=(rows, dim), dtype=dt)[1]
     _ffi.ensure_registered()
     _ffi.check_platform()
     call = jax.ffi.ffi_call(
