@@ -257,39 +257,49 @@ def packed_buckets(tables: int, capacity: int) -> tuple:
     return tuple(sorted(out))
 
 
+def _frame_offsets(nbytes, cap: int):
+    """``(used, off)``, both ``int32[P, T]``: each frame's bytes (``nbytes`` clipped to
+    ``[0, cap]``) and its offset in its destination's packed buffer (behind ``4 * T`` header
+    bytes, the frames of lower table index first)."""
+    t = nbytes.shape[1]
+    used = jnp.clip(nbytes, 0, cap)
+    return used, 4 * t + jnp.cumsum(used, axis=1) - used
+
+
 def pack_frames(frames, nbytes, size: int):
     """``uint8[P, T, cap]`` frames + ``int32[P, T]`` counts -> ``uint8[P, size]``: per
     destination the counts (4 bytes each) then the used bytes of every frame back to back,
     zero padded. ``size`` must be at least ``4 * T + T * cap`` (the largest bucket).
 
-    Each frame is written whole (its bytes and its zero-filled rest of the capacity) at its
-    offset, in table order, so the next frame overwrites the previous one's padding: P x T
-    in-place ``dynamic_update_slice`` copies instead of a byte-wise gather.
+    One scatter-add of ``P * T`` whole frames (windows of ``cap`` bytes) at their offsets:
+    each frame is zeroed past its ``nbytes`` first, so where a window overlaps the next frame
+    it adds zeros and the order of the overlapping writes does not matter. The program's size
+    does not depend on P or T (no per-frame copy ops).
     """
     p, t, cap = frames.shape
-    used = jnp.clip(nbytes, 0, cap)
-    off = 4 * t + jnp.cumsum(used, axis=1) - used  # [P, T]
+    used, off = _frame_offsets(nbytes, cap)
     header = jax.lax.bitcast_convert_type(nbytes.astype(jnp.int32), jnp.uint8).reshape(p, 4 * t)
     buf = jnp.zeros((p, size), jnp.uint8).at[:, : 4 * t].set(header)
-    for d in range(p):
-        for k in range(t):
-            buf = jax.lax.dynamic_update_slice(buf, frames[d, k][None], (d, off[d, k]))
-    return buf
+    body = jnp.where(jnp.arange(cap, dtype=jnp.int32) < used[:, :, None], frames, jnp.uint8(0))
+    dest = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32)[:, None], (p, t))
+    dnums = jax.lax.ScatterDimensionNumbers(
+        update_window_dims=(2,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0, 1)
+    )
+    start = jnp.stack([dest, off.astype(jnp.int32)], axis=-1)  # [P, T, 2]: (row, byte)
+    return jax.lax.scatter_add(buf, start, body, dnums, mode=jax.lax.GatherScatterMode.CLIP)
 
 
 def unpack_frames(buf, t: int, cap: int):
     """Inverse of :func:`pack_frames` on the receiver: ``uint8[P, size]`` -> frames
-    ``uint8[P, T, cap]`` (zero past each frame's bytes) and counts ``int32[P, T]``."""
+    ``uint8[P, T, cap]`` (zero past each frame's bytes) and counts ``int32[P, T]``.
+
+    One gather of ``P * T`` windows of ``cap`` bytes (``dynamic_slice`` under ``vmap``: a
+    start past ``size - cap`` is clamped, as ``dynamic_slice`` does)."""
     p, size = buf.shape
     nb = jax.lax.bitcast_convert_type(buf[:, : 4 * t].reshape(p, t, 4), jnp.int32)
-    used = jnp.clip(nb, 0, cap)
-    off = 4 * t + jnp.cumsum(used, axis=1) - used  # [P, T]
-    fr = jnp.stack(
-        [
-            jnp.stack([jax.lax.dynamic_slice(buf, (d, off[d, k]), (1, cap))[0] for k in range(t)])
-            for d in range(p)
-        ]
-    )
+    used, off = _frame_offsets(nb, cap)
+    window = jax.vmap(jax.vmap(lambda row, o: jax.lax.dynamic_slice(row, (o,), (cap,)), (None, 0)))
+    fr = window(buf, off)  # [P, T, cap]
     i = jnp.arange(cap, dtype=jnp.int32)
     return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
 
