@@ -16,7 +16,7 @@ the exchange's collectives, in two phases:
    frame, as the packed path sizes its buckets; the whole capacity on the dense path) and
    decodes them: every device ends with the same, bit-identical sum.
 
-No ``psum_scatter`` (gloo gets it wrong on chunks of about 4 MiB and up, jax issue 40830):
+No ``psum_scatter`` (gloo gets it wrong on chunks of about 4 MiB and up, jax-ml/jax#40830):
 only ``all_to_all``, ``all_gather``, ``ragged_all_to_all`` (ragged path) and two scalar
 ``pmax`` run, so it works across processes (gloo on CPU, NCCL on GPU).
 

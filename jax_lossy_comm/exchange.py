@@ -20,10 +20,10 @@ too small ``capacity``) are never dropped or truncated: the count of overflowed 
 runs as the exact ``jax.lax.all_to_all`` of ``x`` (lossless) under ``lax.cond``;
 ``overflow_count`` and ``fallback`` in :class:`ExchangeStats` record it. Only ``all_to_all``,
 ``ragged_all_to_all`` and a scalar ``pmax`` are used (no ``psum_scatter``, which gloo gets
-wrong on chunks of about 4 MiB and up, jax issue 40830), so the same code runs across
+wrong on chunks of about 4 MiB and up, jax-ml/jax#40830), so the same code runs across
 processes started with ``jax.distributed.initialize`` (gloo on CPU, NCCL on GPU).
 
-Hierarchical exchange (``ExchangeConfig(topology="hierarchical")``, issue 16): on a
+Hierarchical exchange (``ExchangeConfig(topology="hierarchical")``): on a
 two-level mesh ``axis_name=(node_axis, local_axis)`` (N nodes x L devices, device ``n * L + l``
 as ``jax.lax.all_to_all`` numbers a tuple of axes, node-major) only blocks whose destination
 is on another node are coded; devices of one node talk over NVLink-class links where coding

@@ -33,9 +33,10 @@ Variable-size frames take one of these paths (``ExchangeConfig.path``):
 
 Why ``"auto"`` means packed without ``ragged_all_to_all`` (decided in :func:`resolve_path`
 only): its largest bucket is the dense path's bytes, so it never moves more, and on the DLRM
-exchange it moved about 4x fewer bytes than the dense frames for the same values (netns
-benchmark, issue 6; repeated embedding rows make most frames much smaller than the fixed-rate
-capacity). It costs a pack/unpack copy and one more int32 in the ``pmax``.
+exchange it moved about 4x fewer bytes than the dense frames for the same values
+(``bench/netns_bench.py``; repeated embedding rows make most frames much smaller than the
+fixed-rate capacity). It costs a pack/unpack copy (one scatter and one gather, whatever the
+device count) and one more int32 in the ``pmax``.
 
 ``TEST_PATHS`` holds ``"_ragged_emulated"``: the ragged path's offsets through dense
 collectives (:func:`emulated_ragged_all_to_all`), for CPU tests only.
@@ -307,8 +308,8 @@ def unpack_frames(buf, t: int, cap: int):
 def bucket_index(buckets: tuple, need):
     """Index (int32 scalar) of the smallest static bucket that holds ``need`` bytes (the
     largest bucket when none does); ``need`` must be the same on every device (pmax-ed)."""
-    b = jnp.asarray(buckets, jnp.int32)
-    return jnp.minimum(jnp.searchsorted(b, need), len(buckets) - 1).astype(jnp.int32)
+    smaller = (jnp.asarray(buckets, jnp.int32) < need).sum()  # buckets ascending
+    return jnp.minimum(smaller, len(buckets) - 1).astype(jnp.int32)
 
 
 def run_bucketed(collective, buf, k, buckets: tuple):
@@ -323,7 +324,8 @@ def run_bucketed(collective, buf, k, buckets: tuple):
     def branch(size):
         def go(b):
             got = collective(b[..., :size])
-            return jnp.pad(got, [(0, 0)] * (got.ndim - 1) + [(0, top - size)])
+            pad = [(0, 0, 0)] * (got.ndim - 1) + [(0, top - size, 0)]
+            return jax.lax.pad(got, jnp.zeros((), got.dtype), pad)
 
         return go
 
