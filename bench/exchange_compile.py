@@ -190,6 +190,7 @@ def ratios(rows: list[dict]) -> list[dict]:
                 "devices": p,
                 "packed_over_dense_compile": q("packed", "dense", "compile_s"),
                 "packed_over_dense_hlo": q("packed", "dense", "hlo_chars"),
+                "packed_over_dense_stablehlo": q("packed", "dense", "stablehlo_chars"),
                 "packed_over_lax_compile": q("packed", "lax", "compile_s"),
                 "dense_over_lax_compile": q("dense", "lax", "compile_s"),
                 "ragged_over_dense_stablehlo": q("ragged", "dense", "stablehlo_chars"),
@@ -213,7 +214,7 @@ def markdown(result: dict) -> str:
     ]
     for r in result["rows"]:
         if "variant" not in r:
-            lines.append(f"| {r.get('library')} | {r['devices']} | error: {r['error']} ||||")
+            lines.append(f"| {r.get('library')} | {r['devices']} | error: {r['error']} | | | | |")
             continue
         lines.append(
             f"| {r['library']} | {r['devices']} | {r['variant']} | {r['lower_s']:.2f} | "
@@ -222,14 +223,15 @@ def markdown(result: dict) -> str:
         )
     lines += [
         "",
-        "| library | devices | packed/dense compile | packed/dense HLO | packed/lax compile "
-        "| ragged/dense StableHLO |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| library | devices | packed/dense compile | packed/dense StableHLO | packed/dense HLO "
+        "| packed/lax compile | ragged/dense StableHLO |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for q in result["ratios"]:
         lines.append(
             f"| {q['library']} | {q['devices']} | {bu.fmt(q['packed_over_dense_compile'])} | "
-            f"{bu.fmt(q['packed_over_dense_hlo'])} | {bu.fmt(q['packed_over_lax_compile'])} | "
+            f"{bu.fmt(q['packed_over_dense_stablehlo'])} | {bu.fmt(q['packed_over_dense_hlo'])} | "
+            f"{bu.fmt(q['packed_over_lax_compile'])} | "
             f"{bu.fmt(q['ragged_over_dense_stablehlo'])} |"
         )
     return "\n".join(lines) + "\n"
@@ -245,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per subprocess")
     ap.add_argument("--out", type=Path, help="JSON result file (and a .md beside it)")
+    ap.add_argument("--render", type=Path, help="re-render the ratios and .md of a result JSON")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
@@ -253,6 +256,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown variants {bad}; choose from {VARIANTS}")
     if args.worker:
         worker(args.worker, variants)
+        return 0
+    if args.render:
+        result = json.loads(args.render.read_text())
+        result["ratios"] = ratios(result["rows"])
+        bu.write_json(result, args.render)
+        args.render.with_suffix(".md").write_text(markdown(result))
         return 0
     devices = [int(d) for d in args.devices.split(",")]
     base_devices = (
