@@ -12,15 +12,12 @@ from jax_lossy_comm.allreduce import (
     compressed_psum_with_stats,
     error_feedback,
 )
-from jax_lossy_comm.codec import compress, decompress, frame_status
+from jax_lossy_comm.codec import compress, decompress, decompress_with_status, frame_status
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
 from jax_lossy_comm.exchange import (
     ExchangeConfig,
-    ExchangeStats,
     compressed_all_to_all,
     compressed_all_to_all_with_stats,
-    node_bytes,
-    resolve_path,
 )
 from jax_lossy_comm.frame import (
     CODECS,
@@ -32,6 +29,8 @@ from jax_lossy_comm.frame import (
 )
 from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.qcomm import BF16, FP16, MX4, FP8Rowwise, Int8Rowwise
+from jax_lossy_comm.stats import ExchangeStats, node_bytes
+from jax_lossy_comm.wire import resolve_path
 
 __version__ = "0.1.0"
 
@@ -58,6 +57,7 @@ __all__ = [
     "compressed_psum",
     "compressed_psum_with_stats",
     "decompress",
+    "decompress_with_status",
     "describe_status",
     "error_feedback",
     "frame_capacity",

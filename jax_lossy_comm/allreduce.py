@@ -9,14 +9,14 @@ the exchange's collectives, in two phases:
 1. reduce-scatter: the leaves are flattened into one buffer (padded with its last value to
    ``P * rows * dim``), cut into one chunk ``[rows, dim]`` per peer
    (:class:`jax_lossy_comm.Layout`), encoded, and sent as in :func:`compressed_all_to_all`
-   (:func:`jax_lossy_comm.exchange.send_frames`: dense, packed or ragged path); each device
+   (:func:`jax_lossy_comm.wire.send_frames`: dense, packed or ragged path); each device
    decodes the P contributions to its chunk and sums them in float32;
 2. all-gather: each device encodes its reduced chunk once and every device receives all P
    reduced frames (an ``all_gather`` of the smallest static bucket that holds the largest
    frame, as the packed path sizes its buckets; the whole capacity on the dense path) and
    decodes them: every device ends with the same, bit-identical sum.
 
-No ``psum_scatter`` (gloo gets it wrong on chunks of about 4 MiB and up, jax issue 40830):
+No ``psum_scatter`` (gloo gets it wrong on chunks of about 4 MiB and up, jax-ml/jax#40830):
 only ``all_to_all``, ``all_gather``, ``ragged_all_to_all`` (ragged path) and two scalar
 ``pmax`` run, so it works across processes (gloo on CPU, NCCL on GPU).
 
@@ -71,12 +71,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from jax_lossy_comm.codec import _varying_axes, check_dtype, concrete_error_bound
+from jax_lossy_comm.codec import check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
-from jax_lossy_comm.exchange import (
-    _TEST_PATHS,
+from jax_lossy_comm.layout import Layout, make_layout
+from jax_lossy_comm.stats import ExchangeStats
+from jax_lossy_comm.vma import as_varying
+from jax_lossy_comm.wire import (
     PATHS,
-    ExchangeStats,
+    TEST_PATHS,
     SentFrames,
     bucket_index,
     pack_frames,
@@ -86,7 +88,6 @@ from jax_lossy_comm.exchange import (
     send_frames,
     unpack_frames,
 )
-from jax_lossy_comm.layout import Layout, make_layout
 
 try:
     _all_gather_invariant = jax.lax.all_gather_invariant
@@ -144,7 +145,7 @@ got 'ring'
     def __post_init__(self):
         if not isinstance(self.codec, CommCodec):
             raise TypeError(f"AllReduceConfig.codec must be a CommCodec, got {self.codec!r}")
-        if self.path not in PATHS + _TEST_PATHS:
+        if self.path not in PATHS + TEST_PATHS:
             raise ValueError(f"AllReduceConfig.path must be one of {PATHS}, got {self.path!r}")
 
 
@@ -329,10 +330,7 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
         lay.chunk_shape, dt, dense=path in ("dense", "packed"), error_bound=eb_c
     )
     buf = jnp.pad(flat, (0, p * rows * dim - n), mode="edge")  # keeps each chunk's range
-    axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    missing = tuple(a for a in axes if a not in _varying_axes(buf))
-    if missing:  # psum of a value invariant over the axis: P * x (a no-op without check_vma)
-        buf = jax.lax.pcast(buf, missing, to="varying")
+    buf = as_varying(buf, axis_name)  # psum of a value invariant over the axis: P * x
     return _Plan(axis_name, lay, dt, path, codec, cap, feedback, n, unravel), buf, eb, n, unravel
 
 
@@ -341,8 +339,7 @@ def _run(x, axis_name, axis_index_groups, error_bound, config, feedback):
         x, axis_name, axis_index_groups, error_bound, config, feedback
     )
     if plan is None:
-        zero = jnp.float32(0)
-        stats = ExchangeStats(zero, zero, zero, jnp.zeros(2), jnp.int32(0), jnp.int32(0), zero)
+        stats = ExchangeStats.exact(0.0, (2,), capacity_bytes=0.0)
         return x, stats, x
     y, stats, residual = _psum(plan, buf, eb)
     return unravel(y[:n]), stats, unravel(jax.lax.stop_gradient(residual[:n]))

@@ -1,4 +1,5 @@
-"""Codec primitives: ``compress``, ``decompress`` and ``frame_status`` as XLA FFI calls.
+"""Codec primitives as XLA FFI calls: ``compress``, ``decompress`` / ``decompress_with_status``
+and ``frame_status``.
 
 These are the only ``jax.ffi.ffi_call`` sites of the library. Chunks are the last two
 dimensions ``[rows, dim]`` of the input (e.g. the pooled embeddings a table owner sends to one
@@ -18,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import jax
@@ -26,6 +28,7 @@ import numpy as np
 
 from jax_lossy_comm import _ffi, frame
 from jax_lossy_comm.frame import CODECS, DTYPES, MODES, frame_capacity
+from jax_lossy_comm.vma import typed_like
 
 _SUPPORTED = tuple(DTYPES)
 
@@ -40,29 +43,6 @@ def check_dtype(dtype, what: str = "x") -> np.dtype:
     if dt not in _SUPPORTED:
         raise TypeError(f"{what} must be float32, bfloat16 or float16, got {dt}")
     return dt
-
-
-def _varying_axes(x) -> frozenset:
-    """Mesh axes ``x`` is typed as varying over inside ``shard_map`` (empty outside it or
-    with ``check_vma=False``)."""
-    t = jax.typeof(x)
-    vma = getattr(t, "vma", None)
-    if vma is None:
-        mat = getattr(t, "manual_axis_type", None)
-        vma = getattr(mat, "varying", None)
-    return frozenset(vma or ())
-
-
-def _typed_like(outputs, *inputs):
-    """``pcast`` each output to varying over every axis some input varies over (FFI outputs
-    are typed as invariant inside ``shard_map``; DESIGN.md pitfalls)."""
-    want = frozenset().union(*(_varying_axes(a) for a in inputs))
-
-    def one(y):
-        missing = want - _varying_axes(y)
-        return jax.lax.pcast(y, tuple(sorted(missing)), to="varying") if missing else y
-
-    return jax.tree.map(one, outputs)
 
 
 def concrete_error_bound(error_bound, what: str = "error_bound") -> np.ndarray | None:
@@ -188,7 +168,7 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
         from jax_lossy_comm import reference
 
         out = reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
-        return _typed_like(out, x, eb)
+        return typed_like(out, x, eb)
     _ffi.ensure_registered()
     _ffi.check_platform()
     call = jax.ffi.ffi_call(
@@ -200,7 +180,7 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
         vmap_method="broadcast_all",
     )
     out = call(x, eb, mode=np.int32(MODES[mode]), codec=np.int32(CODECS[codec]))
-    return _typed_like(out, x, eb)
+    return typed_like(out, x, eb)
 
 
 def _chunk_shape(frames: jax.Array, shape: Sequence[int]) -> tuple[int, int]:
@@ -229,27 +209,25 @@ def _check_frames(frames, nbytes):
     return frames, nbytes
 
 
-def decompress(
+def decompress_with_status(
     frames: jax.Array,
     nbytes: jax.Array,
     *,
     shape: Sequence[int],
     dtype=jnp.float32,
-    return_status: bool = False,
-):
-    """Decodes frames made by :func:`compress` (on any platform) back to values.
+) -> tuple[jax.Array, jax.Array]:
+    """Decodes frames made by :func:`compress` (on any platform) and reports each frame's status.
 
     Args:
       frames: ``uint8[..., capacity]``.
       nbytes: ``int32[...]`` byte counts (negative: overflow).
       shape: chunk shape ``(rows, dim)`` (or the full output shape); static.
       dtype: output dtype, the input dtype of ``compress`` (static).
-      return_status: also return the per-frame status.
 
     Returns:
-      ``x_hat [..., rows, dim]`` of ``dtype``, and with ``return_status`` the status
-      ``int32[...]`` (0 valid; see :data:`jax_lossy_comm.frame.STATUS`). A frame that is
-      malformed, truncated, corrupt or of another shape decodes to NaN, never to garbage.
+      ``(x_hat, status)``: ``x_hat [..., rows, dim]`` of ``dtype`` and ``status int32[...]``
+      (0 valid; see :data:`jax_lossy_comm.frame.STATUS`). A frame that is malformed,
+      truncated, corrupt or of another shape decodes to NaN, never to garbage.
 
     Raises:
       TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
@@ -259,11 +237,11 @@ def decompress(
       >>> import jax_lossy_comm as jlc
       >>> x = jnp.linspace(-1.0, 1.0, 2 * 8 * 4, dtype=jnp.float32).reshape(2, 8, 4)
       >>> frames, nbytes = jlc.compress(x, 0.05)
-      >>> x_hat, status = jlc.decompress(frames, nbytes, shape=(8, 4), return_status=True)
+      >>> x_hat, status = jlc.decompress_with_status(frames, nbytes, shape=(8, 4))
       >>> x_hat.shape, status.tolist(), bool(jnp.abs(x_hat - x).max() <= 0.05 * 1.0)
       ((2, 8, 4), [0, 0], True)
       >>> bad = frames.at[1, 0].set(0)  # a corrupt magic byte in the second frame
-      >>> x_bad, status = jlc.decompress(bad, nbytes, shape=(8, 4), return_status=True)
+      >>> x_bad, status = jlc.decompress_with_status(bad, nbytes, shape=(8, 4))
       >>> status.tolist(), bool(jnp.isnan(x_bad[1]).all()), bool((x_bad[0] == x_hat[0]).all())
       ([0, 3], True, True)
     """
@@ -286,8 +264,54 @@ def decompress(
             vmap_method="broadcast_all",
         )
         x, status = call(frames, nbytes)
-    x, status = _typed_like((x, status), frames, nbytes)
-    return (x, status) if return_status else x
+    return typed_like((x, status), frames, nbytes)
+
+
+def decompress(
+    frames: jax.Array,
+    nbytes: jax.Array,
+    *,
+    shape: Sequence[int],
+    dtype=jnp.float32,
+    return_status: bool = False,
+):
+    """Decodes frames made by :func:`compress` (on any platform) back to values.
+
+    Args:
+      frames: ``uint8[..., capacity]``.
+      nbytes: ``int32[...]`` byte counts (negative: overflow).
+      shape: chunk shape ``(rows, dim)`` (or the full output shape); static.
+      dtype: output dtype, the input dtype of ``compress`` (static).
+      return_status: deprecated (a DeprecationWarning): True returns ``(x_hat, status)``;
+        call :func:`decompress_with_status` for the status.
+
+    Returns:
+      ``x_hat [..., rows, dim]`` of ``dtype``. A frame that is malformed, truncated, corrupt
+      or of another shape decodes to NaN, never to garbage (:func:`decompress_with_status`
+      tells which).
+
+    Raises:
+      TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> import jax_lossy_comm as jlc
+      >>> x = jnp.linspace(-1.0, 1.0, 2 * 8 * 4, dtype=jnp.float32).reshape(2, 8, 4)
+      >>> frames, nbytes = jlc.compress(x, 0.05)
+      >>> x_hat = jlc.decompress(frames, nbytes, shape=(8, 4))
+      >>> x_hat.shape, bool(jnp.abs(x_hat - x).max() <= 0.05 * 1.0)
+      ((2, 8, 4), True)
+    """
+    x, status = decompress_with_status(frames, nbytes, shape=shape, dtype=dtype)
+    if return_status:
+        warnings.warn(
+            "decompress(return_status=True) is deprecated; call decompress_with_status(...), "
+            "which returns (x_hat, status)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return x, status
+    return x
 
 
 def frame_status(
@@ -312,7 +336,7 @@ def frame_status(
     rows, dim = _chunk_shape(frames, shape)
     dt = check_dtype(dtype, "dtype")
     if not _ffi.available():
-        return decompress(frames, nbytes, shape=(rows, dim), dtype=dt, return_status=True)[1]
+        return decompress_with_status(frames, nbytes, shape=(rows, dim), dtype=dt)[1]
     _ffi.ensure_registered()
     _ffi.check_platform()
     call = jax.ffi.ffi_call(
@@ -323,4 +347,4 @@ def frame_status(
     status = call(
         frames, nbytes, rows=np.int64(rows), dim=np.int64(dim), dtype=np.int32(DTYPES[dt])
     )
-    return _typed_like(status, frames, nbytes)
+    return typed_like(status, frames, nbytes)

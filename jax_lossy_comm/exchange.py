@@ -12,38 +12,8 @@ cotangent (straight-through estimator, sec. 3), exact or through a backward code
 own error bound. The static settings are one frozen :class:`ExchangeConfig`.
 
 Codecs of fixed size (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``) travel in one
-dense ``all_to_all``.
-Variable-size frames take one of these paths (``ExchangeConfig.path``):
-
-* ``"ragged"`` (``"auto"`` where ``jax.lax.ragged_all_to_all`` is implemented, i.e. GPU):
-  every frame is one slice of ``ragged_all_to_all``, its ``nbytes`` rounded up to rows of
-  ``RAGGED_ROW_BYTES`` (16), written at its ``[source, table]`` place in the receiver's
-  buffer, so only used bytes (and at most 15 more per frame) move; the int32 byte counts travel
-  first in a tiny ``all_to_all``. The operand is ``uint8[rows, 16]`` (XLA's one-shot kernel
-  copies whole rows, not single bytes) and the offsets count rows, so they stay within int32
-  up to 32 GiB of frames per device (``ragged_rows`` refuses more). The capacity is the raw
-  size: every codec fits.
-* ``"dense"``: a dense ``all_to_all`` moves the static capacity of every frame, so the
-  capacity, not the frame size, decides the bytes moved. The dense path sizes frames with
-  fixed-rate quantization codes for the smallest REL bound in use (``min_error_bound``;
-  :func:`jax_lossy_comm.frame_capacity`) plus room for ``DEFAULT_OUTLIERS`` exact outliers;
-  ``codec="auto"`` still writes the smallest form that fits. REL 0.01 gives 6-bit codes: 5.33x
-  fewer bytes than raw float32 for [2048, 64] chunks. ABS mode has no static code width: its
-  dense capacity is the raw size unless ``FrameCodec(capacity=...)`` is given.
-* ``"packed"`` (``"auto"`` elsewhere: XLA:CPU has no ``ragged_all_to_all``): dense
-  collectives that move (about) the used bytes. Frames are compressed at the dense path's
-  capacity; each device packs its frames for a destination back to back behind their int32
-  byte counts; one scalar ``pmax`` (the same one that detects overflow) agrees on the largest
-  packed destination, and ``lax.switch`` runs the dense ``all_to_all`` of the smallest static
-  bucket that holds it (buckets shrink by ``PACKED_BUCKET_STEP`` from the full capacity).
-  Bucket rounding, the spread between destinations and devices whose tables compress worse
-  decide the overhead over ``frame_bytes``; values are bit-identical to the dense path.
-
-Why ``"auto"`` means packed without ``ragged_all_to_all`` (decided in :func:`resolve_path`
-only): its largest bucket is the dense path's bytes, so it never moves more, and on the DLRM
-exchange it moved about 4x fewer bytes than the dense frames for the same values (netns
-benchmark, issue 6; repeated embedding rows make most frames much smaller than the fixed-rate
-capacity). It costs a pack/unpack copy and one more int32 in the ``pmax``.
+dense ``all_to_all``. The wire paths of variable-size frames (dense, packed, ragged) are
+described in :mod:`jax_lossy_comm.wire`.
 
 Frames that do not fit (NaN/Inf beyond the outlier room, a bound below ``min_error_bound``, a
 too small ``capacity``) are never dropped or truncated: the count of overflowed frames is
@@ -51,10 +21,10 @@ too small ``capacity``) are never dropped or truncated: the count of overflowed 
 runs as the exact ``jax.lax.all_to_all`` of ``x`` (lossless) under ``lax.cond``;
 ``overflow_count`` and ``fallback`` in :class:`ExchangeStats` record it. Only ``all_to_all``,
 ``ragged_all_to_all`` and a scalar ``pmax`` are used (no ``psum_scatter``, which gloo gets
-wrong on chunks of about 4 MiB and up, jax issue 40830), so the same code runs across
+wrong on chunks of about 4 MiB and up, jax-ml/jax#40830), so the same code runs across
 processes started with ``jax.distributed.initialize`` (gloo on CPU, NCCL on GPU).
 
-Hierarchical exchange (``ExchangeConfig(topology="hierarchical")``, issue 16): on a
+Hierarchical exchange (``ExchangeConfig(topology="hierarchical")``): on a
 two-level mesh ``axis_name=(node_axis, local_axis)`` (N nodes x L devices, device ``n * L + l``
 as ``jax.lax.all_to_all`` numbers a tuple of axes, node-major) only blocks whose destination
 is on another node are coded; devices of one node talk over NVLink-class links where coding
@@ -91,7 +61,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import math
 from typing import NamedTuple
 
@@ -99,7 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_lossy_comm.codec import _varying_axes, check_dtype, concrete_error_bound
+from jax_lossy_comm.codec import check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import (
     DEFAULT_MIN_ERROR_BOUND,
     DEFAULT_OUTLIERS,
@@ -107,6 +76,26 @@ from jax_lossy_comm.comm_codec import (
     FrameCodec,
 )
 from jax_lossy_comm.layout import Layout, make_layout
+from jax_lossy_comm.stats import ExchangeStats, node_bytes
+from jax_lossy_comm.vma import as_varying, vary_over
+from jax_lossy_comm.wire import (
+    PACKED_BUCKET_STEP,
+    PACKED_MIN_FRACTION,
+    PATHS,
+    TEST_PATHS,
+    packed_buckets,
+    resolve_path,
+    send_frames,
+)
+
+# Moved to jax_lossy_comm.wire; still importable from here as before.
+from jax_lossy_comm.wire import RAGGED_ROW_BYTES as RAGGED_ROW_BYTES
+from jax_lossy_comm.wire import SentFrames as SentFrames
+from jax_lossy_comm.wire import bucket_index as bucket_index
+from jax_lossy_comm.wire import pack_frames as pack_frames
+from jax_lossy_comm.wire import ragged_rows as ragged_rows
+from jax_lossy_comm.wire import run_bucketed as run_bucketed
+from jax_lossy_comm.wire import unpack_frames as unpack_frames
 
 __all__ = [
     "DEFAULT_MIN_ERROR_BOUND",
@@ -124,66 +113,8 @@ __all__ = [
     "resolve_path",
 ]
 
-#: Packed path: bucket sizes (bytes per destination) shrink from the full capacity by this
-#: factor per step (2 ** 0.5: at most 29% of a bucket is padding) ...
-PACKED_BUCKET_STEP = 2.0**0.5
-#: ... down to this fraction of the full capacity (smaller needs use the smallest bucket).
-PACKED_MIN_FRACTION = 1.0 / 64
-PATHS = ("auto", "dense", "packed", "ragged")
 #: ``ExchangeConfig.topology`` choices (module docstring, "Hierarchical exchange").
 TOPOLOGIES = ("flat", "hierarchical")
-_TEST_PATHS = ("_ragged_emulated",)  # ragged offsets through dense collectives (CPU tests)
-
-
-class ExchangeStats(NamedTuple):
-    """Per-device statistics of one forward exchange (:func:`compressed_all_to_all_with_stats`)
-    or all-reduce (:func:`jax_lossy_comm.compressed_psum_with_stats`, both phases together).
-
-    Attributes:
-      raw_bytes: float32 scalar, this device's payload ``x`` as raw bytes (``x.size *
-        itemsize``; every block, the one kept for itself included).
-      frame_bytes: float32 scalar, sum of this device's frame sizes (what a variable-size
-        exchange moves; an overflowed frame counts with the size it needed; hierarchical: the
-        blocks for its own node count raw, they are not coded).
-      moved_bytes: float32 scalar, bytes the chosen path really sent: dense, ``chunks *
-        capacity`` plus the int32 byte counts; packed, the agreed bucket times P; ragged,
-        ``frame_bytes`` plus the byte counts; a fixed-size codec, its wire bytes (no counts);
-        after a fallback, ``raw_bytes``; hierarchical: ``intra_node_bytes +
-        inter_node_moved_bytes``.
-      compression_ratio: float32[P] or float32[P, T], raw / frame bytes of each chunk
-        (destination peer, table; hierarchical: 1 for the peers on the own node);
-        :func:`jax_lossy_comm.compressed_psum_with_stats`: float32[2], its reduce-scatter and
-        all-gather phases.
-      overflow_count: int32 scalar, this device's frames that did not fit the capacity.
-      fallback: int32 scalar, 1 when the exchange ran as the exact ``all_to_all`` because a
-        frame on some device overflowed (the same on every device), else 0.
-      capacity_bytes: float32 scalar, the static frame capacity of the chosen path.
-      intra_node_bytes: float32 scalar, bytes this device sent to the other devices of its
-        node (its own block never counts). Flat: their share of ``moved_bytes`` (compressed
-        like every block); hierarchical: the exact intra-node stage, ``raw_bytes * (L - 1) /
-        L`` (blocks from other nodes pass through it too). None from the all-reduce.
-      inter_node_raw_bytes: float32 scalar, raw bytes of the blocks whose destination is on
-        another node (what the exact exchange sends across nodes). None from the all-reduce.
-      inter_node_moved_bytes: float32 scalar, bytes this device really sent across nodes
-        (after a fallback: ``inter_node_raw_bytes``). None from the all-reduce.
-
-    Nodes: with ``axis_name=(node_axis, local_axis)`` (or a longer tuple) a node is one index
-    of the first axis; with a single axis name the whole axis is one node (the inter-node
-    fields are 0). The flat exchange's ``moved_bytes`` also counts the device's own block, so
-    ``intra_node_bytes + inter_node_moved_bytes`` is ``moved_bytes`` less that block's share;
-    the hierarchical exchange's ``moved_bytes`` is that sum (own blocks never move).
-    """
-
-    raw_bytes: jax.Array
-    frame_bytes: jax.Array
-    moved_bytes: jax.Array
-    compression_ratio: jax.Array
-    overflow_count: jax.Array
-    fallback: jax.Array
-    capacity_bytes: jax.Array
-    intra_node_bytes: jax.Array | None = None
-    inter_node_raw_bytes: jax.Array | None = None
-    inter_node_moved_bytes: jax.Array | None = None
 
 
 # --------------------------------------------------------------------------------- config
@@ -256,47 +187,12 @@ got 'sideways'
             raise ValueError(
                 f"ExchangeConfig.table_axis must be an int or None, got {self.table_axis!r}"
             )
-        if self.path not in PATHS + _TEST_PATHS:
+        if self.path not in PATHS + TEST_PATHS:
             raise ValueError(f"ExchangeConfig.path must be one of {PATHS}, got {self.path!r}")
         if self.topology not in TOPOLOGIES:
             raise ValueError(
                 f"ExchangeConfig.topology must be one of {TOPOLOGIES}, got {self.topology!r}"
             )
-
-
-def _ragged_supported() -> bool:
-    try:
-        return jax.devices()[0].platform in ("gpu", "cuda", "rocm")
-    except RuntimeError:
-        return False
-
-
-def resolve_path(path: str = "auto") -> str:
-    """The wire path a variable-size exchange takes: the one place ``"auto"`` is decided.
-
-    Args:
-      path: ``"auto"`` or a path of ``PATHS``.
-
-    Returns:
-      ``path`` itself, or for ``"auto"``: ``"ragged"`` where ``jax.lax.ragged_all_to_all`` is
-      implemented (the default backend is a GPU), else ``"packed"`` (never more bytes than
-      ``"dense"``, about 4x fewer on the DLRM exchange; module docstring).
-
-    Raises:
-      ValueError: an unknown path.
-
-    Examples:
-      >>> from jax_lossy_comm import resolve_path
-      >>> resolve_path("auto")  # on the CPU
-      'packed'
-      >>> resolve_path("dense")
-      'dense'
-    """
-    if path not in PATHS + _TEST_PATHS:
-        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-    if path != "auto":
-        return path
-    return "ragged" if _ragged_supported() else "packed"
 
 
 class _Plan(NamedTuple):
@@ -313,334 +209,7 @@ class _Plan(NamedTuple):
     topology: str  # "flat" | "hierarchical" (axis_name = (node_axis, local_axis))
 
 
-# --------------------------------------------------------------------------- wire paths
-def _emulated_ragged_all_to_all(
-    operand,
-    output,
-    input_offsets,
-    send_sizes,
-    output_offsets,
-    recv_sizes,
-    *,
-    axis_name,
-    max_size: int,
-):
-    """``jax.lax.ragged_all_to_all``'s documented semantics with dense collectives (slices of
-    at most ``max_size`` rows of the operand's first axis); lets CPU tests check the ragged
-    path's offsets. Checks its precondition, which XLA does not: every device's
-    ``send_sizes`` equal ``all_to_all(recv_sizes)`` (what its peers expect), else the
-    computation fails with a ValueError naming both."""
-    jax.debug.callback(
-        _check_ragged_sizes,
-        send_sizes,
-        jax.lax.all_to_all(recv_sizes, axis_name, 0, 0, tiled=True),
-    )
-    j = jnp.arange(max_size, dtype=jnp.int32)
-    src = jnp.clip(input_offsets[:, None] + j, 0, operand.shape[0] - 1)
-    keep = (j < send_sizes[:, None]).reshape(send_sizes.shape + j.shape + (1,) * (operand.ndim - 1))
-    sl = jnp.where(keep, operand[src], 0).astype(operand.dtype)  # [N, max, *row]
-    got = jax.lax.all_to_all(sl, axis_name, 0, 0, tiled=True)
-    offs = jax.lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True)
-    dst = jnp.where(j < recv_sizes[:, None], offs[:, None] + j, output.shape[0])
-    return output.at[dst.reshape(-1)].set(got.reshape((-1,) + operand.shape[1:]), mode="drop")
-
-
-RAGGED_ROW_BYTES = 16
-"""Bytes per row of the ragged path's operand: its sizes and offsets count these rows."""
-
-
-def ragged_rows(slices: int, capacity: int) -> int:
-    """Rows of ``RAGGED_ROW_BYTES`` per frame of the ragged path: ``ceil(capacity / 16)``.
-
-    Args:
-      slices: frames per device (``P * T``), each one slice of ``ragged_all_to_all``.
-      capacity: bytes of each frame's buffer.
-
-    Raises:
-      ValueError: the int32 row offsets (``slice x rows``) of ``slices`` frames would not fit
-        (more than ``2**31 - 1`` rows, 32 GiB, per device).
-
-    Examples:
-      >>> from jax_lossy_comm.exchange import ragged_rows
-      >>> ragged_rows(8 * 26, 8193)  # 8 peers x 26 tables of up to 8193 bytes
-      513
-    """
-    rows = -(-capacity // RAGGED_ROW_BYTES)
-    if slices * rows > np.iinfo(np.int32).max:
-        raise ValueError(
-            f"ragged path: {slices} frames of {capacity} bytes ({slices * rows} rows of "
-            f"{RAGGED_ROW_BYTES} bytes) per device exceed ragged_all_to_all's int32 offsets; "
-            "exchange fewer rows per call (split the batch) or use path='packed'"
-        )
-    return rows
-
-
-def _check_ragged_sizes(send_sizes, expected):
-    if not np.array_equal(np.asarray(send_sizes), np.asarray(expected)):
-        raise ValueError(
-            "ragged_all_to_all precondition broken: this device's send_sizes "
-            f"{np.asarray(send_sizes).tolist()} differ from the recv_sizes its peers expect "
-            f"{np.asarray(expected).tolist()}"
-        )
-
-
-def _exchange_frames(axis_name, path: str, frames, nbytes):
-    """Moves frames ``uint8[P, (T,) cap]`` to their destinations; returns the received frames
-    and byte counts indexed by source peer.
-
-    Dense: one ``all_to_all`` of the whole capacity. Ragged: each frame is one slice of
-    ``ragged_all_to_all`` (``P * T`` slices of ``ceil(nbytes / 16)`` rows of 16 bytes; the
-    capacity padded to whole rows), written at the same ``[source, table]`` position of the
-    receiver's buffer, so no packing is needed and only used rows move; the byte counts go
-    first in a tiny ``all_to_all``. Received bytes past a frame's ``nbytes`` are zero, as on
-    the other paths.
-
-    Raises:
-      ValueError: (ragged) offsets past int32 (``ragged_rows``).
-    """
-    ax = axis_name
-    rnb = jax.lax.all_to_all(nbytes, ax, 0, 0, tiled=True)
-    if path == "dense":
-        return jax.lax.all_to_all(frames, ax, 0, 0, tiled=True), rnb
-    p, cap = frames.shape[0], frames.shape[-1]
-    t = nbytes.size // p
-    row = RAGGED_ROW_BYTES
-    rows = ragged_rows(p * t, cap)
-    by_slice = frames.reshape(p * t, cap)
-    if rows * row != cap:
-        by_slice = jnp.pad(by_slice, ((0, 0), (0, rows * row - cap)))
-    flat = by_slice.reshape(p * t * rows, row)  # uint8[P*T*rows, 16]
-    slot = jnp.arange(p * t, dtype=jnp.int32) * rows  # [P*T], (dest, table)
-
-    def in_rows(n):
-        return (jnp.maximum(n.reshape(-1), 0).astype(jnp.int32) + row - 1) // row
-
-    send_sizes, recv_sizes = in_rows(nbytes), in_rows(rnb)
-    me = jax.lax.axis_index(ax).astype(jnp.int32)
-    # Frame (dest d, table k) lands in d's buffer at (me, k).
-    output_offsets = (me * t + jnp.arange(p * t, dtype=jnp.int32) % t) * rows
-    out = jnp.zeros_like(flat)
-    if path == "_ragged_emulated":
-        recv = _emulated_ragged_all_to_all(
-            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax, max_size=rows
-        )
-    else:
-        recv = jax.lax.ragged_all_to_all(
-            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax
-        )
-    recv = recv.reshape(p * t, rows * row)[:, :cap]
-    used = jnp.maximum(rnb.reshape(-1, 1), 0)  # the sender's bytes past nbytes in its last row
-    recv = jnp.where(jnp.arange(cap, dtype=jnp.int32) < used, recv, jnp.uint8(0))
-    return recv.reshape(frames.shape), rnb
-
-
-def packed_buckets(tables: int, capacity: int) -> tuple:
-    """Static bucket sizes (bytes per destination, ascending) of the packed path.
-
-    A destination's packed buffer holds ``4 * tables`` header bytes (the int32 byte counts)
-    then the frames back to back; the largest bucket fits every frame at full ``capacity``,
-    the others shrink by ``PACKED_BUCKET_STEP`` down to ``PACKED_MIN_FRACTION`` of it.
-    Sizes are multiples of 64 bytes (at least the header plus 64).
-    """
-    hdr = 4 * tables
-    top = hdr + tables * int(capacity)
-    out, b = {top}, float(top)
-    floor = max(hdr + 64, top * PACKED_MIN_FRACTION)
-    while True:
-        b /= PACKED_BUCKET_STEP
-        if b < floor:
-            break
-        out.add(min(top, hdr + 64 * math.ceil((b - hdr) / 64)))
-    return tuple(sorted(out))
-
-
-def pack_frames(frames, nbytes, size: int):
-    """``uint8[P, T, cap]`` frames + ``int32[P, T]`` counts -> ``uint8[P, size]``: per
-    destination the counts (4 bytes each) then the used bytes of every frame back to back,
-    zero padded. ``size`` must be at least ``4 * T + T * cap`` (the largest bucket).
-
-    Each frame is written whole (its bytes and its zero-filled rest of the capacity) at its
-    offset, in table order, so the next frame overwrites the previous one's padding: P x T
-    in-place ``dynamic_update_slice`` copies instead of a byte-wise gather.
-    """
-    p, t, cap = frames.shape
-    used = jnp.clip(nbytes, 0, cap)
-    off = 4 * t + jnp.cumsum(used, axis=1) - used  # [P, T]
-    header = jax.lax.bitcast_convert_type(nbytes.astype(jnp.int32), jnp.uint8).reshape(p, 4 * t)
-    buf = jnp.zeros((p, size), jnp.uint8).at[:, : 4 * t].set(header)
-    for d in range(p):
-        for k in range(t):
-            buf = jax.lax.dynamic_update_slice(buf, frames[d, k][None], (d, off[d, k]))
-    return buf
-
-
-def unpack_frames(buf, t: int, cap: int):
-    """Inverse of :func:`pack_frames` on the receiver: ``uint8[P, size]`` -> frames
-    ``uint8[P, T, cap]`` (zero past each frame's bytes) and counts ``int32[P, T]``."""
-    p, size = buf.shape
-    nb = jax.lax.bitcast_convert_type(buf[:, : 4 * t].reshape(p, t, 4), jnp.int32)
-    used = jnp.clip(nb, 0, cap)
-    off = 4 * t + jnp.cumsum(used, axis=1) - used  # [P, T]
-    fr = jnp.stack(
-        [
-            jnp.stack([jax.lax.dynamic_slice(buf, (d, off[d, k]), (1, cap))[0] for k in range(t)])
-            for d in range(p)
-        ]
-    )
-    i = jnp.arange(cap, dtype=jnp.int32)
-    return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
-
-
-def bucket_index(buckets: tuple, need):
-    """Index (int32 scalar) of the smallest static bucket that holds ``need`` bytes (the
-    largest bucket when none does); ``need`` must be the same on every device (pmax-ed)."""
-    b = jnp.asarray(buckets, jnp.int32)
-    return jnp.minimum(jnp.searchsorted(b, need), len(buckets) - 1).astype(jnp.int32)
-
-
-def run_bucketed(collective, buf, k, buckets: tuple):
-    """``collective`` of the first ``buckets[k]`` bytes of ``buf``'s last axis (one static
-    branch per bucket under ``lax.switch``), zero padded back to ``buckets[-1]``.
-
-    ``buf``: ``uint8[..., buckets[-1]]``; ``k``: :func:`bucket_index`, the same on every device.
-    Only the bucket's bytes travel. Used by the packed path and the all-reduce's all-gather.
-    """
-    top = buckets[-1]
-
-    def branch(size):
-        def go(b):
-            got = collective(b[..., :size])
-            return jnp.pad(got, [(0, 0)] * (got.ndim - 1) + [(0, top - size)])
-
-        return go
-
-    return jax.lax.switch(k, [branch(b) for b in buckets], buf)
-
-
-class SentFrames(NamedTuple):
-    """Variable-size frames handed to :func:`send_frames`.
-
-    Attributes:
-      receive: ``() -> (frames, nbytes)`` received, indexed by source peer (shapes of the
-        sent ones); call it only where ``any_overflow`` is False (it runs the collectives).
-      moved_bytes: float32 scalar, bytes the path moves (dense, packed or ragged; module
-        docstring).
-      overflow_count: int32 scalar, this device's frames that did not fit (``nbytes < 0``).
-      any_overflow: bool scalar, some device's frame did not fit (a ``pmax``: the same on
-        every device).
-      moved_per_peer: float32[P], the share of ``moved_bytes`` sent to each destination (the
-        device's own slot included), or None.
-    """
-
-    receive: object
-    moved_bytes: jax.Array
-    overflow_count: jax.Array
-    any_overflow: jax.Array
-    moved_per_peer: jax.Array | None = None
-
-
-def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> SentFrames:
-    """Agrees on overflow (one scalar ``pmax``) and prepares the exchange of variable-size
-    frames ``uint8[P, (T,) cap]`` with byte counts ``int32[P, (T,)]`` over ``path``
-    (``"dense" | "packed" | "ragged" | "_ragged_emulated"``). Shared by the exchange and the
-    all-reduce's reduce-scatter. ``agree_axis`` (default ``axis_name``): the axis of the
-    ``pmax``, so every device of it takes the same branch (the hierarchical exchange sends
-    over the node axis and agrees over both)."""
-    ax = axis_name
-    agree = ax if agree_axis is None else agree_axis
-    cap = frames.shape[-1]
-    n_over = (nbytes < 0).sum().astype(jnp.int32)
-    if path == "packed":
-        # Two phases in one step: a pmax of (overflows, largest packed destination) picks
-        # the smallest static bucket that holds every device's frames, then one dense
-        # all_to_all of that bucket carries counts and frames together.
-        p_, t_ = frames.shape[0], nbytes.size // frames.shape[0]
-        fr3, nb2 = frames.reshape(p_, t_, cap), nbytes.reshape(p_, t_)
-        need = (4 * t_ + jnp.maximum(nb2, 0).sum(axis=1)).max().astype(jnp.int32)
-        agg = jax.lax.pmax(jnp.stack([n_over, need]), agree)
-        any_over = agg[0] > 0
-        buckets = packed_buckets(t_, cap)
-        k = bucket_index(buckets, agg[1])
-
-        def a2a(buf):
-            return jax.lax.all_to_all(buf, ax, 0, 0, tiled=True)
-
-        def receive():
-            rbuf = run_bucketed(a2a, pack_frames(fr3, nb2, buckets[-1]), k, buckets)
-            rf, rnb = unpack_frames(rbuf, t_, cap)
-            return rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
-
-        bucket = jnp.asarray(buckets, jnp.float32)[k]
-        comp_moved = bucket * frames.shape[0]
-        per_peer = jnp.full(frames.shape[0], bucket)
-    else:
-        any_over = jax.lax.pmax(n_over, agree) > 0
-
-        def receive():
-            return _exchange_frames(ax, path, frames, nbytes)
-
-        p_ = frames.shape[0]
-        counts = 4.0 * nbytes.size
-        if path == "dense":
-            comp_moved = jnp.float32(frames.size + counts)
-            per_peer = jnp.full(p_, (frames.size + counts) / p_, jnp.float32)
-        else:  # ragged: whole rows of RAGGED_ROW_BYTES
-            row = RAGGED_ROW_BYTES
-            used = (jnp.abs(nbytes).astype(jnp.int32) + row - 1) // row * row
-            comp_moved = used.astype(jnp.float32).sum() + counts
-            per_peer = used.reshape(p_, -1).astype(jnp.float32).sum(axis=1) + counts / p_
-    return SentFrames(receive, comp_moved, n_over, any_over, per_peer)
-
-
 # ---------------------------------------------------------------------------- one direction
-def node_bytes(per_peer, axis_name):
-    """Splits per-destination byte counts into intra-node and inter-node sums.
-
-    Call inside ``shard_map`` over ``axis_name``. Nodes: with a tuple of two or more axis
-    names, a node is one index of the first (device ``d`` of the flattened axis, node-major
-    as ``jax.lax.all_to_all`` numbers them, is on node ``d // L``, L devices per node); a
-    single axis name is one node. The device's own entry counts in neither sum (it does not
-    leave the device).
-
-    Args:
-      per_peer: float ``[P]``, bytes this device sends to each device of ``axis_name``.
-      axis_name: a mesh axis name or a tuple of them (static).
-
-    Returns:
-      ``(intra_node, inter_node)``: float32 scalars, the bytes sent to the other devices of
-      this device's node and to the devices of other nodes.
-
-    Raises:
-      ValueError: ``per_peer`` is not ``[P]`` with P the size of ``axis_name``.
-
-    Examples:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P
-      >>> from jax_lossy_comm import node_bytes
-      >>> mesh = jax.make_mesh((2, 4), ("node", "local"),
-      ...                      axis_types=(jax.sharding.AxisType.Auto,) * 2)
-      >>> def f():  # 100 bytes to every device of the 2 x 4 mesh
-      ...     intra, inter = node_bytes(jnp.full(8, 100.0), ("node", "local"))
-      ...     return intra[None], inter[None]
-      >>> intra, inter = jax.shard_map(f, mesh=mesh, in_specs=(),
-      ...                              out_specs=(P(("node", "local")),) * 2)()
-      >>> float(intra[0]), float(inter[0])  # 3 local peers, 4 peers on the other node
-      (300.0, 400.0)
-    """
-    per_peer = jnp.asarray(per_peer, jnp.float32)
-    p = jax.lax.axis_size(axis_name)
-    if per_peer.shape != (p,):
-        raise ValueError(f"per_peer must have shape ({p},) (the axis size), got {per_peer.shape}")
-    multi = isinstance(axis_name, tuple) and len(axis_name) >= 2
-    local = p // jax.lax.axis_size(axis_name[0]) if multi else p
-    me = jax.lax.axis_index(axis_name)
-    d = jnp.arange(p)
-    same = d // local == me // local
-    intra = jnp.where(same & (d != me), per_peer, 0.0).sum()
-    inter = jnp.where(same, 0.0, per_peer).sum()
-    return intra, inter
-
-
 def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
     """One exchange of ``x`` (the forward, or the cotangent's with ``backward_pass``) through
     its codec: ``(y, ExchangeStats)``.
@@ -738,16 +307,8 @@ def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
         inter_node_moved_bytes=jnp.asarray(inter_moved, jnp.float32),
     )
     if hier:  # statistics varying over the node axis only: over both, as the flat ones
-        stats = jax.tree.map(lambda v: _vary_over(v, plan.axis_name), stats)
+        stats = jax.tree.map(lambda v: vary_over(v, plan.axis_name), stats)
     return y, stats
-
-
-def _vary_over(v, axis_name):
-    """``v`` typed as varying over every axis of ``axis_name`` when it varies over some
-    (``jax.lax.psum`` over the tuple refuses a partly varying value); else ``v``."""
-    have = _varying_axes(v)
-    missing = tuple(a for a in axis_name if a not in have)
-    return jax.lax.pcast(v, missing, to="varying") if have and missing else v
 
 
 # ---------------------------------------------------------- the straight-through gradient
@@ -796,11 +357,21 @@ def _codec_bound(codec, bound, grid, what):
     return _prepare_bound(bound, grid, what)
 
 
-def compressed_all_to_all_with_stats(x, axis_name, split_axis, concat_axis, **kwargs):
+def compressed_all_to_all_with_stats(
+    x,
+    axis_name,
+    split_axis: int,
+    concat_axis: int,
+    *,
+    axis_index_groups=None,
+    tiled: bool = False,
+    error_bound=None,
+    backward_error_bound=None,
+    config: ExchangeConfig | None = None,
+):
     """:func:`compressed_all_to_all` that also returns this device's :class:`ExchangeStats`.
 
-    Arguments (bound against :func:`compressed_all_to_all`'s signature, so the keyword
-    arguments and their defaults are the same), errors and references as
+    Arguments (the same, with the same defaults), errors and references as
     :func:`compressed_all_to_all`.
 
     Returns:
@@ -824,11 +395,17 @@ def compressed_all_to_all_with_stats(x, axis_name, split_axis, concat_axis, **kw
       >>> int(raw[0]), int(moved[0]), round(float(raw[0] / moved[0]), 2)  # 6-bit codes
       (65536, 13240, 4.95)
     """
-    args = inspect.signature(compressed_all_to_all).bind(
-        x, axis_name, split_axis, concat_axis, **kwargs
+    return _exchange_with_stats(
+        x,
+        axis_name,
+        split_axis,
+        concat_axis,
+        axis_index_groups=axis_index_groups,
+        tiled=tiled,
+        error_bound=error_bound,
+        backward_error_bound=backward_error_bound,
+        config=config,
     )
-    args.apply_defaults()
-    return _exchange_with_stats(**args.arguments)
 
 
 def _check_hierarchical(axis_name, config: ExchangeConfig) -> None:
@@ -851,12 +428,14 @@ def _exchange_with_stats(
     axis_name,
     split_axis,
     concat_axis,
+    *,
     axis_index_groups,
     tiled,
     error_bound,
     backward_error_bound,
     config,
 ):
+    """The one core of both public functions: ``(y, ExchangeStats)``."""
     if axis_index_groups is not None:
         raise NotImplementedError("compressed_all_to_all: axis_index_groups is not supported")
     config = ExchangeConfig() if config is None else config
@@ -870,14 +449,8 @@ def _exchange_with_stats(
     lay = make_layout(x.shape, p, split_axis, concat_axis, config.table_axis, tiled)
     if x.size == 0:  # nothing to compress (e.g. no tables on this shard): the exact empty result
         y = jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)
-        zero = jnp.float32(0)
-        ratio = jnp.ones(lay.grid, jnp.float32)
-        zi = jnp.int32(0)
-        return y, ExchangeStats(zero, zero, zero, ratio, zi, zi, zero, zero, zero, zero)
-    axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-    missing = tuple(a for a in axes if a not in _varying_axes(x))
-    if missing:  # x the same on every device (in_specs=P()): typed as varying, as the
-        x = jax.lax.pcast(x, missing, to="varying")  # exchange's result is (no-op w/o check_vma)
+        return y, ExchangeStats.exact(0.0, lay.grid, capacity_bytes=0.0, axis_name=axis_name)
+    x = as_varying(x, axis_name)  # x the same on every device (in_specs=P()): as y is
     path = resolve_path(config.path)
     dense = path in ("dense", "packed")
     fwd, bwd = config.forward, config.backward
@@ -1017,5 +590,15 @@ def compressed_all_to_all(
       sec. 4 (quantization without prediction, REL bound). Hierarchical all-to-all: NVIDIA
       HugeCTR (``HierAll2Allv``), NCCL-based two-stage intra/inter-node exchanges.
     """
-    args = (axis_index_groups, tiled, error_bound, backward_error_bound, config)
-    return _exchange_with_stats(x, axis_name, split_axis, concat_axis, *args)[0]
+    y, _ = _exchange_with_stats(
+        x,
+        axis_name,
+        split_axis,
+        concat_axis,
+        axis_index_groups=axis_index_groups,
+        tiled=tiled,
+        error_bound=error_bound,
+        backward_error_bound=backward_error_bound,
+        config=config,
+    )
+    return y

@@ -421,3 +421,39 @@ def test_rel_bound_within():
         got = float(np.float32(np.float32(r) * np.float32(np.float32(hi) - np.float32(lo))))
         assert got <= eb and got >= eb * (1 - 1e-6)
     assert registry.rel_bound_within(1.0, 1.0, 0.1) == 0.0
+
+
+def test_exchange_compile_ratios_and_markdown():
+    from bench import exchange_compile
+
+    def row(lib, p, variant, compile_s, hlo, stablehlo):
+        return dict(
+            library=lib,
+            devices=p,
+            variant=variant,
+            lower_s=0.1,
+            compile_s=compile_s,
+            hlo_chars=hlo,
+            stablehlo_chars=stablehlo,
+        )
+
+    rows = [
+        row("candidate", 8, "lax", 1.0, 100, 10),
+        row("candidate", 8, "dense", 2.0, 400, 40),
+        row("candidate", 8, "packed", 3.0, 1000, 100),
+        row("candidate", 8, "ragged", None, None, 60),
+        row("baseline", 8, "dense", 2.0, 400, 40),
+        {"library": "baseline", "devices": 64, "error": "timed out after 5 s"},
+    ]
+    (q,) = [r for r in exchange_compile.ratios(rows) if r["library"] == "candidate"]
+    assert q["packed_over_dense_compile"] == 1.5
+    assert q["packed_over_dense_hlo"] == 2.5
+    assert q["packed_over_dense_stablehlo"] == 2.5
+    assert q["ragged_over_dense_stablehlo"] == 1.5
+    assert q["packed_over_lax_compile"] == 3.0
+    (b,) = [r for r in exchange_compile.ratios(rows) if r["library"] == "baseline"]
+    assert b["packed_over_dense_compile"] is None  # no packed row
+    result = {"rows": rows, "ratios": exchange_compile.ratios(rows), "env": {}, "baseline": "X"}
+    text = exchange_compile.markdown(result)
+    assert "| candidate | 8 | packed | 0.10 | 3.00 | 100 | 1,000 |" in text
+    assert "timed out after 5 s" in text

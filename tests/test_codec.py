@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +27,7 @@ SETTINGS = settings(
 
 def roundtrip(x, eb, **kw):
     frames, nbytes = lc.compress(x, eb, **kw)
-    y, status = lc.decompress(frames, nbytes, shape=x.shape[-2:], dtype=x.dtype, return_status=True)
+    y, status = lc.decompress_with_status(frames, nbytes, shape=x.shape[-2:], dtype=x.dtype)
     return np.asarray(frames), np.asarray(nbytes), np.asarray(y), np.asarray(status)
 
 
@@ -362,7 +363,7 @@ def test_corrupt_frames_give_status_and_nan_never_a_crash(which, pos, bit, cut, 
         f[:] = np.random.default_rng(pos).integers(0, 256, f.shape[0], dtype=np.uint8)
         f[0], f[1] = frame.MAGIC, (frame.VERSION << 4) | (bit & 1)
         n = np.int32(pos % f.shape[0])
-    y, status = lc.decompress(f, n, shape=(128, 32), return_status=True)
+    y, status = lc.decompress_with_status(f, n, shape=(128, 32))
     assert int(status) != 0
     assert np.isnan(np.asarray(y)).all()
     assert int(lc.frame_status(f, n, shape=(128, 32))) == int(status)
@@ -371,6 +372,22 @@ def test_corrupt_frames_give_status_and_nan_never_a_crash(which, pos, bit, cut, 
 def test_status_text_is_available():
     assert lc.describe_status([0, 7]) == [frame.STATUS[0], frame.STATUS[7]]
     assert "unknown" in lc.describe_status([99])[0]
+
+
+def test_decompress_return_status_is_deprecated_and_still_works():
+    x = jnp.linspace(-1.0, 1.0, 3 * 8 * 4, dtype=jnp.float32).reshape(3, 8, 4)
+    frames, nbytes = lc.compress(x, 0.05)
+    bad = frames.at[2, 0].set(0)  # the third frame's magic byte
+    want_x, want_status = lc.decompress_with_status(bad, nbytes, shape=(8, 4))
+    assert np.asarray(want_status).tolist() == [0, 0, 3]
+    with pytest.warns(DeprecationWarning, match="decompress_with_status"):
+        got_x, got_status = lc.decompress(bad, nbytes, shape=(8, 4), return_status=True)
+    np.testing.assert_array_equal(np.asarray(got_status), np.asarray(want_status))
+    np.testing.assert_array_equal(np.asarray(got_x), np.asarray(want_x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no flag: the values alone, no warning
+        plain = lc.decompress(bad, nbytes, shape=(8, 4))
+    np.testing.assert_array_equal(np.asarray(plain), np.asarray(want_x))
 
 
 def test_dumps_fixture_points_at_shared_data():
@@ -434,7 +451,7 @@ def test_outputs_are_typed_like_inputs_inside_shard_map():
     psum's transpose sum every device's cotangent: the DESIGN.md pitfall)."""
     from jax.sharding import PartitionSpec as P
 
-    from jax_lossy_comm.codec import _varying_axes as varying_axes  # jax.typeof(v).vma
+    from jax_lossy_comm.vma import varying_axes  # jax.typeof(v).vma
 
     mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
     rows, dim = 16, 8

@@ -75,8 +75,8 @@ def compress_on(dev, x, eb, **kw):
 
 def decompress_on(dev, frames, nbytes, shape, dtype):
     with jax.default_device(dev):
-        x, st = jlc.decompress(
-            _put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype, return_status=True
+        x, st = jlc.decompress_with_status(
+            _put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype
         )
     return np.asarray(x), np.asarray(st)
 

@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_lossy_comm as jlc
 from jax_lossy_comm import exchange as ex
+from jax_lossy_comm import wire
 
 NDEV = 8
 pytestmark = pytest.mark.skipif(
@@ -390,6 +391,52 @@ def test_packed_buckets():
     assert all(x % 64 == 16 for x in b[:-1])
     assert all(hi / lo <= ex.PACKED_BUCKET_STEP * 1.2 for lo, hi in zip(b, b[1:]))
     assert b[0] <= b[-1] * ex.PACKED_MIN_FRACTION * ex.PACKED_BUCKET_STEP + 64
+
+
+def _packed_reference(frames, nbytes, size):
+    """The packed layout written out in numpy: per destination the int32 counts, then each
+    frame's first nbytes bytes back to back, zeros after."""
+    p, t, cap = frames.shape
+    buf = np.zeros((p, size), np.uint8)
+    for d in range(p):
+        buf[d, : 4 * t] = nbytes[d].astype("<i4").view(np.uint8)
+        at = 4 * t
+        for k in range(t):
+            n = int(np.clip(nbytes[d, k], 0, cap))
+            buf[d, at : at + n] = frames[d, k, :n]
+            at += n
+    return buf
+
+
+@pytest.mark.parametrize("p, t, cap", [(8, 26, 300), (3, 1, 77), (16, 2, 64)])
+def test_pack_frames_writes_the_packed_layout_and_unpack_inverts_it(p, t, cap):
+    rng = np.random.default_rng(p * t)
+    nb = rng.integers(-3, cap + 1, (p, t)).astype(np.int32)  # negative: an overflowed frame
+    nb[0, 0], nb[-1, -1] = 0, cap
+    frames = rng.integers(1, 256, (p, t, cap)).astype(np.uint8)  # bytes past nbytes not zero
+    size = wire.packed_buckets(t, cap)[-1]
+    buf = np.asarray(jax.jit(wire.pack_frames, static_argnums=2)(frames, nb, size))
+    np.testing.assert_array_equal(buf, _packed_reference(frames, nb, size))
+    got, got_nb = jax.jit(wire.unpack_frames, static_argnums=(1, 2))(buf, t, cap)
+    kept = np.arange(cap) < nb[..., None]
+    np.testing.assert_array_equal(np.asarray(got), np.where(kept, frames, 0))
+    np.testing.assert_array_equal(np.asarray(got_nb), nb)
+
+
+def test_pack_and_unpack_programs_do_not_grow_with_peers_or_tables():
+    """The packed path's copies are one scatter and one gather, not one op per frame (which
+    made the compiled exchange grow with the device count)."""
+
+    def ops(p, t, cap=256):
+        size = wire.packed_buckets(t, cap)[-1]
+        frames = jax.ShapeDtypeStruct((p, t, cap), jnp.uint8)
+        nb = jax.ShapeDtypeStruct((p, t), jnp.int32)
+        packed = jax.jit(wire.pack_frames, static_argnums=2).lower(frames, nb, size)
+        buf = jax.ShapeDtypeStruct((p, size), jnp.uint8)
+        unpacked = jax.jit(wire.unpack_frames, static_argnums=(1, 2)).lower(buf, t, cap)
+        return [text.as_text().count(" = ") for text in (packed, unpacked)]
+
+    assert ops(8, 2) == ops(256, 2) == ops(8, 26)
 
 
 def test_bfloat16(mesh):

@@ -15,6 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_lossy_comm as jlc
 from jax_lossy_comm import exchange as ex
+from jax_lossy_comm import wire
 
 NDEV = 8
 pytestmark = pytest.mark.skipif(
@@ -82,7 +83,7 @@ def test_emulation_checks_send_sizes_against_what_the_peers_expect(mesh):
             me = jax.lax.axis_index("i")
             slot = jnp.arange(NDEV, dtype=jnp.int32) * rows
             out_off = jnp.full((NDEV,), me * rows, jnp.int32)
-            return ex._emulated_ragged_all_to_all(
+            return wire.emulated_ragged_all_to_all(
                 op, jnp.zeros_like(op), slot, s, out_off, r, axis_name="i", max_size=rows
             )
 
@@ -117,7 +118,7 @@ def test_offsets_past_int32_are_refused_with_a_clear_error(mesh):
         ex.ragged_rows(NDEV * 26, 2**28)
 
     def local(frames, nbytes):
-        return ex._exchange_frames("i", "ragged", frames, nbytes)[0]
+        return wire.exchange_frames("i", "ragged", frames, nbytes)[0]
 
     frames = jax.ShapeDtypeStruct((NDEV * NDEV, 26, 2**28), jnp.uint8)  # never allocated
     nbytes = jax.ShapeDtypeStruct((NDEV * NDEV, 26), jnp.int32)

@@ -106,7 +106,7 @@ def assert_same_frames(f_c, n_c, f_r, n_r, what: str):
 
 def assert_same_decode(frames, nbytes, rows: int, dim: int, dtype: np.dtype, what: str):
     """Both decoders on the same frames: equal statuses and bitwise-equal values."""
-    x_c, s_c = jlc.decompress(frames, nbytes, shape=(rows, dim), dtype=dtype, return_status=True)
+    x_c, s_c = jlc.decompress_with_status(frames, nbytes, shape=(rows, dim), dtype=dtype)
     x_r, s_r = ref.decompress(frames, nbytes, shape=(rows, dim), dtype=dtype)
     np.testing.assert_array_equal(np.asarray(s_r), np.asarray(s_c), err_msg=f"statuses ({what})")
     np.testing.assert_array_equal(bits(x_r), bits(x_c), err_msg=f"values ({what})")
@@ -359,7 +359,7 @@ def test_corrupt_frames_statuses_match_cpp(dtype):
         np.asarray(a) for a in _cpp_compress(x, eb, mode="rel", codec="fixed", capacity=capacity)
     )
     bad_f, bad_n = corrupt_variants(frames, nbytes, np.random.default_rng(1))
-    x_c, s_c = jlc.decompress(bad_f, bad_n, shape=(rows, dim), dtype=dtype, return_status=True)
+    x_c, s_c = jlc.decompress_with_status(bad_f, bad_n, shape=(rows, dim), dtype=dtype)
     x_r, s_r = ref.decompress(bad_f, bad_n, shape=(rows, dim), dtype=dtype)
     s_c, s_r = np.asarray(s_c), np.asarray(s_r)
     # Frames with dictionary/Huffman flags: the reference stops at those sections (status 10).
@@ -449,7 +449,7 @@ def test_codec_falls_back_to_reference(monkeypatch):
     got = codec.compress(x, eb, codec="fixed", capacity=capacity)
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(expected[0]))
     np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(expected[1]))
-    _, status = codec.decompress(*got, shape=(ROWS, DIM), return_status=True)
+    _, status = codec.decompress_with_status(*got, shape=(ROWS, DIM))
     assert (np.asarray(status) == 0).all()
     np.testing.assert_array_equal(np.asarray(codec.frame_status(*got, shape=(ROWS, DIM))), 0)
 

@@ -103,7 +103,7 @@ _WORKER = textwrap.dedent("""
             capacity = cap if cap > 0 else frame.frame_capacity(
                 x.shape, np.float32, codec, min_error_bound=eb if codec == "fixed" else None)
             f, n = jlc.compress(x, eb, codec=codec, capacity=capacity)
-            v, s = jlc.decompress(f, n, shape=x.shape, return_status=True)
+            v, s = jlc.decompress_with_status(f, n, shape=x.shape)
             out[f"{key}|{codec}|frames"] = np.asarray(f)
             out[f"{key}|{codec}|nbytes"] = np.asarray(n)
             out[f"{key}|{codec}|values"] = np.asarray(v).view(np.uint32)

@@ -23,7 +23,6 @@ from jax_lossy_comm import (
     FrameCodec,
     Int8Rowwise,
     compressed_all_to_all_with_stats,
-    node_bytes,
 )
 
 #: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
@@ -87,19 +86,11 @@ def embedding_exchange(
     raw_bytes = jnp.float32(pooled.size * pooled.dtype.itemsize)
     if compression == "off":
         y = jax.lax.all_to_all(pooled, axis_name, 0, 1, tiled=True)
-        zero = jnp.int32(0)
-        intra, inter = node_bytes(jnp.full(p, raw_bytes / p), axis_name)
-        stats = ExchangeStats(
+        stats = ExchangeStats.exact(
             raw_bytes,
-            raw_bytes,
-            raw_bytes,
-            jnp.ones((p, pooled.shape[1]), jnp.float32),
-            zero,
-            zero,
-            jnp.float32(pooled.size * pooled.dtype.itemsize / p),
-            intra,
-            inter,
-            inter,
+            (p, pooled.shape[1]),
+            capacity_bytes=pooled.size * pooled.dtype.itemsize / p,
+            axis_name=axis_name,
         )
         return y, stats
     if compression != "on":

@@ -77,9 +77,7 @@ def reduce_head_grads(config, g_head, grad_ef: ErrorFeedbackState, axis_name):
     if mode == "exact":
         g = jax.lax.psum(g_head, axis_name)
         nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(g_head))
-        raw = jnp.float32(2 * nbytes)
-        zero = jnp.int32(0)
-        stats = ExchangeStats(raw, raw, raw, jnp.ones(2, jnp.float32), zero, zero, raw)
+        stats = ExchangeStats.exact(2 * nbytes, (2,), capacity_bytes=2 * nbytes)
         return g, grad_ef, stats
     cfg = _allreduce_config(config)
     eb = config.grad_error_bound if mode == "compressed" else None

@@ -150,14 +150,14 @@ def _run_group(
     )
     frames, nbytes = enc(x, jnp.asarray(bounds, jnp.float32))
     shape = data.shape[-2:]
-    x_hat, status = jlc.decompress(frames, nbytes, shape=shape, dtype=x.dtype, return_status=True)
+    x_hat, status = jlc.decompress_with_status(frames, nbytes, shape=shape, dtype=x.dtype)
     frames, nbytes = np.asarray(frames), np.asarray(nbytes)
     bad_f, bad_n = _corrupt(frames, nbytes, corrupt_seed)
     bad_status = jlc.frame_status(
         jnp.asarray(bad_f), jnp.asarray(bad_n), shape=shape, dtype=x.dtype
     )
-    bad_hat, bad_status2 = jlc.decompress(
-        jnp.asarray(bad_f), jnp.asarray(bad_n), shape=shape, dtype=x.dtype, return_status=True
+    bad_hat, bad_status2 = jlc.decompress_with_status(
+        jnp.asarray(bad_f), jnp.asarray(bad_n), shape=shape, dtype=x.dtype
     )
     h = hashlib.sha256()
     _digest(

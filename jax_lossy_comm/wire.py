@@ -1,0 +1,408 @@
+"""Wire paths of variable-size frames: how the exchange and the all-reduce move frames.
+
+Shared by :mod:`jax_lossy_comm.exchange` and :mod:`jax_lossy_comm.allreduce`; every name here
+is public to the package (the user-facing ones are re-exported by ``jax_lossy_comm`` and
+``jax_lossy_comm.exchange``).
+
+Codecs of fixed size (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``) travel in one
+dense ``all_to_all``.
+Variable-size frames take one of these paths (``ExchangeConfig.path``):
+
+* ``"ragged"`` (``"auto"`` where ``jax.lax.ragged_all_to_all`` is implemented, i.e. GPU):
+  every frame is one slice of ``ragged_all_to_all``, its ``nbytes`` rounded up to rows of
+  ``RAGGED_ROW_BYTES`` (16), written at its ``[source, table]`` place in the receiver's
+  buffer, so only used bytes (and at most 15 more per frame) move; the int32 byte counts travel
+  first in a tiny ``all_to_all``. The operand is ``uint8[rows, 16]`` (XLA's one-shot kernel
+  copies whole rows, not single bytes) and the offsets count rows, so they stay within int32
+  up to 32 GiB of frames per device (``ragged_rows`` refuses more). The capacity is the raw
+  size: every codec fits.
+* ``"dense"``: a dense ``all_to_all`` moves the static capacity of every frame, so the
+  capacity, not the frame size, decides the bytes moved. The dense path sizes frames with
+  fixed-rate quantization codes for the smallest REL bound in use (``min_error_bound``;
+  :func:`jax_lossy_comm.frame_capacity`) plus room for ``DEFAULT_OUTLIERS`` exact outliers;
+  ``codec="auto"`` still writes the smallest form that fits. REL 0.01 gives 6-bit codes: 5.33x
+  fewer bytes than raw float32 for [2048, 64] chunks. ABS mode has no static code width: its
+  dense capacity is the raw size unless ``FrameCodec(capacity=...)`` is given.
+* ``"packed"`` (``"auto"`` elsewhere: XLA:CPU has no ``ragged_all_to_all``): dense
+  collectives that move (about) the used bytes. Frames are compressed at the dense path's
+  capacity; each device packs its frames for a destination back to back behind their int32
+  byte counts; one scalar ``pmax`` (the same one that detects overflow) agrees on the largest
+  packed destination, and ``lax.switch`` runs the dense ``all_to_all`` of the smallest static
+  bucket that holds it (buckets shrink by ``PACKED_BUCKET_STEP`` from the full capacity).
+  Bucket rounding, the spread between destinations and devices whose tables compress worse
+  decide the overhead over ``frame_bytes``; values are bit-identical to the dense path.
+
+Why ``"auto"`` means packed without ``ragged_all_to_all`` (decided in :func:`resolve_path`
+only): its largest bucket is the dense path's bytes, so it never moves more, and on the DLRM
+exchange it moved about 4x fewer bytes than the dense frames for the same values
+(``bench/netns_bench.py``; repeated embedding rows make most frames much smaller than the
+fixed-rate capacity). It costs a pack/unpack copy (one scatter and one gather, whatever the
+device count) and one more int32 in the ``pmax``.
+
+``TEST_PATHS`` holds ``"_ragged_emulated"``: the ragged path's offsets through dense
+collectives (:func:`emulated_ragged_all_to_all`), for CPU tests only.
+
+References:
+  S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model Training
+  with Dual-Level Adaptive Lossy Compression", SC24, arXiv 2407.04272, 2024, sec. 3-4.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "PACKED_BUCKET_STEP",
+    "PACKED_MIN_FRACTION",
+    "PATHS",
+    "RAGGED_ROW_BYTES",
+    "TEST_PATHS",
+    "SentFrames",
+    "bucket_index",
+    "emulated_ragged_all_to_all",
+    "exchange_frames",
+    "pack_frames",
+    "packed_buckets",
+    "ragged_rows",
+    "resolve_path",
+    "run_bucketed",
+    "send_frames",
+    "unpack_frames",
+]
+
+#: Packed path: bucket sizes (bytes per destination) shrink from the full capacity by this
+#: factor per step (2 ** 0.5: at most 29% of a bucket is padding) ...
+PACKED_BUCKET_STEP = 2.0**0.5
+#: ... down to this fraction of the full capacity (smaller needs use the smallest bucket).
+PACKED_MIN_FRACTION = 1.0 / 64
+PATHS = ("auto", "dense", "packed", "ragged")
+TEST_PATHS = ("_ragged_emulated",)  # ragged offsets through dense collectives (CPU tests)
+
+
+def _ragged_supported() -> bool:
+    try:
+        return jax.devices()[0].platform in ("gpu", "cuda", "rocm")
+    except RuntimeError:
+        return False
+
+
+def resolve_path(path: str = "auto") -> str:
+    """The wire path a variable-size exchange takes: the one place ``"auto"`` is decided.
+
+    Args:
+      path: ``"auto"`` or a path of ``PATHS``.
+
+    Returns:
+      ``path`` itself, or for ``"auto"``: ``"ragged"`` where ``jax.lax.ragged_all_to_all`` is
+      implemented (the default backend is a GPU), else ``"packed"`` (never more bytes than
+      ``"dense"``, about 4x fewer on the DLRM exchange; module docstring).
+
+    Raises:
+      ValueError: an unknown path.
+
+    Examples:
+      >>> from jax_lossy_comm import resolve_path
+      >>> resolve_path("auto")  # on the CPU
+      'packed'
+      >>> resolve_path("dense")
+      'dense'
+    """
+    if path not in PATHS + TEST_PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path != "auto":
+        return path
+    return "ragged" if _ragged_supported() else "packed"
+
+
+def emulated_ragged_all_to_all(
+    operand,
+    output,
+    input_offsets,
+    send_sizes,
+    output_offsets,
+    recv_sizes,
+    *,
+    axis_name,
+    max_size: int,
+):
+    """``jax.lax.ragged_all_to_all``'s documented semantics with dense collectives (slices of
+    at most ``max_size`` rows of the operand's first axis); lets CPU tests check the ragged
+    path's offsets. Checks its precondition, which XLA does not: every device's
+    ``send_sizes`` equal ``all_to_all(recv_sizes)`` (what its peers expect), else the
+    computation fails with a ValueError naming both."""
+    jax.debug.callback(
+        _check_ragged_sizes,
+        send_sizes,
+        jax.lax.all_to_all(recv_sizes, axis_name, 0, 0, tiled=True),
+    )
+    j = jnp.arange(max_size, dtype=jnp.int32)
+    src = jnp.clip(input_offsets[:, None] + j, 0, operand.shape[0] - 1)
+    keep = (j < send_sizes[:, None]).reshape(send_sizes.shape + j.shape + (1,) * (operand.ndim - 1))
+    sl = jnp.where(keep, operand[src], 0).astype(operand.dtype)  # [N, max, *row]
+    got = jax.lax.all_to_all(sl, axis_name, 0, 0, tiled=True)
+    offs = jax.lax.all_to_all(output_offsets, axis_name, 0, 0, tiled=True)
+    dst = jnp.where(j < recv_sizes[:, None], offs[:, None] + j, output.shape[0])
+    return output.at[dst.reshape(-1)].set(got.reshape((-1,) + operand.shape[1:]), mode="drop")
+
+
+RAGGED_ROW_BYTES = 16
+"""Bytes per row of the ragged path's operand: its sizes and offsets count these rows."""
+
+
+def ragged_rows(slices: int, capacity: int) -> int:
+    """Rows of ``RAGGED_ROW_BYTES`` per frame of the ragged path: ``ceil(capacity / 16)``.
+
+    Args:
+      slices: frames per device (``P * T``), each one slice of ``ragged_all_to_all``.
+      capacity: bytes of each frame's buffer.
+
+    Raises:
+      ValueError: the int32 row offsets (``slice x rows``) of ``slices`` frames would not fit
+        (more than ``2**31 - 1`` rows, 32 GiB, per device).
+
+    Examples:
+      >>> from jax_lossy_comm.wire import ragged_rows
+      >>> ragged_rows(8 * 26, 8193)  # 8 peers x 26 tables of up to 8193 bytes
+      513
+    """
+    rows = -(-capacity // RAGGED_ROW_BYTES)
+    if slices * rows > np.iinfo(np.int32).max:
+        raise ValueError(
+            f"ragged path: {slices} frames of {capacity} bytes ({slices * rows} rows of "
+            f"{RAGGED_ROW_BYTES} bytes) per device exceed ragged_all_to_all's int32 offsets; "
+            "exchange fewer rows per call (split the batch) or use path='packed'"
+        )
+    return rows
+
+
+def _check_ragged_sizes(send_sizes, expected):
+    if not np.array_equal(np.asarray(send_sizes), np.asarray(expected)):
+        raise ValueError(
+            "ragged_all_to_all precondition broken: this device's send_sizes "
+            f"{np.asarray(send_sizes).tolist()} differ from the recv_sizes its peers expect "
+            f"{np.asarray(expected).tolist()}"
+        )
+
+
+def exchange_frames(axis_name, path: str, frames, nbytes):
+    """Moves frames ``uint8[P, (T,) cap]`` to their destinations; returns the received frames
+    and byte counts indexed by source peer.
+
+    Dense: one ``all_to_all`` of the whole capacity. Ragged: each frame is one slice of
+    ``ragged_all_to_all`` (``P * T`` slices of ``ceil(nbytes / 16)`` rows of 16 bytes; the
+    capacity padded to whole rows), written at the same ``[source, table]`` position of the
+    receiver's buffer, so no packing is needed and only used rows move; the byte counts go
+    first in a tiny ``all_to_all``. Received bytes past a frame's ``nbytes`` are zero, as on
+    the other paths.
+
+    Raises:
+      ValueError: (ragged) offsets past int32 (``ragged_rows``).
+    """
+    ax = axis_name
+    rnb = jax.lax.all_to_all(nbytes, ax, 0, 0, tiled=True)
+    if path == "dense":
+        return jax.lax.all_to_all(frames, ax, 0, 0, tiled=True), rnb
+    p, cap = frames.shape[0], frames.shape[-1]
+    t = nbytes.size // p
+    row = RAGGED_ROW_BYTES
+    rows = ragged_rows(p * t, cap)
+    by_slice = frames.reshape(p * t, cap)
+    if rows * row != cap:
+        by_slice = jnp.pad(by_slice, ((0, 0), (0, rows * row - cap)))
+    flat = by_slice.reshape(p * t * rows, row)  # uint8[P*T*rows, 16]
+    slot = jnp.arange(p * t, dtype=jnp.int32) * rows  # [P*T], (dest, table)
+
+    def in_rows(n):
+        return (jnp.maximum(n.reshape(-1), 0).astype(jnp.int32) + row - 1) // row
+
+    send_sizes, recv_sizes = in_rows(nbytes), in_rows(rnb)
+    me = jax.lax.axis_index(ax).astype(jnp.int32)
+    # Frame (dest d, table k) lands in d's buffer at (me, k).
+    output_offsets = (me * t + jnp.arange(p * t, dtype=jnp.int32) % t) * rows
+    out = jnp.zeros_like(flat)
+    if path == "_ragged_emulated":
+        recv = emulated_ragged_all_to_all(
+            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax, max_size=rows
+        )
+    else:
+        recv = jax.lax.ragged_all_to_all(
+            flat, out, slot, send_sizes, output_offsets, recv_sizes, axis_name=ax
+        )
+    recv = recv.reshape(p * t, rows * row)[:, :cap]
+    used = jnp.maximum(rnb.reshape(-1, 1), 0)  # the sender's bytes past nbytes in its last row
+    recv = jnp.where(jnp.arange(cap, dtype=jnp.int32) < used, recv, jnp.uint8(0))
+    return recv.reshape(frames.shape), rnb
+
+
+def packed_buckets(tables: int, capacity: int) -> tuple:
+    """Static bucket sizes (bytes per destination, ascending) of the packed path.
+
+    A destination's packed buffer holds ``4 * tables`` header bytes (the int32 byte counts)
+    then the frames back to back; the largest bucket fits every frame at full ``capacity``,
+    the others shrink by ``PACKED_BUCKET_STEP`` down to ``PACKED_MIN_FRACTION`` of it.
+    Sizes are multiples of 64 bytes (at least the header plus 64).
+    """
+    hdr = 4 * tables
+    top = hdr + tables * int(capacity)
+    out, b = {top}, float(top)
+    floor = max(hdr + 64, top * PACKED_MIN_FRACTION)
+    while True:
+        b /= PACKED_BUCKET_STEP
+        if b < floor:
+            break
+        out.add(min(top, hdr + 64 * math.ceil((b - hdr) / 64)))
+    return tuple(sorted(out))
+
+
+def _frame_offsets(nbytes, cap: int):
+    """``(used, off)``, both ``int32[P, T]``: each frame's bytes (``nbytes`` clipped to
+    ``[0, cap]``) and its offset in its destination's packed buffer (behind ``4 * T`` header
+    bytes, the frames of lower table index first)."""
+    t = nbytes.shape[1]
+    used = jnp.clip(nbytes, 0, cap)
+    return used, 4 * t + jnp.cumsum(used, axis=1) - used
+
+
+def pack_frames(frames, nbytes, size: int):
+    """``uint8[P, T, cap]`` frames + ``int32[P, T]`` counts -> ``uint8[P, size]``: per
+    destination the counts (4 bytes each) then the used bytes of every frame back to back,
+    zero padded. ``size`` must be at least ``4 * T + T * cap`` (the largest bucket).
+
+    One scatter-add of ``P * T`` whole frames (windows of ``cap`` bytes) at their offsets:
+    each frame is zeroed past its ``nbytes`` first, so where a window overlaps the next frame
+    it adds zeros and the order of the overlapping writes does not matter. The program's size
+    does not depend on P or T (no per-frame copy ops).
+    """
+    p, t, cap = frames.shape
+    used, off = _frame_offsets(nbytes, cap)
+    header = jax.lax.bitcast_convert_type(nbytes.astype(jnp.int32), jnp.uint8).reshape(p, 4 * t)
+    buf = jnp.zeros((p, size), jnp.uint8).at[:, : 4 * t].set(header)
+    body = jnp.where(jnp.arange(cap, dtype=jnp.int32) < used[:, :, None], frames, jnp.uint8(0))
+    dest = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32)[:, None], (p, t))
+    dnums = jax.lax.ScatterDimensionNumbers(
+        update_window_dims=(2,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0, 1)
+    )
+    start = jnp.stack([dest, off.astype(jnp.int32)], axis=-1)  # [P, T, 2]: (row, byte)
+    return jax.lax.scatter_add(buf, start, body, dnums, mode=jax.lax.GatherScatterMode.CLIP)
+
+
+def unpack_frames(buf, t: int, cap: int):
+    """Inverse of :func:`pack_frames` on the receiver: ``uint8[P, size]`` -> frames
+    ``uint8[P, T, cap]`` (zero past each frame's bytes) and counts ``int32[P, T]``.
+
+    One gather of ``P * T`` windows of ``cap`` bytes (``dynamic_slice`` under ``vmap``: a
+    start past ``size - cap`` is clamped, as ``dynamic_slice`` does)."""
+    p, size = buf.shape
+    nb = jax.lax.bitcast_convert_type(buf[:, : 4 * t].reshape(p, t, 4), jnp.int32)
+    used, off = _frame_offsets(nb, cap)
+    window = jax.vmap(jax.vmap(lambda row, o: jax.lax.dynamic_slice(row, (o,), (cap,)), (None, 0)))
+    fr = window(buf, off)  # [P, T, cap]
+    i = jnp.arange(cap, dtype=jnp.int32)
+    return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
+
+
+def bucket_index(buckets: tuple, need):
+    """Index (int32 scalar) of the smallest static bucket that holds ``need`` bytes (the
+    largest bucket when none does); ``need`` must be the same on every device (pmax-ed)."""
+    smaller = (jnp.asarray(buckets, jnp.int32) < need).sum()  # buckets ascending
+    return jnp.minimum(smaller, len(buckets) - 1).astype(jnp.int32)
+
+
+def run_bucketed(collective, buf, k, buckets: tuple):
+    """``collective`` of the first ``buckets[k]`` bytes of ``buf``'s last axis (one static
+    branch per bucket under ``lax.switch``), zero padded back to ``buckets[-1]``.
+
+    ``buf``: ``uint8[..., buckets[-1]]``; ``k``: :func:`bucket_index`, the same on every device.
+    Only the bucket's bytes travel. Used by the packed path and the all-reduce's all-gather.
+    """
+    top = buckets[-1]
+
+    def branch(size):
+        def go(b):
+            got = collective(b[..., :size])
+            pad = [(0, 0, 0)] * (got.ndim - 1) + [(0, top - size, 0)]
+            return jax.lax.pad(got, jnp.zeros((), got.dtype), pad)
+
+        return go
+
+    return jax.lax.switch(k, [branch(b) for b in buckets], buf)
+
+
+class SentFrames(NamedTuple):
+    """Variable-size frames handed to :func:`send_frames`.
+
+    Attributes:
+      receive: ``() -> (frames, nbytes)`` received, indexed by source peer (shapes of the
+        sent ones); call it only where ``any_overflow`` is False (it runs the collectives).
+      moved_bytes: float32 scalar, bytes the path moves (dense, packed or ragged; module
+        docstring).
+      overflow_count: int32 scalar, this device's frames that did not fit (``nbytes < 0``).
+      any_overflow: bool scalar, some device's frame did not fit (a ``pmax``: the same on
+        every device).
+      moved_per_peer: float32[P], the share of ``moved_bytes`` sent to each destination (the
+        device's own slot included), or None.
+    """
+
+    receive: object
+    moved_bytes: jax.Array
+    overflow_count: jax.Array
+    any_overflow: jax.Array
+    moved_per_peer: jax.Array | None = None
+
+
+def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> SentFrames:
+    """Agrees on overflow (one scalar ``pmax``) and prepares the exchange of variable-size
+    frames ``uint8[P, (T,) cap]`` with byte counts ``int32[P, (T,)]`` over ``path``
+    (``"dense" | "packed" | "ragged" | "_ragged_emulated"``). Shared by the exchange and the
+    all-reduce's reduce-scatter. ``agree_axis`` (default ``axis_name``): the axis of the
+    ``pmax``, so every device of it takes the same branch (the hierarchical exchange sends
+    over the node axis and agrees over both)."""
+    ax = axis_name
+    agree = ax if agree_axis is None else agree_axis
+    cap = frames.shape[-1]
+    n_over = (nbytes < 0).sum().astype(jnp.int32)
+    if path == "packed":
+        # Two phases in one step: a pmax of (overflows, largest packed destination) picks
+        # the smallest static bucket that holds every device's frames, then one dense
+        # all_to_all of that bucket carries counts and frames together.
+        p_, t_ = frames.shape[0], nbytes.size // frames.shape[0]
+        fr3, nb2 = frames.reshape(p_, t_, cap), nbytes.reshape(p_, t_)
+        need = (4 * t_ + jnp.maximum(nb2, 0).sum(axis=1)).max().astype(jnp.int32)
+        agg = jax.lax.pmax(jnp.stack([n_over, need]), agree)
+        any_over = agg[0] > 0
+        buckets = packed_buckets(t_, cap)
+        k = bucket_index(buckets, agg[1])
+
+        def a2a(buf):
+            return jax.lax.all_to_all(buf, ax, 0, 0, tiled=True)
+
+        def receive():
+            rbuf = run_bucketed(a2a, pack_frames(fr3, nb2, buckets[-1]), k, buckets)
+            rf, rnb = unpack_frames(rbuf, t_, cap)
+            return rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
+
+        bucket = jnp.asarray(buckets, jnp.float32)[k]
+        comp_moved = bucket * frames.shape[0]
+        per_peer = jnp.full(frames.shape[0], bucket)
+    else:
+        any_over = jax.lax.pmax(n_over, agree) > 0
+
+        def receive():
+            return exchange_frames(ax, path, frames, nbytes)
+
+        p_ = frames.shape[0]
+        counts = 4.0 * nbytes.size
+        if path == "dense":
+            comp_moved = jnp.float32(frames.size + counts)
+            per_peer = jnp.full(p_, (frames.size + counts) / p_, jnp.float32)
+        else:  # ragged: whole rows of RAGGED_ROW_BYTES
+            row = RAGGED_ROW_BYTES
+            used = (jnp.abs(nbytes).astype(jnp.int32) + row - 1) // row * row
+            comp_moved = used.astype(jnp.float32).sum() + counts
+            per_peer = used.reshape(p_, -1).astype(jnp.float32).sum(axis=1) + counts / p_
+    return SentFrames(receive, comp_moved, n_over, any_over, per_peer)
