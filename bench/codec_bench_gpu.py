@@ -5,7 +5,9 @@ Cases:
   * each real embedding dump (../shared/data/emb_dumps) tiled to 256 MB as a batch of whole
     dump-sized chunks ``[copies, rows, dim]`` (one launch covers all of them), and
   * the DLRM exchange shape ``[26 * 8, 256, 64]`` (26 tables x 8 peers), its chunks cut from the
-    Terabyte dumps.
+    Terabyte dumps (13.6 MB: it stays in the H200's 60 MB L2 when rerun on the same buffer), and
+  * the same chunks tiled to at least 512 MiB (``--large-mb``), beyond L2, so the codec and the
+    copy beside it stream from HBM.
 Without the dumps (no shared data on the machine) synthetic data of the same shapes is used and
 the JSON says so.
 
@@ -29,7 +31,8 @@ Usage::
     python -m bench.codec_bench_gpu --quick --json /tmp/bench.json # gpu_check.sh's quick run
 
 ``--quick`` (what ``bench/gpu_check.sh`` runs, about a minute on an H200): the forms "fixed"
-and "auto" only (unless ``--forms`` says otherwise), on the DLRM exchange shape and on every
+and "auto" only (unless ``--forms`` says otherwise), on the DLRM exchange shape, its 512 MiB
+tiling and on every
 real dump, tiled to 64 MiB instead of 256 (unless ``--tile-mb`` says otherwise), each beside the
 device copy of the same buffer. Writes ``codec_bench_gpu_<device>.json`` into ``--out``, or the
 file ``--json`` (rewritten after every case, with ``complete`` false until the last). Targets (issue 7, H200): fixed-rate compress >= 1000 GB/s and
@@ -68,6 +71,7 @@ TARGETS_GBPS = {
     "entropy": {"compress": 300.0, "decompress": 300.0},
 }
 TILE_BYTES = 256 << 20
+LARGE_BYTES = 512 << 20  # the exchange's chunks tiled beyond the 60 MB L2 of an H200
 DLRM_SHAPE = (26 * 8, 256, 64)
 
 
@@ -131,7 +135,9 @@ def _time_per_call(make, args, raw_bytes, min_total_s=0.05, max_repeats=50):
 
 
 # ------------------------------------------------------------------------------ cases
-def load_cases(tile_bytes: int = TILE_BYTES):
+def load_cases(tile_bytes: int = TILE_BYTES, large_bytes: int = LARGE_BYTES):
+    """``([(name, float32 array, meta)], synthetic)``: the exchange shape, its chunks tiled to
+    at least ``large_bytes`` (0: no such case), every dump tiled to ``tile_bytes``."""
     cases, synthetic = [], False
     try:
         dumps = list(bu.iter_dumps())
@@ -166,6 +172,16 @@ def load_cases(tile_bytes: int = TILE_BYTES):
             {"source": "terabyte dumps" if not synthetic else "synthetic"},
         )
     )
+    if large_bytes > 0:
+        exchange = cases[0][1]
+        copies = max(1, math.ceil(large_bytes / exchange.nbytes))
+        cases.append(
+            (
+                f"dlrm_exchange_x{copies}",
+                np.concatenate([exchange] * copies),
+                {"source": cases[0][2]["source"], "copies": copies, "beyond_l2": True},
+            )
+        )
     for d in dumps:
         copies = max(1, math.ceil(tile_bytes / d.array.nbytes))
         x = np.broadcast_to(d.array, (copies,) + d.array.shape).copy()
@@ -299,6 +315,12 @@ def main(argv=None):
         default=None,
         help="size the dumps are tiled to, MiB (default 256; quick: 64)",
     )
+    ap.add_argument(
+        "--large-mb",
+        type=float,
+        default=LARGE_BYTES / 2**20,
+        help="the exchange shape's chunks tiled to this size, MiB, beyond L2 (0: no such case)",
+    )
     ap.add_argument("--json", default=None, help="the result's path (default: in --out)")
     ap.add_argument(
         "--allow-cpu",
@@ -329,7 +351,7 @@ def main(argv=None):
     forms = [f for f in forms_arg.split(",") if f]
     tile_mb = args.tile_mb or (QUICK_TILE_BYTES if args.quick else TILE_BYTES) / 2**20
     tile_bytes = int(tile_mb * 2**20)
-    cases, synthetic = load_cases(tile_bytes)
+    cases, synthetic = load_cases(tile_bytes, int(args.large_mb * 2**20))
     results = []
     rec = bu.environment_record(
         {

@@ -1,6 +1,7 @@
-"""Shared test helpers: the real data beside the checkout. The 8 virtual CPU devices are set
-in the repository's root conftest.py, before JAX starts."""
+"""Shared test helpers: the real data beside the checkout, the device of the GPU tests. The 8
+virtual CPU devices are set in the repository's root conftest.py, before JAX starts."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,8 +12,10 @@ import pytest
 #: start JAX, and every test would then see the worker's device count.
 collect_ignore_glob = ["_*.py"]
 
-#: ../shared/data beside the checkout (real dumps and Criteo rows), or None when absent.
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: The data folder: $JLC_DATA_DIR (bench/gpu_check.sh sets it to ./shared/data on a machine
+#: where only the checkout travels), else ../shared/data beside the checkout (real dumps and
+#: Criteo rows). DUMPS is None when its emb_dumps/ is absent.
+DATA = Path(os.environ.get("JLC_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
 DUMPS = DATA / "emb_dumps" if (DATA / "emb_dumps" / "manifest.json").is_file() else None
 requires_dumps = pytest.mark.skipif(
     DUMPS is None, reason=f"real embedding dumps absent ({DATA}/emb_dumps)"
@@ -39,3 +42,42 @@ def load_dump(name: str) -> np.ndarray:
         e["file"].split("/")[-1]: e for e in json.loads((DUMPS / "manifest.json").read_text())
     }
     return np.fromfile(DUMPS / name, "<f4").reshape(manifest[name]["shape"])
+
+
+def gpu_device():
+    """``(device, None)``, or ``(None, why)`` when the ``gpu`` tests cannot run here.
+
+    The device is JAX's first CUDA device, when the extension has the CUDA handlers; with
+    ``JLC_GPU_TESTS_ON_CPU=1`` the CPU stands in for it (a run of the tests' logic, and of the
+    exchange and trainer paths, on machines without a GPU; it proves nothing about CUDA code).
+    The reasons name "no CUDA device" or "built without the CUDA handlers" (bench/gpu_check.sh
+    fails its test stage on such skips).
+    """
+    import jax
+
+    from jax_lossy_comm import _ffi
+
+    if os.environ.get("JLC_GPU_TESTS_ON_CPU") == "1":
+        return jax.devices("cpu")[0], None
+    try:
+        devs = jax.devices("gpu")
+    except RuntimeError as e:  # no GPU backend in this jaxlib, or no device
+        return None, f"no CUDA device visible to JAX (jax.devices('gpu'): {e})"
+    if not devs:
+        return None, "no CUDA device visible to JAX"
+    if not _ffi.has_cuda():
+        return None, (
+            "jax_lossy_comm was built without the CUDA handlers (nvcc not found at build "
+            "time, or JLC_CUDA=OFF); rebuild with JLC_CUDA=ON"
+        )
+    return devs[0], None
+
+
+@pytest.fixture(scope="session")
+def gpu():
+    """The device of the ``gpu`` tests (:func:`gpu_device`); skips the test, saying why, when
+    there is none."""
+    dev, why = gpu_device()
+    if dev is None:
+        pytest.skip(why)
+    return dev

@@ -29,31 +29,20 @@ import numpy as np
 import pytest
 
 import jax_lossy_comm as jlc
-from jax_lossy_comm import _ffi
 from jax_lossy_comm.frame import frame_capacity, frame_info, raw_frame_bytes
 
 CPU = jax.devices("cpu")[0]
+#: The GPU under test (tests/conftest.py's ``gpu`` fixture: the CPU with JLC_GPU_TESTS_ON_CPU=1),
+#: set before the first test of this module runs; every test is skipped, saying why, without one.
+GPU = None
+pytestmark = pytest.mark.gpu
 
 
-def _gpu_device():
-    if os.environ.get("JLC_GPU_TESTS_ON_CPU") == "1":
-        return CPU, None
-    try:
-        devs = jax.devices("gpu")
-    except RuntimeError as e:  # no GPU backend in this jaxlib, or no device
-        return None, f"no CUDA device visible to JAX (jax.devices('gpu'): {e})"
-    if not devs:
-        return None, "no CUDA device visible to JAX"
-    if not _ffi.has_cuda():
-        return None, (
-            "jax_lossy_comm was built without the CUDA handlers (nvcc not found at build "
-            "time, or JLC_CUDA=OFF); rebuild with JLC_CUDA=ON"
-        )
-    return devs[0], None
+@pytest.fixture(scope="module", autouse=True)
+def _on_gpu(gpu):
+    global GPU
+    GPU = gpu
 
-
-GPU, _SKIP = _gpu_device()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(GPU is None, reason=_SKIP or "")]
 
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 CODECS = ("auto", "raw", "fixed", "dedup", "entropy")

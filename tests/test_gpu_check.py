@@ -1,13 +1,16 @@
-"""``bench/gpu_check.sh`` in its dry run on the CPU (issue 18, item 4).
+"""``bench/gpu_check.sh`` on the CPU: its dry run and its GPU mode's failure paths.
 
-The dry run (``--dry-run``, or ``JLC_CUDA=OFF``) skips the build and every GPU run but goes
-through every stage: the test selections of the GPU test stage and of both compute-sanitizer
-stages are collected, the quick benchmark runs on the CPU, and the summary gives each stage's
-status, time limit and time taken. Checked here: the summary's lines and limits (their total
-within the 8-minute budget), the files written (at most 8 plain files, no folders: what the
-device machine sends back), the benchmark's JSON (fixed and auto on the DLRM exchange shape,
-beside the copy), and that a stage running past its limit is reported as timed out, fails the
-run, and does not stop the later stages.
+The dry run (``--dry-run``, or ``JLC_CUDA=OFF``) skips the build and the sanitizer itself but
+runs every pytest selection (smoke, tests, memcheck, racecheck) through the GPU mode's command
+line with the CPU standing in (``JLC_GPU_TESTS_ON_CPU=1``), prints the pip and
+compute-sanitizer command lines, and runs the benchmark on the CPU. Checked here: the
+"started" and result lines of every stage in order, their limits (total within the 8-minute
+budget), the command lines, the files written (8 plain files, no folders: what the device
+machine sends back), the benchmark's cases (the exchange shape and its tiling beyond L2,
+each beside the copy); that a stage past its limit is reported as timed out and the later
+stages still run; that a failed build installs the carried wheel, or says there is none, and
+skips the GPU stages. The dry run here leaves the trainer's tests out (``GPU_CHECK_SELECT``;
+about 2 minutes each on a loaded 2-core machine) and still takes about 4 minutes: ``slow``.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
-STAGES = ("env", "build", "tests", "bench", "memcheck", "racecheck")
-LIMITS = {"build": 150, "tests": 140, "bench": 75, "memcheck": 70, "racecheck": 45}
-LINE = re.compile(r"^(\w+)\s+(\S+)\s+limit\s+(\S+)s\s+took\s+(\d+)s\s+(.*)$")
+STAGES = ("env", "build", "smoke", "tests", "bench", "memcheck", "racecheck")
+LIMITS = dict(zip(STAGES, (20, 100, 45, 145, 70, 60, 40), strict=True))
+LINE = re.compile(r"^(\w+)\s+(\S+)\s+limit\s+(\S+)s\s+(?:took|at)\s+\+?(\d+)s\s*(.*)$")
+FILES = ["bench.json", "bench.log", "build.log", "env.txt", "sanitizer.log", "smoke.log"]
+FILES += ["summary.txt", "tests.log"]
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bash") is None or shutil.which("timeout") is None,
@@ -35,7 +40,11 @@ pytestmark = pytest.mark.skipif(
 
 
 def _run(out: Path, *args: str, **env: str):
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("JLC_CUDA", "GPU_CHECK"))}
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JLC_CUDA", "JLC_GPU", "GPU_CHECK"))
+    }
     full.update({"PYTHON": sys.executable, **env})
     run = subprocess.run(
         ["bash", str(SCRIPT), str(out), *args],
@@ -46,76 +55,111 @@ def _run(out: Path, *args: str, **env: str):
         cwd="/",
     )
     lines = (out / "summary.txt").read_text().splitlines()
-    stages = {m.group(1): m.groups()[1:] for m in map(LINE.match, lines) if m}
-    return run, lines, stages
+    rows = [m.groups() for m in map(LINE.match, lines) if m]
+    stages = {r[0]: r[1:] for r in rows if r[1] != "started"}
+    return run, lines, stages, rows
 
 
-def test_dry_run_summary_limits_and_files(tmp_path):
-    run, lines, stages = _run(tmp_path / "out", "--dry-run")
+@pytest.mark.slow
+def test_dry_run_runs_every_selection_through_the_gpu_command_line(tmp_path):
+    out = tmp_path / "out"
+    run, lines, stages, rows = _run(out, "--dry-run", GPU_CHECK_SELECT="not trainer")
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
     assert "mode=dry-run budget=480s" in lines[0]
-    assert list(stages) == list(STAGES)
+    # a "started" line before each stage's result, in the stage order
+    assert [(r[0], r[1] == "started") for r in rows] == [
+        (name, started) for name in STAGES for started in (True, False)
+    ]
     for name, limit in LIMITS.items():
-        status, lim, took, detail = stages[name]
-        assert status == "dry-run", (name, detail)
-        assert int(lim) == limit and 0 <= int(took) <= limit, (name, lim, took)
+        status, lim, _, detail = stages[name]
+        assert status == ("passed" if name == "env" else "dry-run"), (name, detail)
+        assert int(lim) == limit, (name, lim)
     assert sum(LIMITS.values()) <= 480
-    assert stages["env"][0] == "passed"
-    for name in ("tests", "memcheck", "racecheck"):  # each selection holds tests
-        n = int(re.search(r"(\d+) tests", stages[name][3]).group(1))
-        assert n >= (100 if name == "tests" else 1), (name, stages[name][3])
-    assert lines[-1].startswith("overall   passed: 1 passed, 0 failed, 0 skipped, 5 dry-run")
-    # What comes back from the device machine: at most 8 plain files, no folders.
-    files = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert all((tmp_path / "out" / f).is_file() for f in files)
-    assert files == sorted(
-        [
-            "bench.json",
-            "bench.log",
-            "build.log",
-            "env.txt",
-            "sanitizer.log",
-            "summary.txt",
-            "tests.log",
-        ]
-    )
-    rec = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert "stage limits sum to 480s" in lines[-1]
+    assert lines[-1].startswith("overall   passed: 1 passed, 0 failed, 0 skipped, 6 dry-run")
+    for name, least in (("smoke", 16), ("tests", 230), ("memcheck", 3), ("racecheck", 1)):
+        n = int(re.search(r"(\d+) passed", stages[name][3]).group(1))
+        assert n >= least and "failed" not in stages[name][3], (name, stages[name][3])
+    # the GPU mode's pytest command lines: installed package, importlib mode, no -x
+    tests_log = (out / "tests.log").read_text()
+    cmd = tests_log.splitlines()[0]
+    assert " -P -m pytest --import-mode=importlib -p no:cacheprovider -q -rfEs " in cmd, cmd
+    assert "--maxfail=20" in cmd and "--timeout=" in cmd and " -x " not in cmd, cmd
+    for f in ("test_cuda.py", "test_gpu_exchange.py", "test_gpu_trainer.py"):
+        assert f"tests/{f}" in cmd, cmd
+    assert "test_gpu_exchange.py" in tests_log  # the exchange's GPU tests ran (durations)
+    build = (out / "build.log").read_text()
+    assert "JLC_CUDA=ON" in build and "pip install --no-build-isolation --no-deps -v ." in build
+    assert "pip install --no-index --no-deps --force-reinstall" in build and "cp312" in build
+    san = (out / "sanitizer.log").read_text()
+    for tool in ("memcheck", "racecheck"):
+        assert f"compute-sanitizer --tool {tool} --report-api-errors no" in san, san[:2000]
+    assert "--error-exitcode" not in san
+    # What comes back from the device machine: 8 plain files, no folders.
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert all((out / f).is_file() for f in FILES)
+    rec = json.loads((out / "bench.json").read_text())
     assert rec["complete"] and rec["quick"] and rec["forms"] == ["fixed", "auto"]
-    n_results = sum(len(r["forms"]) for r in rec["results"])
-    assert len(rec["results"]) >= 3 and f" {n_results} form results" in stages["bench"][3]
-    first = rec["results"][0]
-    assert first["case"] == "dlrm_exchange_26x8x256x64" and first["copy"]["gbps"] > 0
-    for form in ("fixed", "auto"):
-        f = first["forms"][form]
-        assert f["compress_gbps"] > 0 and f["decompress_gbps"] > 0
-        assert f["bad_status_chunks"] == 0 and f["error_bound_ok_first_64"]
+    cases = {r["case"]: r for r in rec["results"]}
+    exchange, large = cases["dlrm_exchange_26x8x256x64"], cases["dlrm_exchange_x1"]
+    assert large["beyond_l2"] and large["shape"] == exchange["shape"]  # --large-mb 1 here
+    for r in (exchange, large):
+        assert r["copy"]["gbps"] > 0
+        for form in ("fixed", "auto"):
+            f = r["forms"][form]
+            assert f["compress_gbps"] > 0 and f["decompress_gbps"] > 0
+            assert f["bad_status_chunks"] == 0 and f["error_bound_ok_first_64"]
 
 
-def test_stage_past_its_limit_fails_the_run_and_the_rest_still_runs(tmp_path):
-    # JLC_CUDA=OFF is a dry run too; the benchmark gets 1 s and is stopped by `timeout`.
-    run, lines, stages = _run(tmp_path / "out", JLC_CUDA="OFF", GPU_CHECK_LIMIT_BENCH_S="1")
+def test_stages_past_their_limit_time_out_and_the_rest_still_run(tmp_path):
+    # JLC_CUDA=OFF is a dry run too; every stage gets 1 s and is stopped by `timeout`.
+    run, lines, stages, _ = _run(tmp_path / "out", JLC_CUDA="OFF", GPU_CHECK_DRY_LIMIT_S="1")
     assert run.returncode == 1, (run.stdout[-3000:], run.stderr[-3000:])
-    assert stages["bench"][:2] == ("timeout", "1")
-    assert stages["memcheck"][0] == stages["racecheck"][0] == "dry-run"
-    assert lines[-1].startswith("overall   failed: 1 passed, 1 failed, 0 skipped, 4 dry-run")
+    for name in ("smoke", "tests", "bench", "memcheck", "racecheck"):
+        assert stages[name][0] == "timeout", (name, stages[name])
+    assert lines[-1].startswith("overall   failed: 1 passed, 5 failed, 0 skipped, 1 dry-run")
 
 
-def test_failed_build_skips_the_gpu_stages(tmp_path):
-    # The GPU mode on this machine: `pip install .` is stood in for (nothing is installed), and
-    # the import check then finds no GPU (or the extension without CUDA handlers, or no nvcc is
-    # found at all): the build fails and every later stage is skipped, saying why.
+def _fake_python(tmp_path, build_rc: int) -> Path:
+    """A python3 whose `pip install` is stood in for: the build exits ``build_rc``, a wheel's
+    install succeeds; everything else runs this interpreter."""
     fake = tmp_path / "python"
     fake.write_text(
         "#!/bin/sh\n"
-        'case " $* " in *" pip install "*) echo "pip install stood in for"; exit 0 ;; esac\n'
+        'case " $* " in\n'
+        f'  *" pip install --no-build-isolation "*) echo "build stood in for"; exit {build_rc} ;;\n'
+        '  *" pip install --no-index "*) echo "wheel install stood in for"; exit 0 ;;\n'
+        "esac\n"
         f'exec "{sys.executable}" "$@"\n'
     )
     fake.chmod(0o755)
-    run, lines, stages = _run(tmp_path / "out", PYTHON=str(fake))
+    return fake
+
+
+@pytest.mark.parametrize("wheel", [False, True], ids=["no-wheel", "carried-wheel"])
+def test_failed_build_tries_the_carried_wheel_then_skips_the_gpu_stages(tmp_path, wheel):
+    # The GPU mode on this machine: the build fails; the carried wheel (if any) is installed,
+    # then the import check finds no GPU; every later stage is skipped, saying why.
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    name = "jax_lossy_comm-0.1.0-cp312-cp312-linux_x86_64.whl"
+    if wheel:
+        (wheels / name).write_bytes(b"stand-in")
+    run, lines, stages, _ = _run(
+        tmp_path / "out", PYTHON=str(_fake_python(tmp_path, 1)), GPU_CHECK_WHEEL_DIR=str(wheels)
+    )
     assert run.returncode == 1, (run.stdout[-3000:], run.stderr[-3000:])
     assert "mode=gpu" in lines[0]
     assert stages["build"][0] == "failed"
-    for name in ("tests", "bench", "memcheck", "racecheck"):
-        assert stages[name][0] == "skipped", (name, stages[name])
-        assert stages[name][3] == "no build", stages[name]
-    assert lines[-1].startswith("overall   failed: 1 passed, 1 failed, 4 skipped, 0 dry-run")
+    build = (tmp_path / "out" / "build.log").read_text()
+    if wheel:
+        assert f"installing the carried wheel {wheels / name}" in build, build
+        assert (
+            "wheel install stood in for" in build and f"carried wheel {name}" in stages["build"][3]
+        )
+    else:
+        assert "no single carried wheel" in build, build
+    for stage in ("smoke", "tests", "bench", "memcheck", "racecheck"):
+        assert stages[stage][0] == "skipped", (stage, stages[stage])
+        assert stages[stage][3] == "no build", stages[stage]
+    assert lines[-1].startswith("overall   failed: 1 passed, 1 failed, 5 skipped, 0 dry-run")

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jax_lossy_comm._optional import import_optional
 from jax_lossy_comm.error_bound._checks import is_int, is_real, positive, require
 from jax_lossy_comm.error_bound.schedules import SCHEDULE_KINDS, Schedule
 
@@ -315,8 +316,7 @@ def _read_mapping(path: str | os.PathLike) -> Any:
     with open(path, encoding="utf-8") as f:
         if ext == ".json":
             return json.load(f)
-        import yaml  # Optional dependency (jax_lossy_comm[train]).
-
+        yaml = import_optional("yaml", "pyyaml", "train", f"reading the YAML file {path}")
         return yaml.safe_load(f)
 
 

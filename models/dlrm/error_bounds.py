@@ -21,6 +21,7 @@ from typing import Any
 import jax
 
 from jax_lossy_comm import error_bound as _eb
+from jax_lossy_comm._optional import import_optional
 
 ErrorBoundConfig = _eb.ErrorBoundConfig
 SCHEDULE_KINDS = _eb.SCHEDULE_KINDS
@@ -81,8 +82,7 @@ def read_overrides(path: str | os.PathLike) -> dict[str, Any]:
         if ext == ".json":
             content = json.load(f)
         else:
-            import yaml  # optional dependency (jax_lossy_comm[train])
-
+            yaml = import_optional("yaml", "pyyaml", "train", f"reading the YAML file {path}")
             content = yaml.safe_load(f)
     if isinstance(content, Mapping) and set(content) == {"error_bound"}:
         content = content["error_bound"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jax_lossy_comm._optional import import_optional
 from models.dlrm import metrics as metrics_lib
 
 MIB = 1024.0 * 1024.0
@@ -31,8 +32,7 @@ def make_figure(runs: dict[str, str]):
     Args:
       runs: label -> metrics.jsonl path (several labels = side-by-side comparison).
     """
-    import matplotlib
-
+    matplotlib = import_optional("matplotlib", "matplotlib", "train", "plotting curves.png")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -79,8 +79,7 @@ def plot_metrics(runs: dict[str, str], path: str) -> None:
       runs: label -> metrics.jsonl path (several labels = side-by-side comparison).
       path: output PNG.
     """
-    import matplotlib.pyplot as plt
-
+    plt = import_optional("matplotlib.pyplot", "matplotlib", "train", "plotting curves.png")
     fig = make_figure(runs)
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -67,14 +67,15 @@ import sys
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pacsv
-from isal import igzip_threaded
-from isal.isal_zlib import error as IsalError
 
+from jax_lossy_comm._optional import MissingDependencyError, import_optional
 from models.dlrm import input_pipeline as ip
+
+if TYPE_CHECKING:  # imported where used: the trainer reads shards without pyarrow or isal
+    import pyarrow as pa
 
 FORMAT = "jax_lossy_comm.criteo_shards"
 FORMAT_VERSION = 1
@@ -332,10 +333,28 @@ class _Chunk:
     bad_lines: int  # malformed lines skipped
 
 
+def _pyarrow():
+    """``(pyarrow, pyarrow.csv)``, imported at first use.
+
+    Raises:
+      MissingDependencyError: pyarrow is not installed (extra ``train``).
+    """
+    what = "converting Criteo text to shards"
+    return (
+        import_optional("pyarrow", "pyarrow", "train", what),
+        import_optional("pyarrow.csv", "pyarrow", "train", what),
+    )
+
+
 class _ChunkConverter:
-    """Converts chunks of one source file (complete lines) into columns; thread-safe."""
+    """Converts chunks of one source file (complete lines) into columns; thread-safe.
+
+    Raises (on construction):
+      MissingDependencyError: pyarrow is not installed (extra ``train``).
+    """
 
     def __init__(self, path, data_format, table_rows, header, skip_bad_lines):
+        pa, pacsv = self.pa, self.pacsv = _pyarrow()
         self.path, self.data_format, self.skip_bad_lines = path, data_format, skip_bad_lines
         self.table_rows = tuple(int(r) for r in table_rows)
         self.id_rows = np.array(self.table_rows, np.uint32)
@@ -357,6 +376,7 @@ class _ChunkConverter:
         self.converts = [self._convert_options(t) for t in numbers]
 
     def _convert_options(self, number_type):
+        pa, pacsv = self.pa, self.pacsv
         types = {name: number_type for name in self.picks[: 1 + ip.NUM_DENSE]}
         types.update({name: pa.binary() for name in self.picks[1 + ip.NUM_DENSE :]})
         return pacsv.ConvertOptions(
@@ -380,6 +400,7 @@ class _ChunkConverter:
         return self._line_by_line(bytes(slot.buf[start:stop]))
 
     def _read(self, text, convert):
+        pa, pacsv = self.pa, self.pacsv
         odd = []
 
         def on_invalid_row(row):
@@ -432,7 +453,7 @@ class _ChunkConverter:
             return None
         out["label"][:] = label
         dense = _scratch_dense(n)
-        integers = pa.types.is_integer(columns[1].type)
+        integers = self.pa.types.is_integer(columns[1].type)
         for j, col in enumerate(columns[1 : 1 + ip.NUM_DENSE]):
             lo = 0
             for part in col.chunks:  # one per parsed block: no concatenation
@@ -503,11 +524,31 @@ def _source_stat(path: str) -> dict:
     return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+#: What reading a plain source can raise (a gzip source adds igzip's error).
+_READ_ERRORS = (OSError, EOFError)
+
+
 def _open_text(path: str):
-    """A binary stream of a plain or gzip file (gzip: igzip, decompressing in a thread)."""
-    if _is_gzip(path):
-        return igzip_threaded.open(path, "rb", threads=1, block_size=_GZIP_BLOCK_BYTES)
-    return open(path, "rb", buffering=0)
+    """``(stream, errors)``: a binary stream of a plain or gzip file (gzip: igzip, decompressing
+    in a thread) and the exceptions its reads raise for a truncated or corrupt file.
+
+    Raises:
+      ShardFormatError: the file cannot be opened (naming it).
+      MissingDependencyError: a gzip source without isal installed (extra ``train``).
+    """
+    try:
+        gzip = _is_gzip(path)
+        if not gzip:
+            return open(path, "rb", buffering=0), _READ_ERRORS
+    except _READ_ERRORS as e:
+        raise ShardFormatError(f"{path}: cannot read it ({e})") from None
+    what = f"reading the gzip source {path}"
+    igzip_threaded = import_optional("isal.igzip_threaded", "isal", "train", what)
+    errors = (*_READ_ERRORS, import_optional("isal.isal_zlib", "isal", "train", what).error)
+    try:
+        return igzip_threaded.open(path, "rb", threads=1, block_size=_GZIP_BLOCK_BYTES), errors
+    except errors as e:
+        raise ShardFormatError(f"{path}: cannot read it ({e})") from None
 
 
 def _chunks(path: str, chunk_bytes: int, skip_header: bool, pool: list | None = None):
@@ -523,10 +564,7 @@ def _chunks(path: str, chunk_bytes: int, skip_header: bool, pool: list | None = 
     """
     pool = [] if pool is None else pool
     carry = b""
-    try:
-        stream = _open_text(path)
-    except (OSError, EOFError, IsalError) as e:
-        raise ShardFormatError(f"{path}: cannot read it ({e})") from None
+    stream, errors = _open_text(path)
     try:
         while True:
             slot = pool.pop() if pool else _Slot(0)
@@ -555,7 +593,7 @@ def _chunks(path: str, chunk_bytes: int, skip_header: bool, pool: list | None = 
                 yield slot, start, cut
             else:
                 pool.append(slot)
-    except (OSError, EOFError, IsalError) as e:
+    except errors as e:
         raise ShardFormatError(
             f"{path}: cannot read to the end ({e}); the file is cut short "
             "or corrupt, so no shard is written for it"
@@ -770,6 +808,8 @@ def convert(
       SourceChangedError: a source file changed while read or since it was converted.
       FileNotFoundError: no source file.
       ValueError: ``table_rows`` not 26 ints in ``[1, 2**31]``.
+      MissingDependencyError: pyarrow, or for a gzip source isal, is not installed (both in
+        the extra ``train``).
     """
     paths = list(sources) if not isinstance(sources, str) else ip.expand_paths(sources)
     if not paths:
@@ -818,7 +858,7 @@ def convert(
     _write_manifest(out_dir, manifest)
     bar = None
     if progress:
-        from tqdm import tqdm
+        tqdm = import_optional("tqdm", "tqdm", "train", "the progress bar").tqdm
 
         bar = tqdm(unit=" lines", unit_scale=True, dynamic_ncols=True, file=sys.stderr)
     start = time.perf_counter()
@@ -994,7 +1034,13 @@ def main(argv=None) -> int:
         p.error("give source files and --out (or --verify DIR)")
     try:
         return _run(a)
-    except (FileNotFoundError, ip.DataError, ShardFormatError, SourceChangedError) as e:
+    except (
+        FileNotFoundError,
+        ip.DataError,
+        ShardFormatError,
+        SourceChangedError,
+        MissingDependencyError,
+    ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

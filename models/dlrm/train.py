@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import _ffi as codec_ffi
+from jax_lossy_comm._optional import import_optional
 from models.dlrm import checkpoints, data, grad_allreduce, models, plots, sharding
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
@@ -172,7 +173,7 @@ def compute_metrics(labels: np.ndarray, logits: np.ndarray) -> dict[str, float]:
     Returns:
       ``{"auc", "logloss", "accuracy", "rows"}``; ``auc`` is NaN when only one class occurs.
     """
-    from sklearn import metrics as skm
+    skm = import_optional("sklearn.metrics", "scikit-learn", "train", "the evaluation metrics")
 
     labels = np.asarray(labels, np.float64)
     prob = 1.0 / (1.0 + np.exp(-np.asarray(logits, np.float64)))
@@ -533,7 +534,7 @@ def train_and_evaluate(
       FileNotFoundError: no data file matches ``config.data`` / ``config.eval_data``.
       MalformedLineError: bad data line without ``skip_bad_lines``.
     """
-    from tqdm import tqdm
+    tqdm = import_optional("tqdm", "tqdm", "train", "the progress bar").tqdm
 
     config.validate()
     is_main = jax.process_index() == 0
