@@ -51,6 +51,10 @@ config=(-C "build-dir=build/wheel/{wheel_tag}")
 if [ "$mode" = gpu-image ]; then
   cuda=$("$tools/bin/python" -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13"))')
   [ -x "$cuda/bin/nvcc" ] || { echo "wheel.sh: no nvcc in $cuda (PyPI CUDA packages)" >&2; exit 1; }
+  # The PyPI layout has lib/, where nvcc.profile and CMake's FindCUDAToolkit look in lib64/
+  # (and for an unversioned libcudart.so).
+  [ -e "$cuda/lib64" ] || ln -s lib "$cuda/lib64"
+  [ -e "$cuda/lib/libcudart.so" ] || ln -s libcudart.so.13 "$cuda/lib/libcudart.so"
   export CUDACXX="$cuda/bin/nvcc" CUDAToolkit_ROOT="$cuda" JLC_CUDA=ON
   config+=(-C "cmake.define.JLC_CUDA_ARCHITECTURES=80;90" -C "cmake.define.CUDAToolkit_ROOT=$cuda")
 fi
