@@ -71,6 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from jax_lossy_comm._compat import all_gather_invariant
 from jax_lossy_comm.codec import check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
 from jax_lossy_comm.layout import Layout, make_layout
@@ -88,11 +89,6 @@ from jax_lossy_comm.wire import (
     send_frames,
     unpack_frames,
 )
-
-try:
-    _all_gather_invariant = jax.lax.all_gather_invariant
-except AttributeError:  # jax 0.10: not public yet (Varying -> Invariant all_gather)
-    from jax._src.lax.parallel import all_gather_invariant as _all_gather_invariant
 
 __all__ = [
     "CHUNK_DIM",
@@ -190,7 +186,7 @@ def _gather_frames(plan: _Plan, frame, nbytes):
     buf = pack_frames(frame[None, None], nbytes[None, None], buckets[-1])[0]
 
     def receive():
-        rbuf = run_bucketed(lambda b: _all_gather_invariant(b, ax), buf, k, buckets)
+        rbuf = run_bucketed(lambda b: all_gather_invariant(b, ax), buf, k, buckets)
         rf, rnb = unpack_frames(rbuf, 1, cap)
         return rf[:, 0], rnb[:, 0]
 
@@ -248,7 +244,7 @@ def _allreduce(plan: _Plan, buf, eb):
         moved = jnp.where(over1, raw, moved)
         n_over = sent.overflow_count + over2_n
     else:
-        rw2 = _all_gather_invariant(wire2[0], ax)
+        rw2 = all_gather_invariant(wire2[0], ax)
         y = codec.decode(rw2, jnp.broadcast_to(nb2, (p,)), shape=chunk, dtype=dt)
         fallback = jnp.asarray(False)
         moved = sent.moved_bytes + p * jnp.float32(wire2.size * wire2.dtype.itemsize)
@@ -334,15 +330,33 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     return _Plan(axis_name, lay, dt, path, codec, cap, feedback, n, unravel), buf, eb, n, unravel
 
 
+def _is_float(leaf) -> bool:
+    """Whether a leaf is coded (a floating dtype) or summed exactly (integer, bool)."""
+    return bool(jnp.issubdtype(jnp.result_type(leaf), jnp.floating))
+
+
 def _run(x, axis_name, axis_index_groups, error_bound, config, feedback):
+    """``(y, stats, residual)``: the float leaves of ``x`` through the compressed all-reduce,
+    the others (counts, masks) summed exactly by ``jax.lax.psum`` (bool to int32 counts, as
+    psum does) and kept out of the float leaves' chunks, so of their value ranges."""
+    leaves, treedef = jax.tree.flatten(x)
+    coded = [_is_float(v) for v in leaves]
+    floats = [v for v, c in zip(leaves, coded) if c]
     plan, buf, eb, n, unravel = _prepare(
-        x, axis_name, axis_index_groups, error_bound, config, feedback
+        floats, axis_name, axis_index_groups, error_bound, config, feedback
     )
     if plan is None:
         stats = ExchangeStats.exact(0.0, (2,), capacity_bytes=0.0)
-        return x, stats, x
-    y, stats, residual = _psum(plan, buf, eb)
-    return unravel(y[:n]), stats, unravel(jax.lax.stop_gradient(residual[:n]))
+        y_f, res_f = floats, floats
+    else:
+        y, stats, residual = _psum(plan, buf, eb)
+        y_f, res_f = unravel(y[:n]), unravel(jax.lax.stop_gradient(residual[:n]))
+    others = [v for v, c in zip(leaves, coded) if not c]
+    exact = iter(jax.lax.psum(others, axis_name) if others else [])
+    y_f, res_f = iter(y_f), iter(res_f)
+    y = [next(y_f) if c else next(exact) for c in coded]
+    residual = [next(res_f) if c else jnp.zeros_like(v) for v, c in zip(leaves, coded)]
+    return treedef.unflatten(y), stats, treedef.unflatten(residual)
 
 
 def compressed_psum_with_stats(
@@ -387,7 +401,7 @@ def compressed_psum(x, axis_name, *, axis_index_groups=None, error_bound=None, c
     Call inside ``shard_map``. Like ``jax.lax.psum``, ``x`` is an array or a pytree of arrays
     and the result has its structure, shapes and dtypes, the same on every device (invariant
     over ``axis_name``); a value invariant over the axis sums to ``P * x``, as in psum. The
-    leaves are flattened into one buffer (``jax.flatten_util.ravel_pytree``, mixed float
+    float leaves are flattened into one buffer (``jax.flatten_util.ravel_pytree``, mixed float
     dtypes promoted), padded with its last value to ``P * rows * dim``, reduce-scattered
     through ``config.codec`` (an all-to-all of one compressed chunk ``[rows, dim]`` per peer
     and a float32 sum of the P decoded contributions), all-gathered compressed, decoded and
@@ -395,7 +409,10 @@ def compressed_psum(x, axis_name, *, axis_index_groups=None, error_bound=None, c
 
     Args:
       x: ``float32 | bfloat16 | float16`` array or pytree of them (e.g. gradients), varying
-        over ``axis_name``.
+        over ``axis_name``. Leaves of other dtypes (integer counts, bool masks of a metrics
+        pytree) are summed exactly by ``jax.lax.psum`` (bool to int32 counts, as psum does),
+        outside the compressed buffer, so they neither lose precision nor widen the float
+        chunks' value ranges.
       axis_name: the ``shard_map`` mesh axis (static).
       axis_index_groups: must be None (not supported; the parameter is ``jax.lax.psum``'s).
       error_bound: float scalar, traced or concrete (changing a traced bound does not
@@ -464,7 +481,7 @@ class ErrorFeedbackState(NamedTuple):
       residual: pytree like the gradients (each leaf the gradient's shape and dtype), this
         device's untransmitted error: the coding error of its last contribution plus, on the
         chunk it reduced, the re-compression's error; zeros at init and after an exact
-        fallback. Inside ``shard_map`` it varies over the axis (each device its own): keep it
+        fallback, always zeros for integer and bool leaves (summed exactly). Inside ``shard_map`` it varies over the axis (each device its own): keep it
         in the train state sharded over the axis (``P(axis_name)``), e.g. with a leading
         device axis, and checkpoint it with the parameters.
     """
@@ -547,7 +564,9 @@ def error_feedback(axis_name, *, config: AllReduceConfig | None = None) -> Error
         return ErrorFeedbackState(jax.tree.map(jnp.zeros_like, params))
 
     def update_with_stats(grads, state: ErrorFeedbackState, error_bound=None):
-        corrected = jax.tree.map(lambda g, r: g + r.astype(g.dtype), grads, state.residual)
+        corrected = jax.tree.map(
+            lambda g, r: g + r.astype(g.dtype) if _is_float(g) else g, grads, state.residual
+        )
         y, stats, residual = _run(corrected, axis_name, None, error_bound, config, True)
         return y, ErrorFeedbackState(residual), stats
 

@@ -99,7 +99,12 @@ def compress(
         the rounding to their dtype). A negative or non-finite traced bound stores the chunk raw
         (lossless).
       mode: ``"rel"`` or ``"abs"`` (static).
-      codec: ``"auto" | "raw" | "fixed" | "dedup" | "entropy"`` (static).
+      codec: ``"auto" | "raw" | "fixed" | "dedup" | "entropy"`` (static). Without the
+        compiled extension (:func:`jax_lossy_comm.implementations`) the pure-jax reference
+        codec writes raw and fixed-rate frames only: ``"auto"`` picks the smaller of them, and
+        ``"dedup"``/``"entropy"`` write the fixed-rate frame with a ``RuntimeWarning`` at
+        trace time (the frames stay valid and within the bound; set
+        ``JLC_REQUIRE_EXTENSION=1`` to refuse to run without the extension).
       capacity: static bytes per frame; default :func:`frame_capacity` of the shape, dtype,
         codec and ``min_error_bound``.
       min_error_bound: static smallest REL bound the traced ``error_bound`` will take; sizes the
@@ -166,6 +171,16 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
     batch = x.shape[:-2]
     if not _ffi.available():
         from jax_lossy_comm import reference
+
+        if codec in ("dedup", "entropy"):
+            what, fix = _ffi.extension_problem(_ffi.IMPORT_ERROR, _ffi.EXTENSION_FOUND)
+            warnings.warn(
+                f"jax_lossy_comm: codec={codec!r} needs the compiled extension, which is not "
+                "available; the pure-jax reference codec writes fixed-rate frames instead "
+                f"(valid and within the bound, but larger): {what}; to use it, {fix}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
         out = reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
         return typed_like(out, x, eb)

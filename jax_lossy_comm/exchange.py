@@ -312,27 +312,79 @@ def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
 
 
 # ---------------------------------------------------------- the straight-through gradient
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _exchange(plan: _Plan, x, eb, beb):
+    """The exchange with its straight-through derivative: ``(y, ExchangeStats)``."""
+    if plan.backward is None:
+        return _exchange_exact(plan, x, eb, beb)
+    return _exchange_coded(plan, x, eb, beb)
+
+
+# Exact backward: a custom_jvp whose tangent is the exact (linear) all-to-all of the input's
+# tangent, so forward mode, reverse mode (JAX transposes the all-to-all: split and concat
+# swapped) and every higher order work as through jax.lax.all_to_all.
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _exchange_exact(plan: _Plan, x, eb, beb):
     return _one_way(plan, x, eb)
 
 
-def _exchange_fwd(plan, x, eb, beb):
-    return _one_way(plan, x, eb), (eb, beb)
-
-
-def _exchange_bwd(plan, res, cts):
-    eb, beb = res
-    ct_y = cts[0]
+def _exchange_exact_jvp(plan, primals, tangents):
+    x, eb, beb = primals
+    # Itself, not _one_way: under an outer derivative (grad of grad) this rule is
+    # differentiated too, and the codec's FFI calls must not be.
+    y, stats = _exchange_exact(plan, x, eb, beb)
+    # Symbolic zeros: typed like each statistic (float0 for the counts), varying or not.
+    stats_dot = jax.custom_derivatives.zero_from_primal(stats, symbolic_zeros=True)
+    t = tangents[0]
+    if isinstance(t, jax.custom_derivatives.SymbolicZero):  # a derivative in eb only
+        return (y, stats), (jax.custom_derivatives.zero_from_primal(y, True), stats_dot)
     lay = plan.layout
-    if plan.backward is None:
-        ct_x = jax.lax.all_to_all(ct_y, plan.axis_name, lay.concat, lay.split, tiled=lay.tiled)
-    else:
-        ct_x, _ = _one_way(plan, ct_y.astype(plan.dtype), beb, backward_pass=True)
+    if lay.tiled:
+        y_dot = jax.lax.all_to_all(t, plan.axis_name, lay.split, lay.concat, tiled=True)
+    else:  # the untiled one from the tiled one: jax 0.10.2 mis-shapes the untiled transpose
+        t = jax.lax.all_to_all(t, plan.axis_name, lay.split, lay.split, tiled=True)
+        y_dot = jnp.moveaxis(t, lay.split, lay.concat)
+    return (y, stats), (y_dot.astype(y.dtype), stats_dot)
+
+
+_exchange_exact.defjvp(_exchange_exact_jvp, symbolic_zeros=True)
+
+
+# Compressed backward: a custom_vjp (reverse mode, first order only: the coded cotangent
+# exchange is not a linear map that JAX could run forward or differentiate again).
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _exchange_coded(plan: _Plan, x, eb, beb):
+    return _one_way(plan, x, eb)
+
+
+def _exchange_coded_fwd(plan, x, eb, beb):
+    # Itself, not _one_way: under an outer derivative the codec's FFI calls are not
+    # differentiated (JAX then reports the custom_vjp's forward-mode error).
+    return _exchange_coded(plan, x, eb, beb), (eb, beb)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _backward_exchange(plan: _Plan, ct_y, beb):
+    return _one_way(plan, ct_y, beb, backward_pass=True)[0]
+
+
+@_backward_exchange.defjvp
+def _backward_exchange_jvp(plan, primals, tangents):
+    raise NotImplementedError(
+        "compressed_all_to_all with a compressed backward (ExchangeConfig.backward set) has "
+        "a first-order reverse-mode derivative only (jax.grad, jax.vjp); a higher-order "
+        "derivative would differentiate the coded backward exchange. Use "
+        "ExchangeConfig(backward=None) (the exact straight-through exchange, differentiable "
+        "to any order and in forward mode)"
+    )
+
+
+def _exchange_coded_bwd(plan, res, cts):
+    eb, beb = res
+    ct_x = _backward_exchange(plan, cts[0].astype(plan.dtype), beb)
     return ct_x.astype(plan.dtype), jnp.zeros_like(eb), jnp.zeros_like(beb)
 
 
-_exchange.defvjp(_exchange_fwd, _exchange_bwd)
+_exchange_coded.defvjp(_exchange_coded_fwd, _exchange_coded_bwd)
 
 
 # ------------------------------------------------------------------------------ public API
@@ -448,7 +500,8 @@ def _exchange_with_stats(
     p = jax.lax.axis_size(axis_name)
     lay = make_layout(x.shape, p, split_axis, concat_axis, config.table_axis, tiled)
     if x.size == 0:  # nothing to compress (e.g. no tables on this shard): the exact empty result
-        y = jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)
+        # The layout's axes, normalised (a negative axis on a size-0 operand crashed XLA).
+        y = jax.lax.all_to_all(x, axis_name, lay.split, lay.concat, tiled=tiled)
         return y, ExchangeStats.exact(0.0, lay.grid, capacity_bytes=0.0, axis_name=axis_name)
     x = as_varying(x, axis_name)  # x the same on every device (in_specs=P()): as y is
     path = resolve_path(config.path)
@@ -532,6 +585,17 @@ def compressed_all_to_all(
     Returns:
       ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype.
 
+    Derivatives:
+      Straight-through (sec. 3): as if the exchange were exact. With ``config.backward=None``
+      (default) the derivative is the exact, linear ``jax.lax.all_to_all``, so reverse mode
+      (the cotangent's transposed all-to-all), forward mode (``jax.jvp``, ``jax.linearize``,
+      ``jax.jacfwd``) and higher orders (``jax.grad`` of ``jax.grad``, ``jax.jvp`` of
+      ``jax.grad``) all work as through ``jax.lax.all_to_all``. With a backward codec, the
+      cotangent travels through it: first-order reverse mode only (``jax.grad``,
+      ``jax.vjp``); forward mode raises JAX's ``TypeError`` ("can't apply forward-mode
+      autodiff (jvp) to a custom_vjp function") and a second-order derivative (``jax.grad``
+      of ``jax.grad``, ``jax.jvp`` of ``jax.grad``) raises ``NotImplementedError``. The error bounds and statistics have zero derivative.
+
     Raises:
       ValueError: a hierarchical topology without an ``axis_name`` pair (or with a
         variable-size codec that is not per table), bad axes, a split axis not divisible by
@@ -541,8 +605,9 @@ def compressed_all_to_all(
         an error-bounded codec, a block the codec cannot encode (``Int8Rowwise``: size not a
         multiple of ``row_dim``).
       TypeError: unsupported dtype, a ``config`` that is not an :class:`ExchangeConfig`.
-      NotImplementedError: ``axis_index_groups`` given; or (an XLA error) ``path="ragged"``
-        on a backend without ``ragged_all_to_all`` (XLA:CPU).
+      NotImplementedError: ``axis_index_groups`` given; a higher-order derivative through a
+        backward codec (Derivatives); or (an XLA error) ``path="ragged"`` on a backend
+        without ``ragged_all_to_all`` (XLA:CPU).
 
     Examples:
       Pooled embeddings ``[global_batch, tables, dim]``, one bound per table, 8 devices:

@@ -510,3 +510,25 @@ def test_resumed_tier_state_follows_a_changed_config():
     got = np.asarray(eb.error_bounds(state, new))
     want = np.asarray(eb.error_bounds(eb.init(new), new))
     assert np.array_equal(got, want)
+
+
+def test_orbax_restore_with_a_target_and_a_clear_error_without(tmp_path):
+    """The documented restore (a target) gives the state back; one without a target gives
+    dicts, which bounds() and update() refuse with a TypeError naming the fix (before:
+    AttributeError: 'dict' object has no attribute 'step')."""
+    ocp = pytest.importorskip("orbax.checkpoint")
+    bundle = eb.adaptive_error_bound(eb.paper_kaggle_config(early_stage=100))
+    state = bundle.update(bundle.init(), None)
+    ckptr = ocp.StandardCheckpointer()
+    ckptr.save(tmp_path / "eb", state)
+    ckptr.wait_until_finished()
+    restored = ckptr.restore(tmp_path / "eb", bundle.init())
+    assert isinstance(restored, eb.ErrorBoundState) and int(restored.step) == 1
+    np.testing.assert_array_equal(bundle.bounds(restored), bundle.bounds(state))
+    as_dicts = ckptr.restore(tmp_path / "eb")
+    assert isinstance(as_dicts, dict)
+    for call in (bundle.bounds, bundle.update):
+        with pytest.raises(TypeError, match="came back as a dict.*restore it with a target"):
+            call(as_dicts)
+    with pytest.raises(TypeError, match="must be an ErrorBoundState, got list"):
+        bundle.bounds([1, 2])

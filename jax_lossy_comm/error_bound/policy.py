@@ -46,7 +46,19 @@ class TableStats(NamedTuple):
 
 
 class ErrorBoundState(NamedTuple):
-    """Traced state of the adaptive error bound, carried through the jitted step."""
+    """Traced state of the adaptive error bound, carried through the jitted step.
+
+    A pytree of arrays: save it with the training checkpoint. Restore it with a target, so
+    that the checkpointer rebuilds this NamedTuple rather than plain dicts, e.g. with
+    orbax-checkpoint::
+
+        ckptr = ocp.StandardCheckpointer()
+        ckptr.save(path, state)
+        state = ckptr.restore(path, eb.init())  # target: a state of the same config
+
+    A restore without a target gives ``{"step": ..., "table_bound": ..., ...}``;
+    :func:`error_bounds` and :func:`update` refuse it with a ``TypeError`` naming the fix.
+    """
 
     step: jax.Array  # int32[]: training iterations done (number of update calls).
     table_bound: jax.Array  # float32[num_tables]: table-wise relative bound, before the
@@ -75,6 +87,20 @@ def init(config: ErrorBoundConfig) -> ErrorBoundState:
     )
 
 
+def _check_state(state) -> ErrorBoundState:
+    """``state`` if it is an :class:`ErrorBoundState`; else a ``TypeError`` saying why."""
+    if isinstance(state, ErrorBoundState):
+        return state
+    if isinstance(state, dict) and set(ErrorBoundState._fields) <= set(state):
+        raise TypeError(
+            "the error-bound state came back as a dict (a checkpoint restored without a "
+            "target): restore it with a target, e.g. orbax's "
+            "`StandardCheckpointer().restore(path, eb.init())`, so that it is an "
+            "ErrorBoundState"
+        )
+    raise TypeError(f"state must be an ErrorBoundState, got {type(state).__name__}")
+
+
 def error_bounds(state: ErrorBoundState, config: ErrorBoundConfig) -> jax.Array:
     """Per-table relative error bounds for the current step.
 
@@ -87,9 +113,14 @@ def error_bounds(state: ErrorBoundState, config: ErrorBoundConfig) -> jax.Array:
     Returns:
       float32[num_tables]: ``eb_rel`` per table; ``eb_abs = eb_rel * (max - min)``.
 
+    Raises:
+      TypeError: ``state`` is not an :class:`ErrorBoundState` (e.g. the dicts of a
+        checkpoint restored without a target; see :class:`ErrorBoundState`).
+
     References:
       Feng et al., SC24, arXiv 2407.04272, dual-level adaptive error bound.
     """
+    state = _check_state(state)
     schedule = make_schedule(
         config.schedule, eb_constant=config.eb_constant, early_stage=config.early_stage
     )
@@ -186,12 +217,14 @@ def update(
       The next ErrorBoundState (same shapes and dtypes).
 
     Raises:
-      TypeError: ``stats`` is not a TableStats.
+      TypeError: ``stats`` is not a TableStats; ``state`` is not an
+        :class:`ErrorBoundState` (e.g. the dicts of a restore without a target).
       ValueError: a statistic does not have shape ``(num_tables,)``.
 
     References:
       Feng et al., SC24, arXiv 2407.04272, dual-level adaptive error bound.
     """
+    state = _check_state(state)
     step = state.step + 1
     avg, count = state.stats, state.stats_count
     if stats is not None:
