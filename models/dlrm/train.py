@@ -706,8 +706,7 @@ def _fmt_bytes(x: float) -> str:
 
 
 if __name__ == "__main__":  # ``python -m models.dlrm.train``: the same command as main
-    import sys
+    import runpy
 
-    from models.dlrm import main as _main
-
-    sys.exit(_main.main())
+    # Runs main.py as the program (by name: this module imports nothing above it).
+    runpy.run_module("models.dlrm.main", run_name="__main__", alter_sys=True)
