@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = flags.config_from_flags(args)
     except (ValueError, OSError) as e:
-        parser.error(flags.flag_message(str(e), parser))
+        parser.error(flags.flag_message(str(e)))
     setup_jax(args)
     import jax
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except train.ConfigError as e:
-        print(f"error: {flags.flag_message(str(e), parser)}", file=sys.stderr)
+        print(f"error: {flags.flag_message(str(e))}", file=sys.stderr)
         return 2
     except train.TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)

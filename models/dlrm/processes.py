@@ -46,8 +46,10 @@ def local_device_ids(args: argparse.Namespace, environ=os.environ) -> list[int] 
     for rank_var, size_var in LAUNCHERS:
         if rank_var in environ:
             rank, tasks = int(environ[rank_var]), environ.get(size_var)
-            if args.devices:
-                return list(range(rank * args.devices, (rank + 1) * args.devices))
+            if args.devices_per_process:
+                return list(
+                    range(rank * args.devices_per_process, (rank + 1) * args.devices_per_process)
+                )
             if tasks is not None and int(tasks) == 1:
                 raise ValueError(
                     f"{rank_var} is set with one task per node ({size_var}=1): pass --devices N "
@@ -130,8 +132,8 @@ def setup_jax(args: argparse.Namespace) -> None:
         flags_now = os.environ.get("XLA_FLAGS", "").split()
         if DETERMINISTIC_FLAG not in flags_now:
             os.environ["XLA_FLAGS"] = " ".join([*flags_now, DETERMINISTIC_FLAG])
-    if args.devices:
-        jax.config.update("jax_num_cpu_devices", args.devices)
+    if args.devices_per_process:
+        jax.config.update("jax_num_cpu_devices", args.devices_per_process)
     ids = local_device_ids(args)
     if args.coordinator:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -149,8 +151,8 @@ def setup_jax(args: argparse.Namespace) -> None:
     )
     if ids is not None and args.coordinator and have != len(ids):
         raise ValueError(f"{len(ids)} local device ids {ids} asked for, but jax sees {have}")
-    if args.devices and have < args.devices:
-        raise ValueError(f"--devices {args.devices}: jax sees {have} local devices")
+    if args.devices_per_process and have < args.devices_per_process:
+        raise ValueError(f"--devices {args.devices_per_process}: jax sees {have} local devices")
 
 
 #: What gloo, NCCL and jax's coordination service say when another process of the run is gone
