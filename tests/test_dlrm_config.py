@@ -217,3 +217,24 @@ def test_a_config_file_replaces_the_preset_and_flags_override_it(tmp_path, capsy
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err, err
+
+
+def test_the_exchange_config_is_built_once_from_the_config():
+    import jax_lossy_comm as jlc
+    from models.dlrm.exchange import exchange_config
+
+    tiny = get_config("tiny")
+    assert exchange_config(
+        dataclasses.replace(tiny, compression="off"), topology="flat", min_error_bound=0.01
+    ) is None  # fmt: skip
+    frames = jlc.FrameCodec(mode="rel", codec="auto", min_error_bound=0.005)
+    assert exchange_config(tiny, topology="hierarchical", min_error_bound=0.005) == (
+        jlc.ExchangeConfig(frames, None, table_axis=1, path="auto", topology="hierarchical")
+    )
+    both = dataclasses.replace(tiny, codec="int8-rowwise", exchange_backward="compressed",
+                               exchange_path="dense")  # fmt: skip
+    assert exchange_config(both, topology="flat", min_error_bound=None) == jlc.ExchangeConfig(
+        jlc.Int8Rowwise(), jlc.Int8Rowwise(), table_axis=1, path="dense"
+    )
+    with pytest.raises(ValueError, match="exchange_backward must be exact or compressed"):
+        dataclasses.replace(tiny, exchange_backward="raw").validate()

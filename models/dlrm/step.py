@@ -37,6 +37,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jax_lossy_comm import ExchangeConfig
 from models.dlrm import exchange, grad_allreduce, sharding
 from models.dlrm.configs import Config
 from models.dlrm.error_bounds import ErrorBoundHook
@@ -77,6 +78,9 @@ class StepContext:
     lr_schedule: Any = None
     # the embedding exchange's topology, resolved: "flat" or "hierarchical" (mesh.py)
     topology: str = "flat"
+    # the embedding exchange, built once from the config (exchange.exchange_config); None:
+    # the exact all_to_all
+    exchange: ExchangeConfig | None = None
 
     @property
     def sparse_update(self) -> bool:
@@ -122,7 +126,6 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     dummy = jnp.asarray(st < 0)
     slot_lo = jnp.asarray(pl.slot_lo_flat)
     table_pieces = pl.table_pieces  # [T, K]
-    min_eb = ctx.eb_hook.min_error_bound()  # static: sizes the dense exchange's frames
 
     def gather_tables(y):
         """[b, P*L, dim] exchanged slots -> [b, T, dim]: the sum of each table's pieces."""
@@ -178,17 +181,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         def local_loss(head_p, table, probe):
             emb = nnx.merge(emb_gd, {"table": table})
             pooled = emb.lookup(ids_local, di) + probe  # [B, L, dim]
-            y, stats = exchange.embedding_exchange(
-                pooled,
-                eb_slots,
-                compression=cfg.compression,
-                codec=cfg.codec,
-                axis_name=ax,
-                min_error_bound=min_eb,
-                backward=cfg.exchange_backward,
-                path=cfg.exchange_path,
-                topology=ctx.topology,
-            )
+            y, stats = exchange.embedding_exchange(pooled, eb_slots, ctx.exchange, axis_name=ax)
             # The head (MLPs, interaction, loss) is float32: cast the exchanged embeddings up
             # here (a bfloat16/float16 table's cotangents go back down in its dtype).
             emb_all = gather_tables(y.astype(jnp.float32))  # [b, T, dim]

@@ -34,7 +34,7 @@ from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
 from models.dlrm.error_bounds import ErrorBoundHook
-from models.dlrm.exchange import QCOMM_CODECS
+from models.dlrm.exchange import QCOMM_CODECS, exchange_config
 from models.dlrm.netdev import net_tx_bytes
 from models.dlrm.step import (
     NODE_BYTES,
@@ -130,6 +130,7 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
     graphdefs, _ = create_model(config, placement, config.seed, abstract=True)
     tx = create_optimizer(config)
     eb_hook = ErrorBoundHook(config.error_bound)
+    topology = mesh_lib.resolve_topology(config.exchange_topology, mesh)
     ctx = StepContext(
         config,
         placement,
@@ -138,7 +139,9 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
         tx,
         eb_hook,
         learning_rate_schedule(config),
-        mesh_lib.resolve_topology(config.exchange_topology, mesh),
+        topology,
+        # the static smallest bound sizes the dense exchange's frames
+        exchange_config(config, topology=topology, min_error_bound=eb_hook.min_error_bound()),
     )
     table_shape = (mesh.size, placement.rows_per_device, config.embedding_dim)
 
