@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from models.dlrm import error_bounds, flags, main
-from models.dlrm.configs import Config, get_config
+from models.dlrm import flags, main
+from models.dlrm.configs import Config, error_bound_presets, get_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KAGGLE_TIGHT = (2, 3, 9, 11, 15, 20, 23, 25)
@@ -117,7 +117,7 @@ def test_config_checks_the_error_bound_table_count_and_serialises():
     small = dataclasses.replace(cfg, cardinalities=(10, 20, 30))
     with pytest.raises(ValueError, match="error_bound has 26 tables, the model has 3"):
         small.validate()
-    dataclasses.replace(small, error_bound=error_bounds.preset("uniform", 3)).validate()
+    dataclasses.replace(small, error_bound=error_bound_presets.preset("uniform", 3)).validate()
 
 
 def test_help_names_the_entry_point_and_train_is_the_same_command():

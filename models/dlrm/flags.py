@@ -26,8 +26,8 @@ import re
 import typing
 
 from jax_lossy_comm import CODECS as LIBRARY_CODECS
-from models.dlrm import error_bounds
-from models.dlrm.configs import PRESETS, Config, get_config
+from jax_lossy_comm import error_bound as eb_lib
+from models.dlrm.configs import PRESETS, Config, error_bound_presets, get_config
 from models.dlrm.configs.default import FIELD_CHOICES
 from models.dlrm.exchange import QCOMM_CODECS
 
@@ -118,10 +118,10 @@ def _add_field_flag(group, field: dataclasses.Field, hint, help_: str) -> argpar
 # (ErrorBoundConfig field, type, choices, help) of the --eb-* field flags.
 _EB_FIELDS = (
     ("base", float, None, "relative error bound of the tables in no tier"),
-    ("schedule", str, error_bounds.SCHEDULE_KINDS, "iteration-wise schedule"),
+    ("schedule", str, eb_lib.SCHEDULE_KINDS, "iteration-wise schedule"),
     ("eb_constant", float, None, "schedule multiplier at step 0"),
     ("early_stage", int, None, "steps until the multiplier reaches 1"),
-    ("policy", str, error_bounds.POLICIES, "table-wise policy"),
+    ("policy", str, eb_lib.POLICIES, "table-wise policy"),
     ("tightest", float, None, "auto policy: smallest per-table bound"),
     ("loosest", float, None, "auto policy: largest per-table bound"),
     ("update_every", int, None, "auto policy: re-evaluate every K steps"),
@@ -145,7 +145,7 @@ def _add_error_bound_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     )
     g.add_argument(
         "--eb-preset",
-        choices=error_bounds.PRESETS,
+        choices=error_bound_presets.PRESETS,
         default=None,
         help="start from this error-bound setting instead of the preset's",
     )
@@ -359,8 +359,8 @@ def _show_preset_values(preset_shown: dict) -> None:
 
 
 def error_bound_from_flags(
-    args: argparse.Namespace, base: error_bounds.ErrorBoundConfig
-) -> error_bounds.ErrorBoundConfig:
+    args: argparse.Namespace, base: eb_lib.ErrorBoundConfig
+) -> eb_lib.ErrorBoundConfig:
     """``base`` (the preset's error-bound config) with the ``--eb-*`` flags applied.
 
     Order: ``--eb-preset`` replaces ``base``; then the fields of ``--eb-config``; then each
@@ -370,20 +370,19 @@ def error_bound_from_flags(
       ValueError: a bad file, field or value (named); an ``--eb-config`` that cannot be read
         or parsed (the flag and the file named).
     """
-    eb = error_bounds.preset(args.eb_preset, base.num_tables) if args.eb_preset else base
-    if args.eb_config:
+    eb = error_bound_presets.preset(args.eb_preset, base.num_tables) if args.eb_preset else base
+    if args.eb_config:  # the file's fields over the preset's (the library's reader)
         try:
-            read = error_bounds.read_overrides(args.eb_config)
+            eb = eb_lib.ErrorBoundConfig.from_file(args.eb_config, base=eb)
         except (OSError, ValueError) as e:  # name the flag: a bare "[Errno 2] ..." or
             # "Expecting value: line 1 column 1" did not say which file or flag
             why = (e.strerror if isinstance(e, OSError) else None) or e
             raise ValueError(f"--eb-config {args.eb_config}: {why}") from None
-        eb = error_bounds.override(eb, read)
     fields = {f: getattr(args, "eb_" + f) for f, *_ in _EB_FIELDS}
     fields = {f: v for f, v in fields.items() if v is not None}
     if args.eb_tier is not None:
         fields["tiers"] = dict(_parse_tier(s) for s in args.eb_tier)
-    return error_bounds.override(eb, fields)
+    return eb.replace(**fields)
 
 
 def read_config_file(path: str) -> Config:

@@ -33,11 +33,11 @@ from models.dlrm import checkpoints, data, grad_allreduce, models, plots, shardi
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
-from models.dlrm.error_bounds import ErrorBoundHook
 from models.dlrm.exchange import QCOMM_CODECS, exchange_config
 from models.dlrm.netdev import net_tx_bytes
 from models.dlrm.step import (
     NODE_BYTES,
+    ErrorBoundHook,
     StepContext,
     TrainState,
     make_eval_step,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from models.dlrm import error_bounds
+from jax_lossy_comm.error_bound import ErrorBoundConfig
+from models.dlrm.configs import error_bound_presets
 
 # Criteo Kaggle DAC cardinalities of C1..C26 (facebookresearch/dlrm, day_fea_count).
 KAGGLE_CARDINALITIES = (
@@ -182,9 +183,11 @@ class Config:
     # of tables, schedule, policy; its num_tables must equal the model's.
     #
     # Presets: the paper's Kaggle tiers (kaggle, tiny) or Terabyte tiers (terabyte);
-    # configs.error_bound_presets. On the command line: the --eb-* flags.
-    error_bound: error_bounds.ErrorBoundConfig = dataclasses.field(
-        default_factory=lambda: error_bounds.preset("paper_kaggle", len(KAGGLE_CARDINALITIES))
+    # configs/error_bound_presets.py. On the command line: the --eb-* flags.
+    error_bound: ErrorBoundConfig = dataclasses.field(
+        default_factory=lambda: error_bound_presets.preset(
+            "paper_kaggle", len(KAGGLE_CARDINALITIES)
+        )
     )
 
     # ---- gradient all-reduce ----
@@ -294,14 +297,21 @@ class Config:
         if self.error_bound.num_tables != self.num_tables:
             raise ValueError(
                 f"error_bound has {self.error_bound.num_tables} tables, the model has "
-                f"{self.num_tables}: set Config.error_bound (e.g. error_bounds.preset("
+                f"{self.num_tables}: set Config.error_bound (e.g. error_bound_presets.preset("
                 f"'uniform', {self.num_tables}))"
             )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable mapping of every field (the ``config`` record of metrics.jsonl)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["error_bound"] = error_bounds.to_dict(self.error_bound)
+        eb = self.error_bound
+        if callable(eb.schedule):  # written as its repr (to_dict cannot serialise a callable)
+            d["error_bound"] = {
+                **eb.replace(schedule="linear").to_dict(),
+                "schedule": repr(eb.schedule),
+            }
+        else:
+            d["error_bound"] = eb.to_dict()
         return d
 
 
