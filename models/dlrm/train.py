@@ -422,30 +422,11 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
     ]
 
 
-def changed_settings(before: dict, now: dict) -> list[str]:
-    """``"field old -> new"`` for every field of the config dict ``now`` that differs from
-    ``before`` other than ``steps`` (a nested dict by its own fields: ``error_bound.base``).
-
-    >>> changed_settings({"steps": 5, "compression": "on"}, {"steps": 9, "compression": "off"})
-    ['compression on -> off']
-    """
-    out = []
-    for key, value in now.items():
-        old = before.get(key)
-        if key == "steps" or old == value:
-            continue
-        if isinstance(old, dict) and isinstance(value, dict):
-            out += [f"{key}.{c}" for c in changed_settings(old, value)]
-        else:
-            out.append(f"{key} {old} -> {value}")
-    return out
-
-
 def open_metrics(
     path: str, config: Config, ctx: StepContext, start: int, *, label: str, data: str
 ) -> tuple[metrics_lib.MetricsWriter, list[str]]:
     """The run's metrics.jsonl writer (process 0 writes) and the settings changed since the
-    run so far (``changed_settings``; [] for a new run); a run from step 0 starts with its
+    run so far (``metrics.changed_settings``; [] for a new run); a run from step 0 starts with its
     ``config`` record, a resumed one keeps the records up to ``start`` and adds a ``config``
     record at ``start`` when its config differs from the one in effect other than in
     ``steps`` (e.g. a rerun with another ``--grad-allreduce``; the same command run longer is
@@ -455,7 +436,7 @@ def open_metrics(
     )
     before = [r for r in writer.kept if isinstance(r, metrics_lib.ConfigRecord)]
     now = json.loads(json.dumps(config.to_dict()))  # as read back: lists, not tuples
-    changed = changed_settings(before[-1].config, now) if start and before else []
+    changed = metrics_lib.changed_settings(before[-1].config, now) if start and before else []
     if start == 0 or not before or changed:
         writer.write(
             metrics_lib.ConfigRecord(
