@@ -1,4 +1,4 @@
-"""Criteo text -> binary shards, once, streaming with bounded memory (issue 14).
+"""Criteo text -> binary shards, once, streaming with bounded memory.
 
 Reads Criteo Kaggle ``train.txt``, Criteo 1TB ``day_N`` (plain or ``.gz``) or the trainer's CSV
 layout (see ``input_pipeline``) and writes, per source file, one shard of three raw

@@ -288,7 +288,7 @@ class ConfigError(ValueError):
 def create_mesh(config: Config) -> jax.sharding.Mesh:
     """The mesh over ``config.devices_per_process`` devices of every process (0: all).
 
-    1-D (``"devices"``, as before issue 16) on one process with the flat exchange and no
+    1-D (``"devices"``) on one process with the flat exchange and no
     ``config.node_devices``; else two-level, ``("nodes", "local")`` with
     ``config.node_devices`` devices per node (0: a process's devices, one node per process),
     so the exchange's statistics can tell intra- from inter-node bytes and the hierarchical
