@@ -171,6 +171,8 @@ def test_every_config_field_is_a_flag_whose_help_is_its_comment():
     assert "sharding.plan_tables" not in text and "0.70 MiB per step" not in text
     assert "--optimizer {sgd,adagrad} optimizer; sgd: the reference DLRM's" in text
     assert "--learning-rate LEARNING_RATE, --lr LEARNING_RATE peak learning rate" in text
+    # a flag name in a help is never broken at its hyphens (was "--max-ind- range")
+    assert "rows of each categorical table before the --max-ind-range cap" in text
 
 
 def test_a_field_without_a_comment_is_refused():

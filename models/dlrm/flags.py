@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import os
 import re
+import textwrap
 import typing
 
 from jax_lossy_comm import CODECS as LIBRARY_CODECS
@@ -327,12 +328,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows ``(default: X)`` only for flags with a value of their own (not None)."""
+    """Shows ``(default: X)`` only for flags with a value of their own (not None), and never
+    breaks a line inside a flag name (``--max-ind-`` / ``range``)."""
 
     def _get_help_string(self, action):
         if action.default is None:
             return action.help
         return super()._get_help_string(action)
+
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
 def _shown(value) -> str:
