@@ -240,3 +240,33 @@ def test_the_exchange_config_is_built_once_from_the_config():
     )
     with pytest.raises(ValueError, match="exchange_backward must be exact or compressed"):
         dataclasses.replace(tiny, exchange_backward="raw").validate()
+
+
+def test_the_trainer_modules_import_one_way():
+    """No import cycle in models/dlrm (main.py and train.py imported each other): every
+    `from models... import` and `import models...`, at any depth of a module, is an edge."""
+    import ast
+    import glob
+
+    edges = {}
+    for path in glob.glob(os.path.join(ROOT, "models", "dlrm", "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+        deps = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("models."):
+                folder = os.path.join(ROOT, *node.module.split("."))
+                subs = {a.name for a in node.names if os.path.isfile(f"{folder}/{a.name}.py")}
+                deps |= {f"{node.module}.{s}" for s in subs}
+                if len(subs) < len(node.names):
+                    deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("models.")}
+        edges[rel] = deps - {rel}
+    assert "models.dlrm.train" in edges["models.dlrm.main"]
+
+    def reaches(start, goal, seen):
+        return any(d == goal or (d not in seen and not seen.add(d) and reaches(d, goal, seen))
+                   for d in edges.get(start, ()))  # fmt: skip
+
+    cyclic = sorted(m for m in edges if reaches(m, m, set()))
+    assert cyclic == []
