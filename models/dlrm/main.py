@@ -5,8 +5,8 @@ command). Main job (synthetic data, 8 virtual CPU devices, exact vs compressed s
 
   python -m models.dlrm.main --devices 8 --compare --out runs/dlrm
 
-Flags override the preset (``--preset kaggle|terabyte|tiny``, ``configs/``), each its one
-field (``flags.py``). ``--devices N`` sets N virtual CPU devices when no accelerator is used
+Flags override the preset (``--preset kaggle|terabyte|tiny``, ``configs/``) or the Config of
+``--config FILE``, each its one field (``flags.py`` generates one flag per Config field). ``--devices N`` sets N virtual CPU devices when no accelerator is used
 (it must be applied before JAX starts its backends: ``processes.setup_jax``, first).
 Multi-host: ``--coordinator HOST:PORT --num-processes N --process-id I`` (or the
 ``JAX_COORDINATOR_ADDRESS`` / ``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID`` environment)
