@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from models.dlrm import error_bounds, flags, main
-from models.dlrm.configs import get_config
+from models.dlrm import flags, main
+from models.dlrm.configs import Config, error_bound_presets, get_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KAGGLE_TIGHT = (2, 3, 9, 11, 15, 20, 23, 25)
@@ -117,7 +117,7 @@ def test_config_checks_the_error_bound_table_count_and_serialises():
     small = dataclasses.replace(cfg, cardinalities=(10, 20, 30))
     with pytest.raises(ValueError, match="error_bound has 26 tables, the model has 3"):
         small.validate()
-    dataclasses.replace(small, error_bound=error_bounds.preset("uniform", 3)).validate()
+    dataclasses.replace(small, error_bound=error_bound_presets.preset("uniform", 3)).validate()
 
 
 def test_help_names_the_entry_point_and_train_is_the_same_command():
@@ -147,6 +147,80 @@ def test_help_names_the_entry_point_and_train_is_the_same_command():
     )
 
 
+def test_every_config_field_is_a_flag_whose_help_is_its_comment():
+    """The flags are generated from the Config fields: each field (but the error bound, set
+    by the --eb-* flags) has a flag whose help is the first paragraph of its comment."""
+    parser = flags.build_parser()
+    by_dest = {}
+    for a in parser._actions:  # the first flag of a dest (--resume, not --restart)
+        if a.option_strings:
+            by_dest.setdefault(a.dest, a)
+    docs = flags.field_docs(Config)
+    for f in dataclasses.fields(Config):
+        if f.name in flags.NOT_FLAGS:
+            continue
+        action = by_dest[f.name]
+        assert action.option_strings[0] == flags.flag_names(f.name)[0]
+        section, comment = docs[f.name]
+        assert section and len(comment) > 10, f.name
+        assert action.help.startswith(flags._help_text(comment)[:40]), f.name
+    text = " ".join(parser.format_help().split())
+    # the comment's first paragraph is the help, the notes after a bare '#' line are not
+    assert "--split-rows SPLIT_ROWS split tables with more rows than this row-wise over " \
+        "devices (-1: a device's fair share; 0: never) (preset: -1)" in text  # fmt: skip
+    assert "sharding.plan_tables" not in text and "0.70 MiB per step" not in text
+    assert "--optimizer {sgd,adagrad} optimizer; sgd: the reference DLRM's" in text
+    assert "--learning-rate LEARNING_RATE, --lr LEARNING_RATE peak learning rate" in text
+    # a flag name in a help is never broken at its hyphens (was "--max-ind- range")
+    assert "rows of each categorical table before the --max-ind-range cap" in text
+
+
+def test_a_field_without_a_comment_is_refused():
+    @dataclasses.dataclass
+    class Bare:
+        # Documented.
+        a: int = 1
+        b: int = 2
+
+    with pytest.raises(ValueError, match="Bare.b has no comment"):
+        flags.field_docs(Bare)
+
+
+def test_flags_of_fields_new_to_the_command_line():
+    cfg = _config("--preset", "tiny", "--embedding-dim", "4", "--bottom-mlp", "16", "4",
+                  "--top-mlp", "8", "1", "--max-checkpoints", "5", "--no-skip-bad-lines")  # fmt: skip
+    want = dataclasses.replace(
+        get_config("tiny"), embedding_dim=4, bottom_mlp=(16, 4), top_mlp=(8, 1),
+        max_checkpoints=5, skip_bad_lines=False,
+    )  # fmt: skip
+    assert cfg == want and isinstance(cfg.bottom_mlp, tuple)
+    with pytest.raises(ValueError, match="bottom_mlp must end in embedding_dim=4"):
+        _config("--preset", "tiny", "--embedding-dim", "4")
+
+
+def test_a_config_file_replaces_the_preset_and_flags_override_it(tmp_path, capsys):
+    path = tmp_path / "mine.py"
+    path.write_text(
+        "import dataclasses\n"
+        "from models.dlrm.configs import get_config as preset\n"
+        "def get_config():\n"
+        "    return dataclasses.replace(preset('tiny'), steps=33, seed=4)\n"
+    )
+    cfg = _config("--config", str(path), "--seed", "5")
+    assert cfg == dataclasses.replace(get_config("tiny"), steps=33, seed=5)
+    (tmp_path / "bad.py").write_text("def get_config():\n    return {'steps': 3}\n")
+    for argv, message in (
+        (["--config", str(tmp_path / "bad.py")], "get_config() must return a Config"),
+        (["--config", str(tmp_path / "none.py")], "none.py: No such file"),
+        (["--config", str(path), "--preset", "tiny"], "not allowed with argument --config"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main.main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+
+
 def test_the_exchange_config_is_built_once_from_the_config():
     import jax_lossy_comm as jlc
     from models.dlrm.exchange import exchange_config
@@ -166,3 +240,33 @@ def test_the_exchange_config_is_built_once_from_the_config():
     )
     with pytest.raises(ValueError, match="exchange_backward must be exact or compressed"):
         dataclasses.replace(tiny, exchange_backward="raw").validate()
+
+
+def test_the_trainer_modules_import_one_way():
+    """No import cycle in models/dlrm (main.py and train.py imported each other): every
+    `from models... import` and `import models...`, at any depth of a module, is an edge."""
+    import ast
+    import glob
+
+    edges = {}
+    for path in glob.glob(os.path.join(ROOT, "models", "dlrm", "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+        deps = set()
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("models."):
+                folder = os.path.join(ROOT, *node.module.split("."))
+                subs = {a.name for a in node.names if os.path.isfile(f"{folder}/{a.name}.py")}
+                deps |= {f"{node.module}.{s}" for s in subs}
+                if len(subs) < len(node.names):
+                    deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("models.")}
+        edges[rel] = deps - {rel}
+    assert "models.dlrm.train" in edges["models.dlrm.main"]
+
+    def reaches(start, goal, seen):
+        return any(d == goal or (d not in seen and not seen.add(d) and reaches(d, goal, seen))
+                   for d in edges.get(start, ()))  # fmt: skip
+
+    cyclic = sorted(m for m in edges if reaches(m, m, set()))
+    assert cyclic == []

@@ -15,7 +15,7 @@ import pytest
 from conftest import EIGHT_DEVICES
 from models.dlrm import checkpoints, main, models, train
 from models.dlrm.configs import get_config
-from models.dlrm.error_bounds import ErrorBoundHook
+from models.dlrm.step import ErrorBoundHook
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason=EIGHT_DEVICES)
 

@@ -87,9 +87,7 @@ def test_exact_exchange_reports_raw_node_bytes():
     pooled = jnp.ones((8 * 16, 3, 8), jnp.float32)
 
     def f(x):
-        y, s = exchange.embedding_exchange(
-            x, jnp.full(3, 0.01), compression="off", codec="auto", axis_name=ax
-        )
+        y, s = exchange.embedding_exchange(x, jnp.full(3, 0.01), None, axis_name=ax)
         return y, jnp.stack([s.raw_bytes, s.intra_node_bytes, s.inter_node_raw_bytes,
                              s.inter_node_moved_bytes])[None]  # fmt: skip
 

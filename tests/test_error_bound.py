@@ -241,6 +241,22 @@ def test_from_file_yaml_and_json(tmp_path):
         eb.ErrorBoundConfig.from_file(tmp_path / "eb.toml")
 
 
+def test_from_file_with_a_base_reads_some_fields_over_it(tmp_path):
+    """A trainer's --eb-config: the file sets some fields, the preset keeps the others."""
+    base = eb.paper_kaggle_config()
+    (tmp_path / "some.yaml").write_text("error_bound:\n  early_stage: 75\n  schedule: step\n")
+    got = eb.ErrorBoundConfig.from_file(tmp_path / "some.yaml", base=base)
+    assert got == base.replace(early_stage=75, schedule="step") and got.tiers == base.tiers
+    with pytest.raises(ValueError, match="num_tables: is required"):
+        eb.ErrorBoundConfig.from_file(tmp_path / "some.yaml")  # no base: a whole config
+    (tmp_path / "bad.json").write_text(json.dumps({"smoothing": 0}))
+    with pytest.raises(ValueError, match=r"ErrorBoundConfig.smoothing: must be in \(0, 1\]"):
+        eb.ErrorBoundConfig.from_file(tmp_path / "bad.json", base=base)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="must be a mapping"):
+        eb.ErrorBoundConfig.from_file(tmp_path / "list.json", base=base)
+
+
 def test_replace_overrides_fields_on_a_preset_and_validates(tmp_path):
     """What a trainer's flags do (models/dlrm/flags.py): a preset or a file, then single
     fields on top, each validated like a new config."""

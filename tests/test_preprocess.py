@@ -174,13 +174,13 @@ def _count_line_by_line(monkeypatch):
     """A list that gets the line count of every chunk converted line by line (the vectorized
     path declined it)."""
     calls = []
-    real = pp._ChunkConverter._line_by_line
+    real = pp.ChunkConverter._line_by_line
 
     def counted(self, text):
         calls.append(text.count(b"\n"))
         return real(self, text)
 
-    monkeypatch.setattr(pp._ChunkConverter, "_line_by_line", counted)
+    monkeypatch.setattr(pp.ChunkConverter, "_line_by_line", counted)
     return calls
 
 
@@ -325,7 +325,7 @@ def test_truncated_gzip_is_an_error(tmp_path):
 def test_file_changing_while_read_is_an_error(tmp_path, monkeypatch):
     src = tmp_path / "train.txt"
     src.write_bytes(criteo_text(2000, seed=1))
-    chunks = pp._chunks
+    chunks = pp.text_chunks
 
     def growing(path, *args):
         for k, item in enumerate(chunks(path, *args)):
@@ -334,7 +334,7 @@ def test_file_changing_while_read_is_an_error(tmp_path, monkeypatch):
                     f.write(criteo_text(10, seed=2))
             yield item
 
-    monkeypatch.setattr(pp, "_chunks", growing)
+    monkeypatch.setattr(pp, "text_chunks", growing)
     with pytest.raises(pp.SourceChangedError, match="changed while it was read"):
         convert([str(src)], tmp_path / "o", chunk_bytes=50_000)
     assert not (tmp_path / "o" / "part-00000.label").exists()

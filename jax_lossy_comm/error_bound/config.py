@@ -4,7 +4,7 @@
 policy's settings, validated on construction (``ValueError`` naming the field; never a silent
 rewrite). It reads and writes plain mappings (JSON/YAML) and files; command-line flags belong to
 the trainer (``models/dlrm/flags.py``), which builds a config and overrides fields with
-:meth:`ErrorBoundConfig.replace`. :func:`table_bounds` and :func:`min_error_bound` turn a config
+:meth:`ErrorBoundConfig.from_file` (``base=``) and :meth:`ErrorBoundConfig.replace`. :func:`table_bounds` and :func:`min_error_bound` turn a config
 into static numbers (the per-table tier bounds; the smallest bound, which sizes codec buffers).
 
 References:
@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jax_lossy_comm._optional import import_optional
+from jax_lossy_comm.optional_deps import import_optional
 from jax_lossy_comm.error_bound._checks import is_int, is_real, positive, require
 from jax_lossy_comm.error_bound.schedules import SCHEDULE_KINDS, Schedule
 
@@ -297,14 +297,27 @@ class ErrorBoundConfig:
         return dataclasses.replace(self, **fields)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> ErrorBoundConfig:
+    def from_file(
+        cls, path: str | os.PathLike, base: ErrorBoundConfig | None = None
+    ) -> ErrorBoundConfig:
         """Reads a config from a ``.json``, ``.yaml`` or ``.yml`` file (see :meth:`from_dict`).
 
+        Args:
+          path: the file: a mapping of fields, optionally under one key ``error_bound``.
+          base: None: the file holds a whole config (``num_tables`` required). A config: the
+            file may set only some fields; the others are ``base``'s (:meth:`replace`), as a
+            trainer's ``--eb-config`` over its preset does.
+
         Raises:
-          ValueError: unsupported extension, or invalid content (field named).
+          ValueError: unsupported extension, content that is not a mapping, or invalid
+            content (field named).
           OSError: the file cannot be read.
         """
-        return cls.from_dict(_read_mapping(path))
+        content = _read_mapping(path)
+        if base is None:
+            return cls.from_dict(content)
+        require(isinstance(content, Mapping), "<root>", "must be a mapping", content)
+        return base.replace(**_unwrap(content))
 
 
 def _read_mapping(path: str | os.PathLike) -> Any:

@@ -11,7 +11,7 @@ falls back to the next older step when one cannot be read. ``max_checkpoints`` m
 steps are kept.
 
 A checkpoint stays restorable across the changes that only touch ``TrainState.grad_ef`` (the
-error-feedback residuals of the compressed gradient all-reduce, issue 15): one written before
+error-feedback residuals of the compressed gradient all-reduce): one written before
 that field existed, or under another ``--grad-allreduce`` / ``--grad-error-feedback``, restores
 every other field exactly and starts ``grad_ef`` at zero, as a new run does (``restore``
 reads the saved tree's metadata first and leaves the field out of the orbax restore). Any other

@@ -1,36 +1,128 @@
-"""Command-line flags of the DLRM trainer and their translation into a ``Config``.
+"""Command-line flags of the DLRM trainer, generated from the ``Config`` fields.
 
-``build_parser()`` lists the flags; ``config_from_flags(args)`` starts from the preset
-(``--preset``, ``configs/``) and lets every given flag override its one field; the
-error-bound flags override their one field of the preset's ``Config.error_bound`` in the
-same way (``--eb-base 0.02`` keeps the tiers and the schedule). Flags with default None take
-the preset's value.
+Every ``Config`` field is a flag, ``--field-name`` (``FLAG_NAMES`` gives three fields other
+names): its help is the field's comment in ``configs/default.py`` (the first paragraph), its
+choices the field's ``Literal`` annotation (``--codec``: ``CODECS``), its ``--help`` group the
+``# ---- name ----`` section it sits in; a ``bool`` field is a ``--x`` / ``--no-x`` pair, a
+tuple field takes several values. So a field's meaning is written once, in the config.
+
+``config_from_flags(args)`` starts from the preset (``--preset``, ``configs/``) or the
+``get_config()`` of a ``--config FILE`` and lets every given flag override its one field
+(flags default to None: "take the preset's value"); the ``--eb-*`` flags override their one
+field of the preset's ``Config.error_bound`` the same way (``--eb-base 0.02`` keeps the tiers
+and the schedule). The flags that are not ``Config`` fields (``--out``, ``--compare``, the
+multi-host ones, ...) are written out in ``build_parser``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import importlib.util
+import inspect
 import os
 import re
+import textwrap
+import typing
 
 from jax_lossy_comm import CODECS as LIBRARY_CODECS
-from models.dlrm import error_bounds
-from models.dlrm.configs import PRESETS, Config, get_config
-from models.dlrm.configs.default import EMBEDDING_DTYPES
+from jax_lossy_comm import error_bound as eb_lib
+from models.dlrm.configs import PRESETS, Config, error_bound_presets, get_config
+from models.dlrm.configs.default import FIELD_CHOICES
 from models.dlrm.exchange import QCOMM_CODECS
 
 PROG = "python -m models.dlrm.main"
 CODECS = (*LIBRARY_CODECS, *QCOMM_CODECS)
 """``--codec`` choices: the library's codec names, then the quantized-comm baselines."""
 
+FLAG_NAMES = {
+    "data_format": ("--format",),
+    "learning_rate": ("--learning-rate", "--lr"),
+    "devices_per_process": ("--devices",),
+}
+"""The flags of the ``Config`` fields not called ``--field-name``."""
+
+EXTRA_CHOICES = {"codec": CODECS}
+"""Choices of the str fields whose values are not a ``Literal`` (they come from the library)."""
+
+NOT_FLAGS = ("error_bound",)
+"""``Config`` fields set by their own flags: the ``--eb-*`` group."""
+
+
+def flag_names(field: str) -> tuple[str, ...]:
+    """The flags of ``Config`` field ``field``, the first the one help and errors show.
+
+    >>> flag_names("batch_size"), flag_names("learning_rate")
+    (('--batch-size',), ('--learning-rate', '--lr'))
+    """
+    return FLAG_NAMES.get(field, ("--" + field.replace("_", "-"),))
+
+
+def field_docs(cls: type) -> dict[str, tuple[str, str]]:
+    """``field -> (section, help)`` for each field of the dataclass ``cls``, from its source.
+
+    The help is the comment block right above the field, its lines joined, up to a bare
+    ``#`` line (what follows it are notes for the reader of the source); the section is the
+    last ``# ---- name ----`` line above the field ("" before the first).
+
+    Raises:
+      ValueError: a field without a comment (every field's meaning must be written).
+    """
+    lines = inspect.getsource(cls).splitlines()
+    fields = [
+        node
+        for node in ast.parse(inspect.cleandoc("\n".join(lines))).body[0].body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    ]
+    docs, section = {}, ""
+    for node in fields:
+        block, i = [], node.lineno - 2  # the line above the field (0-based)
+        while i >= 0 and lines[i].strip().startswith("#"):
+            block.insert(0, lines[i].strip()[1:].strip())
+            i -= 1
+        marks = [m.group(1) for b in block if (m := re.fullmatch(r"-{2,} (.+?) -{2,}", b))]
+        if marks:
+            section = marks[-1]
+            block = block[block.index(f"---- {section} ----") + 1 :]
+        paragraph = block[: block.index("")] if "" in block else block
+        if not paragraph:
+            raise ValueError(f"{cls.__name__}.{node.target.id} has no comment: write its meaning")
+        docs[node.target.id] = (section, " ".join(paragraph))
+    return docs
+
+
+def _help_text(comment: str) -> str:
+    """A field's comment as flag help: first letter lower case unless an acronym, no final
+    period, ``%`` escaped for argparse."""
+    if comment[:1].isupper() and comment[1:2].islower():
+        comment = comment[0].lower() + comment[1:]
+    return comment.removesuffix(".").replace("%", "%%")
+
+
+def _add_field_flag(group, field: dataclasses.Field, hint, help_: str) -> argparse.Action:
+    """One ``Config`` field's flag in ``group`` (default None: the preset's value)."""
+    names = flag_names(field.name)
+    kw: dict = {"dest": field.name, "default": None, "help": help_}
+    if hint is bool:
+        kw["action"] = argparse.BooleanOptionalAction
+    elif typing.get_origin(hint) is tuple:
+        kw.update(type=typing.get_args(hint)[0], nargs="+", metavar="N")
+    else:
+        choices = FIELD_CHOICES.get(field.name) or EXTRA_CHOICES.get(field.name)
+        kw.update(type=str if choices else hint, choices=choices)
+        if not choices:
+            kw["metavar"] = names[0][2:].upper().replace("-", "_")
+    return group.add_argument(*names, **kw)
+
+
 # (ErrorBoundConfig field, type, choices, help) of the --eb-* field flags.
 _EB_FIELDS = (
     ("base", float, None, "relative error bound of the tables in no tier"),
-    ("schedule", str, error_bounds.SCHEDULE_KINDS, "iteration-wise schedule"),
+    ("schedule", str, eb_lib.SCHEDULE_KINDS, "iteration-wise schedule"),
     ("eb_constant", float, None, "schedule multiplier at step 0"),
     ("early_stage", int, None, "steps until the multiplier reaches 1"),
-    ("policy", str, error_bounds.POLICIES, "table-wise policy"),
+    ("policy", str, eb_lib.POLICIES, "table-wise policy"),
     ("tightest", float, None, "auto policy: smallest per-table bound"),
     ("loosest", float, None, "auto policy: largest per-table bound"),
     ("update_every", int, None, "auto policy: re-evaluate every K steps"),
@@ -44,7 +136,8 @@ def _eb_flag(field: str) -> str:
     return "--eb-constant" if field == "eb_constant" else "--eb-" + field.replace("_", "-")
 
 
-def _add_error_bound_flags(p: argparse.ArgumentParser) -> None:
+def _add_error_bound_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The ``--eb-*`` group; returns the actions of the ``--eb-FIELD`` flags."""
     g = p.add_argument_group(
         "adaptive error bound",
         "the preset's error-bound config (kaggle, tiny: the paper's Kaggle tiers; terabyte: "
@@ -53,7 +146,7 @@ def _add_error_bound_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--eb-preset",
-        choices=error_bounds.PRESETS,
+        choices=error_bound_presets.PRESETS,
         default=None,
         help="start from this error-bound setting instead of the preset's",
     )
@@ -65,7 +158,7 @@ def _add_error_bound_flags(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="JSON/YAML file of error-bound fields (all or some) overriding the preset's",
     )
-    for field, kind, choices, help_ in _EB_FIELDS:
+    actions = [
         g.add_argument(
             _eb_flag(field),
             dest="eb_" + field,
@@ -75,6 +168,8 @@ def _add_error_bound_flags(p: argparse.ArgumentParser) -> None:
             metavar=None if choices else _eb_flag(field)[2:].upper().replace("-", "_"),
             help=help_,
         )
+        for field, kind, choices, help_ in _EB_FIELDS
+    ]
     g.add_argument(
         "--eb-tier",
         action="append",
@@ -83,6 +178,7 @@ def _add_error_bound_flags(p: argparse.ArgumentParser) -> None:
         help="a tier of tables sharing one bound, e.g. tighten=0.01:2,3,9 (repeatable; the "
         "given tiers replace the preset's)",
     )
+    return actions
 
 
 def _parse_tier(text: str) -> tuple[str, tuple[float, list[int]]]:
@@ -108,7 +204,8 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The trainer's flags (``python -m models.dlrm.main --help``)."""
+    """The trainer's flags (``python -m models.dlrm.main --help``): one per ``Config`` field
+    (see the module docstring), the ``--eb-*`` flags, and the run's and processes' own."""
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Embedding-parallel DLRM with the compressed embedding all-to-all "
@@ -118,29 +215,23 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     g = p.add_argument_group("run")
-    g.add_argument(
+    start = g.add_mutually_exclusive_group()
+    start.add_argument(
         "--preset",
         default="kaggle",
         choices=PRESETS,
         help="model/config preset (configs/)",
     )
+    start.add_argument(
+        "--config",
+        dest="config_file",
+        default=None,
+        metavar="FILE",
+        help="Python file whose get_config() returns the Config to start from instead of a "
+        "preset (as configs/*.py do); the flags override its fields",
+    )
     g.add_argument(
         "--out", default="runs/dlrm", help="output folder: metrics.jsonl, curves.png, checkpoints/"
-    )
-    again = g.add_mutually_exclusive_group()
-    again.add_argument(
-        "--resume",
-        action="store_true",
-        default=None,
-        help="continue from the latest checkpoint in --out if there is one (the default: "
-        "rerunning a command resumes it)",
-    )
-    again.add_argument(
-        "--restart",
-        dest="resume",
-        action="store_false",
-        default=None,
-        help="remove the earlier run in --out (checkpoints, metrics) and start from step 0",
     )
     g.add_argument(
         "--compare",
@@ -148,196 +239,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the exact and the compressed "
         "exchange from the same seed (--out/exact, --out/compressed) and plot both",
     )
-    g.add_argument(
-        "--devices",
-        type=int,
-        default=None,
-        help="devices per process (default: all); sets this many virtual CPU devices when "
-        "no accelerator is used",
-    )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    d = p.add_argument_group("data")
-    d.add_argument(
-        "--data",
-        default=None,
-        help="file, folder or glob (absent = synthetic), or a folder of shards written by "
-        "python -m models.dlrm.preprocess",
-    )
-    d.add_argument(
-        "--eval-data",
-        default=None,
-        help="evaluation file, folder or glob (absent = held-out lines of --data)",
-    )
-    d.add_argument(
-        "--format",
-        dest="data_format",
-        default=None,
-        choices=["kaggle", "terabyte", "csv"],
-        help="format of --data",
-    )
-    d.add_argument(
-        "--skip-bad-lines",
+    g.add_argument(
+        "--deterministic",
         action="store_true",
-        default=None,
-        help="skip and count malformed lines instead of stopping",
+        help="deterministic GPU kernels (XLA_FLAGS --xla_gpu_deterministic_ops=true, set "
+        "before JAX starts): bit-exact reruns and resumes on GPU, slower scatter-adds",
     )
-    d.add_argument(
-        "--max-ind-range", type=int, default=None, help="cap on table rows (ids modulo it)"
-    )
-    d.add_argument(
-        "--split-rows",
-        type=int,
-        default=None,
-        help="split tables with more rows "
-        "than this row-wise over devices (-1: a device's fair share; 0: never)",
-    )
-    d.add_argument(
-        "--embedding-dtype",
-        choices=EMBEDDING_DTYPES,
-        default=None,
-        help="dtype of the embedding tables and of the pooled embeddings the exchange sends "
-        "(the MLPs, the loss and the optimizer's arithmetic stay float32)",
-    )
-    d.add_argument(
-        "--shuffle-block-rows",
-        type=int,
-        default=None,
-        help="with a --data folder of shards: rows of the contiguous blocks shuffled every "
-        "epoch by --seed (0 = file order)",
-    )
-    d.add_argument("--eval-rows", type=int, default=None, help="rows of the evaluation set")
-    d.add_argument(
-        "--holdout-every",
-        type=int,
-        default=None,
-        help="with file data and no --eval-data: every N-th line is held out",
-    )
-    d.add_argument(
-        "--synthetic-zipf-a",
-        type=float,
-        default=None,
-        help="without --data: Zipf exponent of the synthetic ids (larger: more repeated hot ids)",
-    )
-    d.add_argument(
-        "--synthetic-multi-hot",
-        type=int,
-        default=None,
-        help="without --data: ids per bag of the synthetic generator (1: one-hot, as Criteo)",
-    )
-    t = p.add_argument_group("training")
-    t.add_argument("--steps", type=int, default=None, help="training steps (global batches)")
-    t.add_argument("--batch-size", type=int, default=None, help="global batch size")
-    t.add_argument(
-        "--eval-batch-size", type=int, default=None, help="global batch size of the evaluation"
-    )
-    t.add_argument(
-        "--optimizer", choices=["sgd", "adagrad"], default=None, help="sgd: the reference DLRM's"
-    )
-    t.add_argument(
-        "--sparse-embedding-update",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="sgd: update only the looked-up table rows (default on)",
-    )
-    t.add_argument("--learning-rate", "--lr", type=float, default=None, help="peak learning rate")
-    t.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up from 0 (0: none)")
-    t.add_argument(
-        "--decay-start-step",
-        type=int,
-        default=None,
-        help="step at which the learning rate starts to decay (0: no decay)",
-    )
-    t.add_argument(
-        "--decay-steps",
-        type=int,
-        default=None,
-        help="steps of polynomial (power 2) decay to 0 after --decay-start-step",
-    )
-    t.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="seed of the parameters, the synthetic data and the shards' block order",
-    )
-    t.add_argument(
-        "--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)"
-    )
-    t.add_argument("--log-every", type=int, default=None, help="log training metrics every N steps")
-    t.add_argument(
-        "--checkpoint-every",
-        type=int,
-        default=None,
-        help="save a checkpoint every N steps (0: only at the end)",
-    )
-    c = p.add_argument_group("exchange")
-    c.add_argument(
-        "--compression",
-        choices=["on", "off"],
-        default=None,
-        help="off = exact all_to_all (baseline)",
-    )
-    c.add_argument(
-        "--codec",
-        default=None,
-        choices=CODECS,
-        help="codec of compressed_all_to_all (the library's; int8-rowwise, bf16, fp16, "
-        "fp8-rowwise and mx4: the TorchRec/FBGEMM baselines)",
-    )
-    c.add_argument(
-        "--exchange-backward",
-        choices=["exact", "compressed"],
-        default=None,
-        help="backward exchange of the embedding cotangents (default exact)",
-    )
-    c.add_argument(
-        "--exchange-path",
-        choices=["auto", "dense", "packed", "ragged"],
-        default=None,
-        help="wire path of the compressed exchange (auto: ragged on GPU, packed on CPU)",
-    )
-    c.add_argument(
-        "--exchange-topology",
-        choices=["auto", "flat", "hierarchical"],
-        default=None,
-        help="flat: every block compressed; hierarchical: exact among the devices of a node, "
-        "compressed across nodes; auto: hierarchical with several processes (nodes) of "
-        "several devices each",
-    )
-    c.add_argument(
-        "--node-devices",
-        type=int,
-        default=None,
-        help="devices per node of the two-level mesh (0: one node per process); must divide "
-        "the devices of a process, e.g. 4 of 8 devices: 2 nodes on one process",
-    )
-    a = p.add_argument_group("gradient all-reduce")
-    a.add_argument(
-        "--grad-allreduce",
-        choices=["exact", "bf16", "compressed"],
-        default=None,
-        help="sum of the head gradients: exact psum, bf16 (PyTorch's DDP hook) or the "
-        "library's error-bounded compressed_psum",
-    )
-    a.add_argument(
-        "--grad-error-bound",
-        type=float,
-        default=None,
-        help="REL error bound of --grad-allreduce compressed",
-    )
-    a.add_argument(
-        "--grad-codec",
-        choices=["auto", "fixed"],
-        default=None,
-        help="--grad-allreduce compressed: the frames' codec (auto: the smallest of all "
-        "forms, fewest bytes; fixed: fixed-rate codes, least CPU)",
-    )
-    a.add_argument(
-        "--grad-error-feedback",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="--grad-allreduce compressed: error feedback (residuals in the train state)",
-    )
-    _add_error_bound_flags(p)
+    preset_shown = {}  # action -> Config field whose preset values its help shows
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    hints = typing.get_type_hints(Config)
+    docs = field_docs(Config)
+    for field in dataclasses.fields(Config):
+        if field.name in NOT_FLAGS:
+            continue
+        section, comment = docs[field.name]
+        if section not in groups:
+            groups[section] = p.add_argument_group(section)
+        group = groups[section]
+        if field.name == "resume":  # --resume / --restart, not --no-resume
+            again = group.add_mutually_exclusive_group()
+            action = again.add_argument(
+                "--resume", action="store_true", default=None, help=_help_text(comment)
+            )
+            again.add_argument(
+                "--restart",
+                dest="resume",
+                action="store_false",
+                default=None,
+                help="remove the earlier run in --out (checkpoints, metrics) and start from step 0",
+            )
+            continue
+        action = _add_field_flag(group, field, hints[field.name], _help_text(comment))
+        preset_shown[action] = lambda c, f=field.name: getattr(c, f)
+    for action in _add_error_bound_flags(p):
+        preset_shown[action] = lambda c, f=action.dest[3:]: getattr(c.error_bound, f)
     m = p.add_argument_group("multi-host")
     m.add_argument(
         "--coordinator",
@@ -387,51 +323,49 @@ def build_parser() -> argparse.ArgumentParser:
         "OMPI_COMM_WORLD_LOCAL_RANK (one task per node: --devices N takes GPUs 0..N-1), "
         "else all",
     )
-    g.add_argument(
-        "--deterministic",
-        action="store_true",
-        help="deterministic GPU kernels (XLA_FLAGS --xla_gpu_deterministic_ops=true, set "
-        "before JAX starts): bit-exact reruns and resumes on GPU, slower scatter-adds",
-    )
-    _show_preset_values(p)
+    _show_preset_values(preset_shown)
     return p
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows ``(default: X)`` only for flags with a value of their own (not None)."""
+    """Shows ``(default: X)`` only for flags with a value of their own (not None), and never
+    breaks a line inside a flag name (``--max-ind-`` / ``range``)."""
 
     def _get_help_string(self, action):
         if action.default is None:
             return action.help
         return super()._get_help_string(action)
 
+    def _split_lines(self, text, width):
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
-def _show_preset_values(p: argparse.ArgumentParser) -> None:
-    """Appends to the help of every flag that defaults to its preset's value what that value
-    is (``preset: 500`` or ``preset: kaggle 32, terabyte 64, tiny 8``)."""
+
+def _shown(value) -> str:
+    """A preset value as ``--help`` shows it (a long tuple by its length)."""
+    if isinstance(value, tuple) and len(value) > 8:
+        return f"{len(value)} values"
+    return repr(value)
+
+
+def _show_preset_values(preset_shown: dict) -> None:
+    """Appends to the help of every flag in ``preset_shown`` (action -> ``Config`` -> value)
+    what that value is in each preset (``preset: 500`` or ``preset: kaggle 32, terabyte 64,
+    tiny 8``); not for a value absent in every preset ("": the help says what then)."""
     configs = {name: get_config(name) for name in PRESETS}
-    for action in p._actions:
-        if action.default is not None or not action.option_strings or action.dest == "resume":
-            continue
-        dest = action.dest
-        if dest.startswith("eb_") and dest[3:] in {f for f, *_ in _EB_FIELDS}:
-            values = {n: getattr(c.error_bound, dest[3:]) for n, c in configs.items()}
-        elif dest in {f.name for f in dataclasses.fields(Config)}:
-            values = {n: getattr(c, dest) for n, c in configs.items()}
-        else:
-            continue
-        if set(values.values()) == {""}:  # absent in every preset: the help says what then
+    for action, value_of in preset_shown.items():
+        values = {n: value_of(c) for n, c in configs.items()}
+        if set(map(repr, values.values())) == {"''"}:
             continue
         if len(set(map(repr, values.values()))) == 1:
-            shown = repr(next(iter(values.values())))
+            shown = _shown(next(iter(values.values())))
         else:
-            shown = ", ".join(f"{n} {v!r}" for n, v in values.items())
+            shown = ", ".join(f"{n} {_shown(v)}" for n, v in values.items())
         action.help = f"{action.help or ''} (preset: {shown})".strip().replace("%", "%%")
 
 
 def error_bound_from_flags(
-    args: argparse.Namespace, base: error_bounds.ErrorBoundConfig
-) -> error_bounds.ErrorBoundConfig:
+    args: argparse.Namespace, base: eb_lib.ErrorBoundConfig
+) -> eb_lib.ErrorBoundConfig:
     """``base`` (the preset's error-bound config) with the ``--eb-*`` flags applied.
 
     Order: ``--eb-preset`` replaces ``base``; then the fields of ``--eb-config``; then each
@@ -441,40 +375,60 @@ def error_bound_from_flags(
       ValueError: a bad file, field or value (named); an ``--eb-config`` that cannot be read
         or parsed (the flag and the file named).
     """
-    eb = error_bounds.preset(args.eb_preset, base.num_tables) if args.eb_preset else base
-    if args.eb_config:
+    eb = error_bound_presets.preset(args.eb_preset, base.num_tables) if args.eb_preset else base
+    if args.eb_config:  # the file's fields over the preset's (the library's reader)
         try:
-            read = error_bounds.read_overrides(args.eb_config)
+            eb = eb_lib.ErrorBoundConfig.from_file(args.eb_config, base=eb)
         except (OSError, ValueError) as e:  # name the flag: a bare "[Errno 2] ..." or
             # "Expecting value: line 1 column 1" did not say which file or flag
             why = (e.strerror if isinstance(e, OSError) else None) or e
             raise ValueError(f"--eb-config {args.eb_config}: {why}") from None
-        eb = error_bounds.override(eb, read)
     fields = {f: getattr(args, "eb_" + f) for f, *_ in _EB_FIELDS}
     fields = {f: v for f, v in fields.items() if v is not None}
     if args.eb_tier is not None:
         fields["tiers"] = dict(_parse_tier(s) for s in args.eb_tier)
-    return error_bounds.override(eb, fields)
+    return eb.replace(**fields)
+
+
+def read_config_file(path: str) -> Config:
+    """The ``Config`` that ``get_config()`` of the Python file ``path`` returns (``--config``).
+
+    Raises:
+      ValueError: the file has no ``get_config``, or it returns no ``Config``.
+      OSError: the file cannot be read.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--config {path}: No such file")
+    spec = importlib.util.spec_from_file_location("dlrm_config_file", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = getattr(module, "get_config", lambda: None)()
+    if not isinstance(config, Config):
+        raise ValueError(f"--config {path}: get_config() must return a Config, got {config!r}")
+    return config
 
 
 def config_from_flags(args: argparse.Namespace) -> Config:
-    """The run's Config: the preset with every given flag overriding its one field.
+    """The run's Config: the preset (or ``--config FILE``) with every given flag overriding
+    its one field.
 
     Raises:
       ValueError: an invalid value or combination (named).
+      OSError: a ``--config`` file that cannot be read.
     """
-    cfg = get_config(args.preset)
-    fields = {f.name for f in dataclasses.fields(cfg)}
-    over = {k: v for k, v in vars(args).items() if k in fields and v is not None}
-    if args.devices:
-        over["devices_per_process"] = args.devices
+    cfg = read_config_file(args.config_file) if args.config_file else get_config(args.preset)
+    over = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(args, f.name, None)
+        if value is not None and f.name not in NOT_FLAGS:
+            over[f.name] = tuple(value) if isinstance(value, list) else value
     over["error_bound"] = error_bound_from_flags(args, cfg.error_bound)
     cfg = dataclasses.replace(cfg, **over)
     cfg.validate()
     return cfg
 
 
-def flag_message(message: str, parser: argparse.ArgumentParser | None = None) -> str:
+def flag_message(message: str) -> str:
     """``message`` with a leading ``Config`` field name replaced by the flag that sets it.
 
     ``Config.validate`` and ``train.create_mesh`` name the field (``batch_size=60 must be
@@ -487,11 +441,8 @@ def flag_message(message: str, parser: argparse.ArgumentParser | None = None) ->
     >>> flag_message("steps must be > 0, got 0")
     '--steps must be > 0, got 0'
     """
-    parser = parser or build_parser()
-    # argparse keeps no public dest -> option map; _actions is its documented-by-use list
-    flag_of = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
-    flag_of["devices_per_process"] = "--devices"
     m = re.match(r"(\w+)[= ]", message)
-    if m is None or m.group(1) not in flag_of:
+    fields = {f.name for f in dataclasses.fields(Config)} - set(NOT_FLAGS)
+    if m is None or m.group(1) not in fields:
         return message
-    return f"{flag_of[m.group(1)]} {message[m.end() :]}"
+    return f"{flag_names(m.group(1))[0]} {message[m.end() :]}"

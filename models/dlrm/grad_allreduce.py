@@ -1,7 +1,7 @@
 """The one place where the DLRM sums its data-parallel head gradients over the devices.
 
 ``Config.grad_allreduce`` chooses the all-reduce of the bottom/top MLP gradients inside the
-train step's ``shard_map`` (issue 15):
+train step's ``shard_map``:
 
 * ``"exact"``: ``jax.lax.psum``;
 * ``"bf16"``: ``jax_lossy_comm.compressed_psum`` with the ``BF16`` codec (PyTorch DDP's bf16

@@ -31,6 +31,7 @@ __all__ = [
     "MetricsWriter",
     "Record",
     "TrainRecord",
+    "changed_settings",
     "from_json",
     "read_metrics",
     "to_json",
@@ -311,3 +312,22 @@ class MetricsWriter:
         if self.enabled:
             with open(self.path, "a") as f:
                 f.write(to_json(record) + "\n")
+
+
+def changed_settings(before: dict, now: dict) -> list[str]:
+    """``"field old -> new"`` for every field of the config dict ``now`` that differs from
+    ``before`` other than ``steps`` (a nested dict by its own fields: ``error_bound.base``).
+
+    >>> changed_settings({"steps": 5, "compression": "on"}, {"steps": 9, "compression": "off"})
+    ['compression on -> off']
+    """
+    out = []
+    for key, value in now.items():
+        old = before.get(key)
+        if key == "steps" or old == value:
+            continue
+        if isinstance(old, dict) and isinstance(value, dict):
+            out += [f"{key}.{c}" for c in changed_settings(old, value)]
+        else:
+            out.append(f"{key} {old} -> {value}")
+    return out

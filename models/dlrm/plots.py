@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jax_lossy_comm._optional import import_optional
+from jax_lossy_comm.optional_deps import import_optional
 from models.dlrm import metrics as metrics_lib
 
 MIB = 1024.0 * 1024.0

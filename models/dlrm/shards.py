@@ -1,4 +1,4 @@
-"""A fast, resumable loader of the binary shards ``models.dlrm.preprocess`` writes (issue 14).
+"""A fast, resumable loader of the binary shards ``models.dlrm.preprocess`` writes.
 
 ``ShardDataset`` memory-maps a shard folder (one ``np.memmap`` per column file, checked
 against the manifest: format version, sizes, optionally SHA-256). ``ShardStream`` cuts it into

@@ -37,9 +37,10 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jax_lossy_comm import ExchangeConfig
+from jax_lossy_comm import error_bound as eb_lib
 from models.dlrm import exchange, grad_allreduce, sharding
 from models.dlrm.configs import Config
-from models.dlrm.error_bounds import ErrorBoundHook
 from models.dlrm.mesh import batch_axis
 
 
@@ -51,7 +52,7 @@ class TrainState(NamedTuple):
       params: {"head": DLRMHead params (replicated), "embedding": {"table":
         float32[P, R, dim] sharded on axis 0}}.
       opt_state: optax state of ``params`` (same sharding rule).
-      eb_state: the adaptive error-bound state (``error_bounds.ErrorBoundHook``).
+      eb_state: the adaptive error-bound state (``ErrorBoundHook``).
       grad_ef: the gradient all-reduce's error feedback (``jax_lossy_comm.ErrorFeedbackState``):
         each device's residual of the head gradients, leaves ``float32[P, *shape]`` sharded
         on axis 0 (``grad_allreduce.init_state``); ``residual={}`` without feedback.
@@ -62,6 +63,63 @@ class TrainState(NamedTuple):
     opt_state: Any
     eb_state: Any
     grad_ef: Any
+
+
+class ErrorBoundHook:
+    """Per-table relative error bounds for the exchange, from the run's error-bound config
+    (the library's ``adaptive_error_bound`` bundle, with the step's statistics as a dict).
+
+    Args:
+      config: the run's ``ErrorBoundConfig`` (``Config.error_bound``).
+    """
+
+    def __init__(self, config: eb_lib.ErrorBoundConfig):
+        self.config = config
+        self.num_tables = config.num_tables
+        self._bundle = eb_lib.adaptive_error_bound(config)
+
+    def describe(self) -> str:
+        """One line for the log: base, tiers, schedule, policy."""
+        c = self.config
+        return (
+            f"adaptive: base {c.base}, tiers {[(t.name, t.value, list(t.tables)) for t in c.tiers]}, "
+            f"schedule {c.schedule} x{c.eb_constant} over {c.early_stage} steps, policy {c.policy}"
+        )
+
+    def min_error_bound(self) -> float | None:
+        """Static smallest relative bound the step can use: sizes the dense exchange's frames.
+
+        None when unknown (a callable schedule): the library then assumes its default.
+        """
+        try:
+            return eb_lib.min_error_bound(self.config)
+        except ValueError:
+            return None
+
+    @property
+    def needs_stats(self) -> bool:
+        """True when ``update`` uses the per-table statistics (the automatic policy); the tiers
+        policy ignores them, so the step need not compute them."""
+        return self.config.policy == "auto"
+
+    def init(self):
+        """The initial state (a pytree of arrays)."""
+        return self._bundle.init()
+
+    def bounds(self, state) -> jax.Array:
+        """float32[T] relative error bounds for the current step."""
+        return self._bundle.bounds(state)
+
+    def update(self, state, stats: dict[str, jax.Array] | None):
+        """Next state from this step's per-table stats (each float32[T], replicated; None when
+        ``needs_stats`` is False)."""
+        if stats is not None:
+            stats = eb_lib.TableStats(
+                cotangent_abs_mean=stats["cotangent_abs_mean"],
+                value_range=stats["value_range"],
+                distinct_fraction=stats["distinct_fraction"],
+            )
+        return self._bundle.update(state, stats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +135,9 @@ class StepContext:
     lr_schedule: Any = None
     # the embedding exchange's topology, resolved: "flat" or "hierarchical" (mesh.py)
     topology: str = "flat"
+    # the embedding exchange, built once from the config (exchange.exchange_config); None:
+    # the exact all_to_all
+    exchange: ExchangeConfig | None = None
 
     @property
     def sparse_update(self) -> bool:
@@ -122,7 +183,6 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     dummy = jnp.asarray(st < 0)
     slot_lo = jnp.asarray(pl.slot_lo_flat)
     table_pieces = pl.table_pieces  # [T, K]
-    min_eb = ctx.eb_hook.min_error_bound()  # static: sizes the dense exchange's frames
 
     def gather_tables(y):
         """[b, P*L, dim] exchanged slots -> [b, T, dim]: the sum of each table's pieces."""
@@ -178,17 +238,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         def local_loss(head_p, table, probe):
             emb = nnx.merge(emb_gd, {"table": table})
             pooled = emb.lookup(ids_local, di) + probe  # [B, L, dim]
-            y, stats = exchange.embedding_exchange(
-                pooled,
-                eb_slots,
-                compression=cfg.compression,
-                codec=cfg.codec,
-                axis_name=ax,
-                min_error_bound=min_eb,
-                backward=cfg.exchange_backward,
-                path=cfg.exchange_path,
-                topology=ctx.topology,
-            )
+            y, stats = exchange.embedding_exchange(pooled, eb_slots, ctx.exchange, axis_name=ax)
             # The head (MLPs, interaction, loss) is float32: cast the exchanged embeddings up
             # here (a bfloat16/float16 table's cotangents go back down in its dtype).
             emb_all = gather_tables(y.astype(jnp.float32))  # [b, T, dim]

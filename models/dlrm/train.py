@@ -29,16 +29,16 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import _ffi as codec_ffi
-from jax_lossy_comm._optional import import_optional
+from jax_lossy_comm.optional_deps import import_optional
 from models.dlrm import checkpoints, data, grad_allreduce, models, plots, sharding
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
-from models.dlrm.error_bounds import ErrorBoundHook
-from models.dlrm.exchange import QCOMM_CODECS
+from models.dlrm.exchange import QCOMM_CODECS, exchange_config
 from models.dlrm.netdev import net_tx_bytes
 from models.dlrm.step import (
     NODE_BYTES,
+    ErrorBoundHook,
     StepContext,
     TrainState,
     make_eval_step,
@@ -131,6 +131,7 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
     graphdefs, _ = create_model(config, placement, config.seed, abstract=True)
     tx = create_optimizer(config)
     eb_hook = ErrorBoundHook(config.error_bound)
+    topology = mesh_lib.resolve_topology(config.exchange_topology, mesh)
     ctx = StepContext(
         config,
         placement,
@@ -139,7 +140,9 @@ def setup(config: Config, mesh: jax.sharding.Mesh):
         tx,
         eb_hook,
         learning_rate_schedule(config),
-        mesh_lib.resolve_topology(config.exchange_topology, mesh),
+        topology,
+        # the static smallest bound sizes the dense exchange's frames
+        exchange_config(config, topology=topology, min_error_bound=eb_hook.min_error_bound()),
     )
     table_shape = (mesh.size, placement.rows_per_device, config.embedding_dim)
 
@@ -286,7 +289,7 @@ class ConfigError(ValueError):
 def create_mesh(config: Config) -> jax.sharding.Mesh:
     """The mesh over ``config.devices_per_process`` devices of every process (0: all).
 
-    1-D (``"devices"``, as before issue 16) on one process with the flat exchange and no
+    1-D (``"devices"``) on one process with the flat exchange and no
     ``config.node_devices``; else two-level, ``("nodes", "local")`` with
     ``config.node_devices`` devices per node (0: a process's devices, one node per process),
     so the exchange's statistics can tell intra- from inter-node bytes and the hierarchical
@@ -420,30 +423,11 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
     ]
 
 
-def changed_settings(before: dict, now: dict) -> list[str]:
-    """``"field old -> new"`` for every field of the config dict ``now`` that differs from
-    ``before`` other than ``steps`` (a nested dict by its own fields: ``error_bound.base``).
-
-    >>> changed_settings({"steps": 5, "compression": "on"}, {"steps": 9, "compression": "off"})
-    ['compression on -> off']
-    """
-    out = []
-    for key, value in now.items():
-        old = before.get(key)
-        if key == "steps" or old == value:
-            continue
-        if isinstance(old, dict) and isinstance(value, dict):
-            out += [f"{key}.{c}" for c in changed_settings(old, value)]
-        else:
-            out.append(f"{key} {old} -> {value}")
-    return out
-
-
 def open_metrics(
     path: str, config: Config, ctx: StepContext, start: int, *, label: str, data: str
 ) -> tuple[metrics_lib.MetricsWriter, list[str]]:
     """The run's metrics.jsonl writer (process 0 writes) and the settings changed since the
-    run so far (``changed_settings``; [] for a new run); a run from step 0 starts with its
+    run so far (``metrics.changed_settings``; [] for a new run); a run from step 0 starts with its
     ``config`` record, a resumed one keeps the records up to ``start`` and adds a ``config``
     record at ``start`` when its config differs from the one in effect other than in
     ``steps`` (e.g. a rerun with another ``--grad-allreduce``; the same command run longer is
@@ -453,7 +437,7 @@ def open_metrics(
     )
     before = [r for r in writer.kept if isinstance(r, metrics_lib.ConfigRecord)]
     now = json.loads(json.dumps(config.to_dict()))  # as read back: lists, not tuples
-    changed = changed_settings(before[-1].config, now) if start and before else []
+    changed = metrics_lib.changed_settings(before[-1].config, now) if start and before else []
     if start == 0 or not before or changed:
         writer.write(
             metrics_lib.ConfigRecord(
@@ -707,8 +691,7 @@ def _fmt_bytes(x: float) -> str:
 
 
 if __name__ == "__main__":  # ``python -m models.dlrm.train``: the same command as main
-    import sys
+    import runpy
 
-    from models.dlrm import main as _main
-
-    sys.exit(_main.main())
+    # Runs main.py as the program (by name: this module imports nothing above it).
+    runpy.run_module("models.dlrm.main", run_name="__main__", alter_sys=True)

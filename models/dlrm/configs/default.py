@@ -9,9 +9,10 @@ workdir)`` runs what the command line runs for the same values.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-from models.dlrm import error_bounds
+from jax_lossy_comm.error_bound import ErrorBoundConfig
+from models.dlrm.configs import error_bound_presets
 
 # Criteo Kaggle DAC cardinalities of C1..C26 (facebookresearch/dlrm, day_fea_count).
 KAGGLE_CARDINALITIES = (
@@ -73,143 +74,176 @@ TERABYTE_CARDINALITIES = (
     36,
 )
 
-#: ``Config.embedding_dtype`` choices (``--embedding-dtype``).
-EMBEDDING_DTYPES = ("float32", "bfloat16", "float16")
-
 
 @dataclasses.dataclass
 class Config:
-    """All knobs of one training run; every field is also a command-line flag."""
+    """All knobs of one training run; every field is also a command-line flag.
+
+    The comment above a field is its meaning, written once: ``flags.py`` turns it into the
+    flag's help (its first paragraph; a bare ``#`` line starts notes the help leaves out), a
+    ``Literal`` annotation into the flag's choices, and a ``# ---- name ----`` line into the
+    group of the flags below it in ``--help``.
+    """
 
     # ---- model ----
     # Width of every embedding vector (the paper's Kaggle model: 32).
     embedding_dim: int = 32
-    # Bottom MLP widths after the 13 dense inputs; the last must equal embedding_dim.
+    # Bottom MLP widths after the dense inputs; the last must equal embedding_dim.
     bottom_mlp: tuple[int, ...] = (512, 256, 64, 32)
     # Top MLP widths after the interaction; the last must be 1 (the click logit).
     top_mlp: tuple[int, ...] = (512, 256, 1)
-    # Rows of each categorical table before the --max-ind-range cap.
+    # Rows of each categorical table before the --max-ind-range cap (one per table).
     cardinalities: tuple[int, ...] = KAGGLE_CARDINALITIES
-    # Cap on the rows of every table (ids are taken modulo it, as in the reference DLRM).
+    # Cap on table rows (ids modulo it, as in the reference DLRM; 0: no cap).
     max_ind_range: int = 100_000
-    # Split tables with more rows than this row-wise over devices (-1: one device's fair
-    # share of all rows; 0: never). See sharding.plan_tables.
+    # Split tables with more rows than this row-wise over devices (-1: a device's fair
+    # share; 0: never).
+    #
+    # -1 means one device's fair share of all rows; see sharding.plan_tables.
     split_rows: int = -1
     # Number of dense (integer) features.
     num_dense: int = 13
-    # dtype of the embedding tables and of the pooled embeddings (what the exchange sends):
-    # "float32", "bfloat16" or "float16". The dense MLPs, the loss and the optimizer's
-    # arithmetic stay float32 (step.py casts at the exchange's output and in the row update).
-    embedding_dtype: str = "float32"
+    # dtype of the embedding tables and of the pooled embeddings the exchange sends (the
+    # MLPs, the loss and the optimizer's arithmetic stay float32).
+    #
+    # step.py casts at the exchange's output and in the row update.
+    embedding_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 
     # ---- data ----
-    # Input file, folder or glob; "" = the synthetic Criteo-like generator.
+    # File, folder or glob (absent = synthetic), or a folder of shards written by python -m
+    # models.dlrm.preprocess.
+    #
+    # "" (the default) selects the synthetic Criteo-like generator.
     data: str = ""
-    # Held-out evaluation file/folder/glob; "" = a held-out split of the training source.
+    # Evaluation file, folder or glob (absent = held-out lines of --data).
     eval_data: str = ""
-    # Format of the files in data: "kaggle" (DAC train.txt), "terabyte" (day_N) or "csv".
-    data_format: str = "kaggle"
-    # Rows of the held-out evaluation set (read once, kept in memory).
+    # Format of --data: kaggle (DAC train.txt), terabyte (day_N) or csv.
+    data_format: Literal["kaggle", "terabyte", "csv"] = "kaggle"
+    # Rows of the evaluation set (read once, kept in memory).
     eval_rows: int = 16_384
-    # With file data and no eval_data: every holdout_every-th line goes to evaluation.
+    # With file data and no --eval-data: every N-th line is held out (0: none).
     holdout_every: int = 20
-    # Skip and count malformed lines instead of stopping with an error.
+    # Skip and count malformed lines instead of stopping.
     skip_bad_lines: bool = False
-    # With shard data (a data folder written by models.dlrm.preprocess): rows of the contiguous
-    # blocks shuffled every epoch by seed; 0 = file order (the order text files are read in).
+    # With a --data folder of shards: rows of the contiguous blocks shuffled every epoch by
+    # --seed (0 = file order).
+    #
+    # File order is the order text files are read in.
     shuffle_block_rows: int = 4096
-    # Ids per bag in the synthetic generator (1 = one-hot, like Criteo).
+    # Without --data: ids per bag of the synthetic generator (1: one-hot, as Criteo).
     synthetic_multi_hot: int = 1
-    # Zipf exponent of the synthetic ids (larger = more repeated hot ids per batch).
+    # Without --data: Zipf exponent of the synthetic ids (larger: more repeated hot ids).
     synthetic_zipf_a: float = 1.1
 
     # ---- training ----
     # Global batch size (all devices, all processes); must divide by the device count.
     batch_size: int = 1024
-    # Training steps.
+    # Training steps (global batches).
     steps: int = 500
-    # Optimizer: "sgd" (reference DLRM) or "adagrad".
-    optimizer: str = "sgd"
-    # With optimizer "sgd": update only the table rows looked up in the step (scatter-add of
-    # -lr * row gradient, as the reference DLRM's sparse EmbeddingBag gradients) instead of a
-    # dense table-sized gradient and update. Same math; False: the dense optax update.
+    # Optimizer; sgd: the reference DLRM's.
+    optimizer: Literal["sgd", "adagrad"] = "sgd"
+    # With sgd: update only the looked-up table rows (a scatter-add of -lr x row gradient,
+    # as the reference DLRM's sparse EmbeddingBag gradients; off: the dense optax update).
+    #
+    # Same math either way; the sparse update skips the table-sized gradient.
     sparse_embedding_update: bool = True
     # Peak learning rate.
     learning_rate: float = 0.1
-    # Linear warm-up steps from 0 to learning_rate (0 = none).
+    # Linear warm-up steps from 0 to the learning rate (0: none).
     warmup_steps: int = 0
-    # Step at which decay starts (reference DLRM --lr-decay-start-step); 0 = no decay.
+    # Step at which the learning rate starts to decay (0: no decay).
+    #
+    # The reference DLRM's --lr-decay-start-step.
     decay_start_step: int = 0
-    # Steps of polynomial (power 2) decay to zero after decay_start_step.
+    # Steps of polynomial (power 2) decay to 0 after --decay-start-step.
     decay_steps: int = 0
-    # Seed of parameters and data.
+    # Seed of the parameters, the synthetic data and the shards' block order.
     seed: int = 0
 
     # ---- exchange ----
-    # "on": compressed_all_to_all; "off": the exact jax.lax.all_to_all (baseline).
-    compression: str = "on"
-    # Codec name passed to compressed_all_to_all ("auto" lets the library choose).
+    # Embedding exchange: on = compressed_all_to_all, off = exact all_to_all (baseline).
+    compression: Literal["on", "off"] = "on"
+    # Codec of compressed_all_to_all (the library's, auto: its choice; int8-rowwise and
+    # bf16: the TorchRec/FBGEMM baselines).
     codec: str = "auto"
-    # Backward (cotangent) exchange: "exact" (straight-through, as in the paper) or
-    # "compressed" (the transposed exchange compressed too, with the same per-table bounds).
-    exchange_backward: str = "exact"
-    # Wire path of compressed_all_to_all: "auto" (ragged on GPU, packed elsewhere), "dense"
-    # (fixed-capacity frames), "packed" (used bytes in size buckets) or "ragged" (GPU).
-    exchange_path: str = "auto"
-    # Topology of the embedding exchange: "flat" (every block compressed), "hierarchical"
-    # (exact among the devices of a node, compressed across nodes; HugeCTR/NCCL-style two-stage
-    # all-to-all) or "auto" (hierarchical when the run has several nodes of several devices:
-    # several processes, each a node unless node_devices says otherwise; else flat).
-    exchange_topology: str = "auto"
+    # Backward exchange of the embedding cotangents: exact (straight-through, as in the
+    # paper) or compressed (the transposed exchange compressed too, same per-table bounds).
+    exchange_backward: Literal["exact", "compressed"] = "exact"
+    # Wire path of the compressed exchange (auto: ragged on GPU, packed on CPU; dense:
+    # fixed-capacity frames; packed: used bytes in size buckets).
+    exchange_path: Literal["auto", "dense", "packed", "ragged"] = "auto"
+    # Flat: every block compressed; hierarchical: exact among the devices of a node,
+    # compressed across nodes; auto: hierarchical with several processes (nodes) of
+    # several devices each.
+    #
+    # Hierarchical is the HugeCTR/NCCL-style two-stage all-to-all; each process is a node
+    # unless node_devices says otherwise.
+    exchange_topology: Literal["auto", "flat", "hierarchical"] = "auto"
     # The dual-level adaptive error bound (jax_lossy_comm.error_bound.ErrorBoundConfig): tiers
-    # of tables, schedule, policy. Its num_tables must equal the model's. Presets: the paper's
-    # Kaggle tiers (kaggle, tiny) or Terabyte tiers (terabyte); error_bounds.preset/override.
-    error_bound: error_bounds.ErrorBoundConfig = dataclasses.field(
-        default_factory=lambda: error_bounds.preset("paper_kaggle", len(KAGGLE_CARDINALITIES))
+    # of tables, schedule, policy; its num_tables must equal the model's.
+    #
+    # Presets: the paper's Kaggle tiers (kaggle, tiny) or Terabyte tiers (terabyte);
+    # configs/error_bound_presets.py. On the command line: the --eb-* flags.
+    error_bound: ErrorBoundConfig = dataclasses.field(
+        default_factory=lambda: error_bound_presets.preset(
+            "paper_kaggle", len(KAGGLE_CARDINALITIES)
+        )
     )
 
     # ---- gradient all-reduce ----
-    # Sum of the data-parallel head (MLP) gradients over the devices: "exact" (jax.lax.psum),
-    # "bf16" (jax_lossy_comm.compressed_psum with the BF16 codec: PyTorch DDP's bf16
-    # compression hook) or "compressed" (compressed_psum with the library's error-bounded
-    # frames, REL grad_error_bound, and error feedback when grad_error_feedback).
-    grad_allreduce: str = "exact"
-    # REL error bound of the compressed gradient all-reduce (per chunk of the flattened
-    # gradients: eb_abs = grad_error_bound * (max - min)).
+    # Sum of the head gradients: exact psum, bf16 (PyTorch's DDP hook) or the library's
+    # error-bounded compressed_psum.
+    #
+    # The data-parallel head (MLP) gradients are summed over the devices; bf16 is
+    # jax_lossy_comm.compressed_psum with the BF16 codec; compressed uses the library's
+    # error-bounded frames, REL grad_error_bound, and error feedback when
+    # grad_error_feedback.
+    grad_allreduce: Literal["exact", "bf16", "compressed"] = "exact"
+    # REL error bound of --grad-allreduce compressed (per chunk of the flattened gradients:
+    # eb_abs = bound x (max - min)).
     grad_error_bound: float = 0.01
-    # The frames' codec of the compressed gradient all-reduce: "auto" (the smallest of
-    # fixed-rate, dictionary and entropy-coded frames) or "fixed" (fixed-rate codes only).
+    # --grad-allreduce compressed: the frames' codec (auto: the smallest of all forms,
+    # fewest bytes; fixed: fixed-rate codes, least CPU).
+    #
     # Gradient values crowd near zero, so entropy coding of their codes pays: terabyte preset,
     # REL 0.01, 2 processes: 0.70 MiB per step with auto vs 2.18 MiB with fixed; fixed costs
     # about 10x less CPU to encode (0.3 vs 5 ms per 3 MiB on this 2-core machine), which
     # matters only where the codec runs on slow CPUs and the link is fast.
-    grad_codec: str = "auto"
-    # With grad_allreduce "compressed": add each device's compression error to its next
-    # gradient (jax_lossy_comm.error_feedback; the residuals live in TrainState.grad_ef).
+    grad_codec: Literal["fixed", "auto"] = "auto"
+    # --grad-allreduce compressed: error feedback (residuals in the train state).
+    #
+    # Each device's compression error is added to its next gradient
+    # (jax_lossy_comm.error_feedback; the residuals live in TrainState.grad_ef).
     grad_error_feedback: bool = True
 
     # ---- loop, output ----
-    # Evaluate every this many steps (and at the end); 0 = only at the end.
+    # Evaluate every N steps (0: only at the end).
     eval_every: int = 250
-    # Log training metrics every this many steps.
+    # Log training metrics every N steps.
     log_every: int = 50
-    # Save a checkpoint every this many steps (and at the end); 0 = only at the end.
+    # Save a checkpoint every N steps (0: only at the end).
     checkpoint_every: int = 250
     # Keep this many most recent checkpoints.
     max_checkpoints: int = 2
-    # Evaluation batch size (global).
+    # Global batch size of the evaluation.
     eval_batch_size: int = 4096
-    # Continue from the latest checkpoint in the workdir when there is one (the Flax/Orbax
-    # convention: rerunning a command resumes it). False (--restart): remove the workdir's
-    # earlier run (checkpoints, metrics.jsonl, plots, final.json) and start from step 0.
+    # Continue from the latest checkpoint in --out if there is one (the default: rerunning a
+    # command resumes it).
+    #
+    # The Flax/Orbax convention. False (--restart): remove the workdir's earlier run
+    # (checkpoints, metrics.jsonl, plots, final.json) and start from step 0.
     resume: bool = True
 
     # ---- devices ----
-    # Devices of each process the mesh uses (the first ones); 0 = all.
+    # Devices per process (0: all); sets this many virtual CPU devices when no accelerator
+    # is used.
+    #
+    # The mesh uses the first ones of each process.
     devices_per_process: int = 0
-    # Devices per node of the two-level mesh ("nodes", "local"); 0 = one node per process.
-    # Must divide the devices of a process (nodes do not straddle processes); e.g. 4 on one
-    # process of 8 devices: 2 nodes of 4 for --exchange-topology hierarchical.
+    # Devices per node of the two-level mesh (0: one node per process); must divide the
+    # devices of a process, e.g. 4 of 8 devices: 2 nodes on one process.
+    #
+    # Nodes do not straddle processes; the mesh axes are ("nodes", "local").
     node_devices: int = 0
 
     @property
@@ -230,6 +264,12 @@ class Config:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: only at the end), got "
                                  f"{getattr(self, name)}")  # fmt: skip
+        for name, allowed in FIELD_CHOICES.items():
+            if getattr(self, name) not in allowed:
+                one_of = (
+                    " or ".join(allowed) if len(allowed) == 2 else "one of " + ", ".join(allowed)
+                )
+                raise ValueError(f"{name} must be {one_of}, got {getattr(self, name)!r}")
         eb = self.error_bound
         rel = {"base": eb.base, "tightest": eb.tightest, "loosest": eb.loosest}
         rel.update({f"tier {t.name!r}": t.value for t in eb.tiers})
@@ -243,34 +283,10 @@ class Config:
             )
         if self.top_mlp[-1] != 1:
             raise ValueError(f"top_mlp must end in 1, got {self.top_mlp}")
-        if self.embedding_dtype not in EMBEDDING_DTYPES:
-            raise ValueError(
-                f"embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got "
-                f"{self.embedding_dtype!r}"
-            )
-        if self.compression not in ("on", "off"):
-            raise ValueError(f"compression must be 'on' or 'off', got {self.compression!r}")
-        if self.exchange_path not in ("auto", "dense", "packed", "ragged"):
-            raise ValueError(
-                f"exchange_path must be auto, dense, packed or ragged, got {self.exchange_path!r}"
-            )
-        if self.exchange_topology not in ("auto", "flat", "hierarchical"):
-            raise ValueError(
-                "exchange_topology must be auto, flat or hierarchical, got "
-                f"{self.exchange_topology!r}"
-            )
         if self.node_devices < 0:
             raise ValueError(f"node_devices must be >= 0, got {self.node_devices}")
-        if self.grad_allreduce not in ("exact", "bf16", "compressed"):
-            raise ValueError(
-                f"grad_allreduce must be exact, bf16 or compressed, got {self.grad_allreduce!r}"
-            )
         if not 0 < self.grad_error_bound < float("inf"):
             raise ValueError(f"grad_error_bound must be > 0, got {self.grad_error_bound}")
-        if self.grad_codec not in ("fixed", "auto"):
-            raise ValueError(f"grad_codec must be fixed or auto, got {self.grad_codec!r}")
-        if self.optimizer not in ("sgd", "adagrad"):
-            raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
         if self.holdout_every < 0 or self.holdout_every == 1:
             raise ValueError(
                 "holdout_every must be 0 (no held-out lines) or >= 2 (1 would hold out every "
@@ -278,22 +294,36 @@ class Config:
             )
         if self.shuffle_block_rows < 0:
             raise ValueError(f"shuffle_block_rows must be >= 0, got {self.shuffle_block_rows}")
-        if self.data_format not in ("kaggle", "terabyte", "csv"):
-            raise ValueError(
-                f"data_format must be kaggle, terabyte or csv, got {self.data_format!r}"
-            )
         if self.error_bound.num_tables != self.num_tables:
             raise ValueError(
                 f"error_bound has {self.error_bound.num_tables} tables, the model has "
-                f"{self.num_tables}: set Config.error_bound (e.g. error_bounds.preset("
+                f"{self.num_tables}: set Config.error_bound (e.g. error_bound_presets.preset("
                 f"'uniform', {self.num_tables}))"
             )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable mapping of every field (the ``config`` record of metrics.jsonl)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        d["error_bound"] = error_bounds.to_dict(self.error_bound)
+        eb = self.error_bound
+        if callable(eb.schedule):  # written as its repr (to_dict cannot serialise a callable)
+            d["error_bound"] = {
+                **eb.replace(schedule="linear").to_dict(),
+                "schedule": repr(eb.schedule),
+            }
+        else:
+            d["error_bound"] = eb.to_dict()
         return d
+
+
+FIELD_CHOICES: dict[str, tuple[str, ...]] = {
+    name: get_args(hint)
+    for name, hint in get_type_hints(Config).items()
+    if get_origin(hint) is Literal
+}
+"""The values of each ``Literal``-annotated Config field (``validate``, the flags' choices)."""
+
+EMBEDDING_DTYPES = FIELD_CHOICES["embedding_dtype"]
+"""``Config.embedding_dtype`` choices (``--embedding-dtype``)."""
 
 
 def get_config() -> Config:

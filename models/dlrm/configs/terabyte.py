@@ -1,7 +1,7 @@
 """Criteo Terabyte model: dim 64, bottom 13-512-256-64, top 512-512-256-1; the paper
 artifact's Terabyte error-bound tiers."""
 
-from models.dlrm import error_bounds
+from models.dlrm.configs import error_bound_presets
 from models.dlrm.configs.default import TERABYTE_CARDINALITIES, Config
 
 
@@ -13,5 +13,5 @@ def get_config() -> Config:
         cardinalities=TERABYTE_CARDINALITIES,
         data_format="terabyte",
         batch_size=2048,
-        error_bound=error_bounds.preset("paper_terabyte", len(TERABYTE_CARDINALITIES)),
+        error_bound=error_bound_presets.preset("paper_terabyte", len(TERABYTE_CARDINALITIES)),
     )

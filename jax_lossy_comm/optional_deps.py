@@ -35,13 +35,13 @@ def import_optional(module: str, package: str, extra: str, needed_for: str) -> t
         its ``__cause__``.
 
     Examples:
-      >>> from jax_lossy_comm._optional import import_optional
+      >>> from jax_lossy_comm.optional_deps import import_optional
       >>> import_optional("json", "json", "train", "reading configs").__name__
       'json'
       >>> import_optional("no_such_module_xyz", "no-such", "train", "reading gzip sources")
       Traceback (most recent call last):
       ...
-      jax_lossy_comm._optional.MissingDependencyError: reading gzip sources needs the optional \
+      jax_lossy_comm.optional_deps.MissingDependencyError: reading gzip sources needs the optional \
 package no-such (module no_such_module_xyz), which is not installed: pip install \
 'jax_lossy_comm[train]' (or pip install no-such)
     """
