@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from jax_lossy_comm.optional_deps import import_optional
 from jax_lossy_comm.error_bound._checks import is_int, is_real, positive, require
 from jax_lossy_comm.error_bound.schedules import SCHEDULE_KINDS, Schedule
+from jax_lossy_comm.optional_deps import import_optional
 
 POLICIES = ("tiers", "auto")
 

@@ -163,8 +163,8 @@ class Config:
     # ---- exchange ----
     # Embedding exchange: on = compressed_all_to_all, off = exact all_to_all (baseline).
     compression: Literal["on", "off"] = "on"
-    # Codec of compressed_all_to_all (the library's, auto: its choice; int8-rowwise and
-    # bf16: the TorchRec/FBGEMM baselines).
+    # Codec of compressed_all_to_all (the library's, auto: its choice; int8-rowwise, bf16,
+    # fp16, fp8-rowwise and mx4: the TorchRec/FBGEMM baselines).
     codec: str = "auto"
     # Backward exchange of the embedding cotangents: exact (straight-through, as in the
     # paper) or compressed (the transposed exchange compressed too, same per-table bounds).
