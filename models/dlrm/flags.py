@@ -199,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(the MLPs, the loss and the optimizer's arithmetic stay float32)",
     )
     d.add_argument(
+        "--interaction", choices=["dot", "dcn"], default=None, help="feature interaction"
+    )
+    d.add_argument("--dcn-num-layers", type=int, default=None, help="dcn: cross layers")
+    d.add_argument("--dcn-low-rank-dim", type=int, default=None, help="dcn: rank of each layer")
+    d.add_argument(
         "--shuffle-block-rows",
         type=int,
         default=None,
@@ -224,6 +229,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="without --data: ids per bag of the synthetic generator (1: one-hot, as Criteo)",
     )
+    d.add_argument(
+        "--synthetic-multi-hot-sizes",
+        type=lambda v: tuple(int(x) for x in v.split(",")) if v else (),
+        default=None,
+        help="without --data: ids per bag of each table, comma-separated ('': --synthetic-multi-hot)",
+    )
+    d.add_argument(
+        "--synthetic-multi-hot-rule",
+        choices=["independent", "mlperf"],
+        default=None,
+        help="without --data: every id of a bag Zipf, or MLPerf's (ids fixed per the first id)",
+    )
     t = p.add_argument_group("training")
     t.add_argument("--steps", type=int, default=None, help="training steps (global batches)")
     t.add_argument("--batch-size", type=int, default=None, help="global batch size")
@@ -239,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="sgd: update only the looked-up table rows (default on)",
     )
+    t.add_argument("--adagrad-eps", type=float, default=None, help="adagrad: eps")
     t.add_argument("--learning-rate", "--lr", type=float, default=None, help="peak learning rate")
     t.add_argument("--warmup-steps", type=int, default=None, help="linear warm-up from 0 (0: none)")
     t.add_argument(

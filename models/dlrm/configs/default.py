@@ -73,6 +73,47 @@ TERABYTE_CARDINALITIES = (
     36,
 )
 
+# MLPerf Training DLRM-DCNv2 (mlcommons/training: recommendation_v2/torchrec_dlrm/README.MD,
+# --num_embeddings_per_feature): the Criteo 1TB cardinalities of C1..C26 capped at 40M.
+MLPERF_DCNV2_CARDINALITIES = (
+    40000000,
+    39060,
+    17295,
+    7424,
+    20265,
+    3,
+    7122,
+    1543,
+    63,
+    40000000,
+    3067956,
+    405282,
+    10,
+    2209,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    40000000,
+    40000000,
+    40000000,
+    590152,
+    12973,
+    108,
+    36,
+)
+
+# MLPerf DLRM-DCNv2's ids per bag of C1..C26 (the same README, --multi_hot_sizes).
+MLPERF_DCNV2_MULTI_HOT_SIZES = (
+    3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1,
+)  # fmt: skip
+
+#: ``Config.interaction`` choices (``models.INTERACTIONS``).
+INTERACTIONS = ("dot", "dcn")
+#: ``Config.synthetic_multi_hot_rule`` choices.
+MULTI_HOT_RULES = ("independent", "mlperf")
+
 #: ``Config.embedding_dtype`` choices (``--embedding-dtype``).
 EMBEDDING_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -101,6 +142,12 @@ class Config:
     # "float32", "bfloat16" or "float16". The dense MLPs, the loss and the optimizer's
     # arithmetic stay float32 (step.py casts at the exchange's output and in the row update).
     embedding_dtype: str = "float32"
+    # Feature interaction: "dot" (reference DLRM) or "dcn" (DCN-v2 low-rank cross network).
+    interaction: str = "dot"
+    # With interaction "dcn": cross layers of the DCN-v2 cross network (MLPerf: 3).
+    dcn_num_layers: int = 3
+    # With interaction "dcn": rank of each cross layer's U V^T (MLPerf: 512).
+    dcn_low_rank_dim: int = 512
 
     # ---- data ----
     # Input file, folder or glob; "" = the synthetic Criteo-like generator.
@@ -120,6 +167,10 @@ class Config:
     shuffle_block_rows: int = 4096
     # Ids per bag in the synthetic generator (1 = one-hot, like Criteo).
     synthetic_multi_hot: int = 1
+    # Ids per bag of each table in the synthetic generator (T ints; empty: synthetic_multi_hot for every table).
+    synthetic_multi_hot_sizes: tuple[int, ...] = ()
+    # How the synthetic generator fills a bag: "independent" (every id Zipf) or "mlperf" (a Zipf id plus ids fixed per that id, uniform: MLPerf's Multihot).
+    synthetic_multi_hot_rule: str = "independent"
     # Zipf exponent of the synthetic ids (larger = more repeated hot ids per batch).
     synthetic_zipf_a: float = 1.1
 
@@ -130,6 +181,8 @@ class Config:
     steps: int = 500
     # Optimizer: "sgd" (reference DLRM) or "adagrad".
     optimizer: str = "sgd"
+    # With optimizer "adagrad": eps added to the accumulated squared gradients (optax.adagrad).
+    adagrad_eps: float = 1e-8
     # With optimizer "sgd": update only the table rows looked up in the step (scatter-add of
     # -lr * row gradient, as the reference DLRM's sparse EmbeddingBag gradients) instead of a
     # dense table-sized gradient and update. Same math; False: the dense optax update.
@@ -216,6 +269,13 @@ class Config:
     def num_tables(self) -> int:
         return len(self.cardinalities)
 
+    def bag_sizes(self) -> tuple[int, ...]:
+        """Ids per bag of each table in the synthetic data (``synthetic_multi_hot_sizes``,
+        else ``synthetic_multi_hot`` for every table)."""
+        if self.synthetic_multi_hot_sizes:
+            return tuple(self.synthetic_multi_hot_sizes)
+        return (self.synthetic_multi_hot,) * self.num_tables
+
     def table_rows(self) -> tuple[int, ...]:
         """Rows of each table after the ``max_ind_range`` cap (0 = no cap)."""
         cap = self.max_ind_range
@@ -248,6 +308,32 @@ class Config:
                 f"embedding_dtype must be one of {', '.join(EMBEDDING_DTYPES)}, got "
                 f"{self.embedding_dtype!r}"
             )
+        if self.interaction not in INTERACTIONS:
+            raise ValueError(
+                f"interaction must be one of {', '.join(INTERACTIONS)}, got {self.interaction!r}"
+            )
+        if self.dcn_num_layers < 1 or self.dcn_low_rank_dim < 1:
+            raise ValueError(
+                f"dcn_num_layers and dcn_low_rank_dim must be >= 1, got {self.dcn_num_layers}, "
+                f"{self.dcn_low_rank_dim}"
+            )
+        if self.synthetic_multi_hot_sizes and (
+            len(self.synthetic_multi_hot_sizes) != self.num_tables
+            or min(self.synthetic_multi_hot_sizes) < 1
+        ):
+            raise ValueError(
+                f"synthetic_multi_hot_sizes must be {self.num_tables} ints >= 1 (one per table), "
+                f"got {self.synthetic_multi_hot_sizes}"
+            )
+        if self.synthetic_multi_hot < 1:
+            raise ValueError(f"synthetic_multi_hot must be >= 1, got {self.synthetic_multi_hot}")
+        if self.synthetic_multi_hot_rule not in MULTI_HOT_RULES:
+            raise ValueError(
+                f"synthetic_multi_hot_rule must be one of {', '.join(MULTI_HOT_RULES)}, got "
+                f"{self.synthetic_multi_hot_rule!r}"
+            )
+        if not 0 < self.adagrad_eps < float("inf"):
+            raise ValueError(f"adagrad_eps must be > 0, got {self.adagrad_eps}")
         if self.compression not in ("on", "off"):
             raise ValueError(f"compression must be 'on' or 'off', got {self.compression!r}")
         if self.exchange_path not in ("auto", "dense", "packed", "ragged"):
