@@ -46,6 +46,44 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def mlperf_fixed_ids(first: np.ndarray, rows: int, h: int, table: int, seed: int) -> np.ndarray:
+    """The ``h - 1`` ids MLPerf's multi-hot rule adds to a bag whose first id is ``first``.
+
+    Args:
+      first: int32[n], the bags' first (one-hot) ids in ``[0, rows)``.
+      rows, h, table, seed: the table's rows, its bag size, its index and the data seed.
+
+    Returns:
+      int32[n, h - 1] in ``[0, rows)``, uniform, a pure function of ``(seed, table, id)``
+      (MLPerf's ``Multihot`` draws a ``[rows, h - 1]`` table once with seed 0 instead).
+    """
+    key = (np.uint64(seed) << np.uint64(40)) ^ (np.uint64(table) << np.uint64(32))
+    x = (first.astype(np.uint64)[:, None] << np.uint64(8)) + np.arange(1, h, dtype=np.uint64)
+    with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
+        mixed = _mix64(x * np.uint64(0x9E3779B97F4A7C15) ^ key)
+    return (mixed % np.uint64(rows)).astype(np.int32)
+
+
+def mlperf_bags(ids: np.ndarray, table_rows, bag_sizes, seed: int = 0) -> np.ndarray:
+    """One-hot ids -> MLPerf multi-hot bags, back to back in table order.
+
+    Args:
+      ids: int32[n, T], one id per table.
+      table_rows, bag_sizes: T ints each.
+      seed: the data seed (``mlperf_fixed_ids``).
+
+    Returns:
+      int32[n, sum(bag_sizes)]: table t's bag (its id, then ``mlperf_fixed_ids``) at columns
+      ``[sum(bag_sizes[:t]), sum(bag_sizes[:t + 1]))``.
+    """
+    parts = []
+    for t, (rows, h) in enumerate(zip(table_rows, bag_sizes)):
+        parts.append(ids[:, t : t + 1])
+        if h > 1:
+            parts.append(mlperf_fixed_ids(ids[:, t], int(rows), int(h), t, seed))
+    return np.concatenate(parts, axis=1).astype(np.int32)
+
+
 class SyntheticCriteo:
     """Deterministic generator of Criteo-like batches.
 
@@ -121,16 +159,8 @@ class SyntheticCriteo:
             rank = np.minimum(np.searchsorted(cdf, rng.random((n, drawn))), len(cdf) - 1)
             ids[:, t, :drawn] = perm[rank]
             if mlperf and h > 1:
-                ids[:, t, 1:h] = self._fixed_ids(t, ids[:, t, 0], h)
+                ids[:, t, 1:h] = mlperf_fixed_ids(ids[:, t, 0], self.table_rows[t], h, t, self.seed)
         return dense, ids
-
-    def _fixed_ids(self, t: int, first: np.ndarray, h: int) -> np.ndarray:
-        """int32[n, h - 1]: the MLPerf rule's ids fixed per first id, uniform in the table."""
-        key = (np.uint64(self.seed) << np.uint64(40)) ^ (np.uint64(t) << np.uint64(32))
-        x = (first.astype(np.uint64)[:, None] << np.uint64(8)) + np.arange(1, h, dtype=np.uint64)
-        with np.errstate(over="ignore"):  # uint64 arithmetic wraps by design
-            mixed = _mix64(x * np.uint64(0x9E3779B97F4A7C15) ^ key)
-        return (mixed % np.uint64(self.table_rows[t])).astype(np.int32)
 
     def _raw_logit(self, dense, ids):
         d = (dense - 2.0) / 2.0
