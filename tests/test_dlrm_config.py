@@ -140,7 +140,7 @@ def test_help_names_the_entry_point_and_train_is_the_same_command():
     assert "None" not in text
     assert (
         "--steps STEPS training steps (global batches) (preset: kaggle 500, terabyte 500, "
-        "tiny 20)" in text
+        "tiny 20, dcnv2 500, dcnv2_small 200)" in text
     )
     assert (
         "--eb-schedule {linear,log,step,constant} iteration-wise schedule (preset: 'log')" in text

@@ -284,3 +284,36 @@ def test_prefetch_hands_errors_to_next_batch_and_closes(files, monkeypatch):
     with pytest.raises(OSError, match="disk gone"):
         broken.next_batch()
     broken.close()
+
+
+def test_multi_hot_shards_carry_bags_and_one_hot_shards_read_as_before(files, tmp_path):
+    """write_multi_hot turns one-hot shards into MLPerf multi-hot bags: every batch holds the
+    one-hot id first, then the rule's ids, -1 after the table's bag; labels and dense rows are
+    the source's; the one-hot folder (no bag_sizes in its manifest) reads as before."""
+    from models.dlrm import synthetic
+    from models.dlrm.configs.default import MLPERF_DCNV2_MULTI_HOT_SIZES as SIZES
+
+    _, one_hot = files
+    assert one_hot.bag_sizes is None and "bag_sizes" not in one_hot.manifest["settings"]
+    manifest = shards.write_multi_hot(one_hot.directory, str(tmp_path / "mh"), SIZES, seed=3)
+    assert manifest["columns"]["ids"]["per_row"] == sum(SIZES) == 214
+    multi = shards.ShardDataset(str(tmp_path / "mh"), checksums=True)
+    assert multi.bag_sizes == SIZES and multi.num_rows == one_hot.num_rows
+    a = shards.ShardStream(one_hot, 300, shuffle=False, holdout_every=7, prefetch=0)
+    b = shards.ShardStream(multi, 300, shuffle=False, holdout_every=7, prefetch=0)
+    for _ in range(3):
+        x, y = a.next_batch(), b.next_batch()
+        assert x["ids"].shape == (300, 26, 1) and y["ids"].shape == (300, 26, 100)
+        assert same({k: x[k] for k in ("dense", "label")}, {k: y[k] for k in ("dense", "label")})
+        np.testing.assert_array_equal(y["ids"][:, :, 0], x["ids"][:, :, 0])
+        np.testing.assert_array_equal(
+            (y["ids"] >= 0).sum(axis=2), np.broadcast_to(SIZES, (300, 26))
+        )
+        want = synthetic.mlperf_bags(x["ids"][:, :, 0], ROWS, SIZES, seed=3)
+        np.testing.assert_array_equal(y["ids"][y["ids"] >= 0].reshape(300, -1), want)
+    ev = shards.eval_set(multi, 50, holdout_every=7)
+    assert ev["ids"].shape == (50, 26, 100)
+    with pytest.raises(pp.ShardFormatError, match="already holds multi-hot"):
+        shards.write_multi_hot(str(tmp_path / "mh"), str(tmp_path / "again"), SIZES)
+    with pytest.raises(ValueError, match="bag_sizes: 26 ints"):
+        shards.write_multi_hot(one_hot.directory, str(tmp_path / "bad"), (1, 2))

@@ -73,7 +73,13 @@ def make_data(
         return Data(stream, eval_set, desc)
     if not config.data:
         gen = synthetic.SyntheticCriteo(
-            rows, config.num_dense, config.synthetic_multi_hot, config.synthetic_zipf_a, config.seed
+            rows,
+            config.num_dense,
+            config.synthetic_multi_hot,
+            config.synthetic_zipf_a,
+            config.seed,
+            bag_sizes=config.bag_sizes(),
+            multi_hot_rule=config.synthetic_multi_hot_rule,
         )
         stream = input_pipeline.SyntheticStream(
             gen, local_batch * nproc, process_index=pid, num_processes=nproc, position=position
@@ -82,7 +88,12 @@ def make_data(
         desc = (
             f"SYNTHETIC Criteo-like data (project generator, not real Criteo): "
             f"{len(rows)} tables, Zipf a={config.synthetic_zipf_a}, "
-            f"{config.eval_rows} held-out rows"
+            + (
+                f"bags {','.join(map(str, gen.bag_sizes))} ({config.synthetic_multi_hot_rule}), "
+                if gen.multi_hot > 1
+                else ""
+            )
+            + f"{config.eval_rows} held-out rows"
         )
         return Data(stream, eval_set, desc)
     paths = input_pipeline.expand_paths(config.data)

@@ -1,15 +1,20 @@
-"""Flax (NNX) DLRM: bottom MLP, sum-pooled embedding tables, dot interaction, top MLP.
+"""Flax (NNX) DLRM: bottom MLP, sum-pooled embedding tables, dot or DCN-v2 interaction, top MLP.
 
 Follows the reference DLRM (Naumov et al., "Deep Learning Recommendation Model for
 Personalization and Recommendation Systems", arXiv 1906.00091; facebookresearch/dlrm
 ``dlrm_s_pytorch.py``): ``arch-interaction-op=dot`` without self-interaction, ReLU MLPs,
-sigmoid output (here the logit; the loss applies the sigmoid).
+sigmoid output (here the logit; the loss applies the sigmoid). The DCN-v2 interaction
+(``interaction="dcn"``, MLPerf Training's DLRM-DCNv2) follows TorchRec's ``DLRM_DCN``
+(meta-pytorch/torchrec: ``torchrec/models/dlrm.py``, ``InteractionDCNArch``) and its
+``LowRankCrossNet`` (``torchrec/modules/crossnet.py``): Wang et al., "DCN V2: Improved Deep &
+Cross Network", arXiv 2008.13535, Eq. 1 with the low-rank ``W = U V^T`` of Sec. 5.
 
 This module holds no training code. The embedding-parallel wiring (lookup on the owning
 device, all-to-all of pooled embeddings, data-parallel head) is in ``train.py``; this file
 gives the pieces:
 
-* ``DLRMHead``: bottom MLP, interaction and top MLP, run data-parallel.
+* ``DLRMHead``: bottom MLP, interaction (``interact`` or ``LowRankCrossNet``) and top MLP,
+  run data-parallel.
 * ``ShardedEmbedding``: all tables in one ``float32[P, R, dim]`` buffer placed by
   ``sharding.plan_tables``; ``lookup`` runs inside ``shard_map`` on one device's slice.
 * ``ReferenceEmbedding``: one parameter per table, the single-device oracle for tests.
@@ -73,8 +78,65 @@ def interact(dense: jax.Array, emb: jax.Array) -> jax.Array:
     return jnp.concatenate([dense, zz[:, li, lj]], axis=1)
 
 
+class LowRankCrossNet(nnx.Module):
+    """DCN-v2 cross network with low-rank cross matrices (TorchRec ``LowRankCrossNet``).
+
+    Layer l maps ``x_l`` to ``x_{l+1} = x_0 * (U_l (V_l x_l) + b_l) + x_l`` (``*``
+    elementwise), with ``U_l`` float32[N, r], ``V_l`` float32[r, N] and ``b_l`` float32[N].
+    Init as TorchRec: ``U_l``, ``V_l`` Glorot (Xavier) normal, ``b_l`` zeros.
+
+    Args:
+      in_features: N, width of the input (DLRM-DCN: ``(T + 1) * dim``).
+      num_layers: cross layers (>= 1; MLPerf DLRM-DCNv2: 3).
+      low_rank: r (>= 1; MLPerf: 512).
+
+    Raises:
+      ValueError: ``num_layers`` or ``low_rank`` below 1.
+
+    References:
+      Wang et al., arXiv 2008.13535, Eq. 1 and Sec. 5 (low-rank DCN);
+      meta-pytorch/torchrec: ``torchrec/modules/crossnet.py`` (``LowRankCrossNet``).
+    """
+
+    def __init__(self, in_features: int, num_layers: int, low_rank: int, *, rngs: nnx.Rngs):
+        if num_layers < 1 or low_rank < 1:
+            raise ValueError(
+                f"LowRankCrossNet needs num_layers >= 1 and low_rank >= 1, got {num_layers}, "
+                f"{low_rank}"
+            )
+        init = nnx.initializers.glorot_normal()
+        self.num_layers = num_layers
+        n, r = in_features, low_rank
+        self.u = nnx.Param(jnp.stack([init(rngs.params(), (n, r)) for _ in range(num_layers)]))
+        self.v = nnx.Param(jnp.stack([init(rngs.params(), (r, n)) for _ in range(num_layers)]))
+        self.bias = nnx.Param(jnp.zeros((num_layers, n), jnp.float32))
+
+    def __call__(self, x0: jax.Array) -> jax.Array:
+        """float32[b, N] -> float32[b, N]."""
+        u, v, bias = self.u.get_value(), self.v.get_value(), self.bias.get_value()
+        x = x0
+        for layer in range(self.num_layers):
+            x = x0 * ((x @ v[layer].T) @ u[layer].T + bias[layer]) + x
+        return x
+
+
+#: ``DLRMHead`` interactions (``Config.interaction``): the reference DLRM's dot product or
+#: the DCN-v2 cross network of MLPerf's DLRM-DCNv2.
+INTERACTIONS = ("dot", "dcn")
+
+
 class DLRMHead(nnx.Module):
-    """The data-parallel part: bottom MLP, interaction, top MLP -> click logit."""
+    """The data-parallel part: bottom MLP, interaction, top MLP -> click logit.
+
+    ``interaction="dot"``: ``interact`` (reference DLRM). ``"dcn"``: the bottom MLP output
+    and the T pooled embeddings concatenated to ``float32[b, (T + 1) * dim]`` go through a
+    ``LowRankCrossNet`` of ``dcn_num_layers`` layers of rank ``dcn_low_rank_dim``, then the
+    top MLP (TorchRec ``DLRM_DCN``: ``InteractionDCNArch`` and ``OverArch``).
+
+    Raises:
+      ValueError: ``bottom_mlp`` does not end in ``embedding_dim``, or an unknown
+        ``interaction``.
+    """
 
     def __init__(
         self,
@@ -84,17 +146,31 @@ class DLRMHead(nnx.Module):
         bottom_mlp,
         top_mlp,
         *,
+        interaction: str = "dot",
+        dcn_num_layers: int = 3,
+        dcn_low_rank_dim: int = 512,
         rngs: nnx.Rngs,
     ):
         if bottom_mlp[-1] != embedding_dim:
             raise ValueError(f"bottom MLP must end in embedding_dim={embedding_dim}: {bottom_mlp}")
+        if interaction not in INTERACTIONS:
+            raise ValueError(f"interaction must be one of {INTERACTIONS}, got {interaction!r}")
+        self.interaction = interaction
         self.bottom = MLP(num_dense, tuple(bottom_mlp), relu_last=True, rngs=rngs)
-        n_int = embedding_dim + (num_tables + 1) * num_tables // 2
+        if interaction == "dcn":
+            n_int = (num_tables + 1) * embedding_dim
+            self.cross = LowRankCrossNet(n_int, dcn_num_layers, dcn_low_rank_dim, rngs=rngs)
+        else:
+            n_int = embedding_dim + (num_tables + 1) * num_tables // 2
         self.top = MLP(n_int, tuple(top_mlp), relu_last=False, rngs=rngs)
 
     def __call__(self, dense: jax.Array, emb: jax.Array) -> jax.Array:
         """float32[b, num_dense], float32[b, T, dim] -> float32[b] logits."""
-        return self.top(interact(self.bottom(dense), emb))[:, 0]
+        x = self.bottom(dense)
+        if self.interaction == "dcn":
+            z = jnp.concatenate([x[:, None, :], emb], axis=1)
+            return self.top(self.cross(z.reshape(z.shape[0], -1)))[:, 0]
+        return self.top(interact(x, emb))[:, 0]
 
 
 def pooled_lookup(table: jax.Array, rows: jax.Array, valid: jax.Array) -> jax.Array:

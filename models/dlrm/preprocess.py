@@ -60,6 +60,7 @@ from models.dlrm.shard_format import (
     ColumnWriter,
     ShardFormatError,
     SourceChangedError,
+    column_widths,
     read_manifest,
     verify_shards,
     write_manifest,
@@ -284,7 +285,7 @@ def split_rows(src_dir: str, parts: dict[str, tuple[int, int]]) -> None:
             raise ValueError(f"rows [{lo}, {hi}) for {out_dir}: the shard has {shard['rows']}")
         os.makedirs(out_dir, exist_ok=True)
         files = {}
-        for name, (dtype, width) in COLUMNS.items():
+        for name, (dtype, width) in column_widths(manifest).items():
             row_bytes = width * np.dtype(dtype).itemsize
             writer = ColumnWriter(os.path.join(out_dir, f"part-00000.{name}"))
             with open(os.path.join(src_dir, shard["files"][name]["file"]), "rb") as f:

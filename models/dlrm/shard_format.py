@@ -107,6 +107,17 @@ def read_manifest(out_dir: str) -> dict:
     return manifest
 
 
+def column_widths(manifest: dict) -> dict[str, tuple[str, int]]:
+    """``COLUMNS`` of a shard folder: one-hot shards (no ``bag_sizes`` in the settings: every
+    folder ``convert`` writes) hold one id per table; multi-hot shards
+    (``shards.write_multi_hot``) ``sum(bag_sizes)`` ids per row, the bags back to back in
+    table order."""
+    bags = manifest["settings"].get("bag_sizes")
+    if not bags:
+        return COLUMNS
+    return dict(COLUMNS, ids=(COLUMNS["ids"][0], int(sum(bags))))
+
+
 def verify_shards(out_dir: str, manifest: dict, *, checksums: bool = True) -> None:
     """Checks every shard file against the manifest: size always, SHA-256 if ``checksums``.
 
@@ -117,7 +128,7 @@ def verify_shards(out_dir: str, manifest: dict, *, checksums: bool = True) -> No
     if not manifest.get("complete"):
         raise ShardFormatError(f"{out_dir}: the conversion has not finished (run it again)")
     for shard in manifest["shards"]:
-        for name, (dtype, width) in COLUMNS.items():
+        for name, (dtype, width) in column_widths(manifest).items():
             entry = shard["files"][name]
             path = os.path.join(out_dir, entry["file"])
             want = shard["rows"] * width * np.dtype(dtype).itemsize

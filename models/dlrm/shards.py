@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.dlrm import input_pipeline, preprocess
+from models.dlrm import input_pipeline, preprocess, synthetic
 
 if TYPE_CHECKING:
     from models.dlrm.configs import Config
@@ -70,6 +70,10 @@ class ShardDataset:
         preprocess.verify_shards(directory, self.manifest, checksums=checksums)
         self.table_rows = tuple(self.manifest["settings"]["table_rows"])
         self.data_format = self.manifest["settings"]["data_format"]
+        bags = self.manifest["settings"].get("bag_sizes")
+        #: ids per bag of each table (multi-hot shards), None for one-hot shards
+        self.bag_sizes = tuple(bags) if bags else None
+        self._columns = preprocess.column_widths(self.manifest)
         shards = [s for s in self.manifest["shards"] if s["rows"] > 0]
         self._starts = np.cumsum([0] + [s["rows"] for s in shards]).astype(np.int64)
         self.num_rows = int(self._starts[-1])
@@ -87,14 +91,13 @@ class ShardDataset:
                 )
                 for s in shards
             ]
-            for name, (dtype, width) in preprocess.COLUMNS.items()
+            for name, (dtype, width) in self._columns.items()
         }
 
     def empty(self, rows: int) -> dict[str, np.ndarray]:
         """Uninitialized column arrays for ``rows`` rows (label [rows, 1])."""
         return {
-            name: np.empty((rows, width), dtype)
-            for name, (dtype, width) in preprocess.COLUMNS.items()
+            name: np.empty((rows, width), dtype) for name, (dtype, width) in self._columns.items()
         }
 
     def read(self, start: int, stop: int, out: dict, at: int) -> None:
@@ -149,13 +152,20 @@ class ShardDataset:
                 at += len(part)
 
 
-def _as_batch(columns: dict) -> dict[str, np.ndarray]:
-    """Column arrays -> the trainer's batch dict (``input_pipeline.CriteoFileStream``)."""
-    return {
-        "dense": columns["dense"],
-        "ids": columns["ids"][:, :, None],
-        "label": columns["label"][:, 0],
-    }
+def _as_batch(columns: dict, bag_sizes=None) -> dict[str, np.ndarray]:
+    """Column arrays -> the trainer's batch dict (``input_pipeline.CriteoFileStream``);
+    multi-hot ids (``bag_sizes``) -> int32[rows, T, max bag], -1 padding shorter bags."""
+    ids = columns["ids"]
+    if bag_sizes is None:
+        ids = ids[:, :, None]
+    else:
+        out = np.full((len(ids), len(bag_sizes), max(bag_sizes)), -1, np.int32)
+        at = 0
+        for t, h in enumerate(bag_sizes):
+            out[:, t, :h] = ids[:, at : at + h]
+            at += h
+        ids = out
+    return {"dense": columns["dense"], "ids": ids, "label": columns["label"][:, 0]}
 
 
 def eval_set(dataset: ShardDataset, max_rows: int, holdout_every: int = 0) -> dict:
@@ -163,7 +173,8 @@ def eval_set(dataset: ShardDataset, max_rows: int, holdout_every: int = 0) -> di
     or with ``holdout_every <= 0`` the first ``max_rows`` rows (a separate evaluation folder).
 
     Returns:
-      ``dense`` float32[n, 13], ``ids`` int32[n, 26, 1], ``label`` float32[n].
+      ``dense`` float32[n, 13], ``ids`` int32[n, 26, H] (H = 1, or the longest bag of
+      multi-hot shards, -1 padded), ``label`` float32[n].
 
     Raises:
       ValueError: no rows.
@@ -176,7 +187,7 @@ def eval_set(dataset: ShardDataset, max_rows: int, holdout_every: int = 0) -> di
         raise ValueError(f"no evaluation rows in {dataset.directory}")
     out = dataset.empty(len(rows))
     dataset.take(rows, out, 0)
-    return _as_batch(out)
+    return _as_batch(out, dataset.bag_sizes)
 
 
 class _Order:
@@ -316,7 +327,7 @@ class ShardStream:
             else:
                 self.dataset.read(t0, t1, out, at)
             at += t1 - t0
-        return _as_batch(out)
+        return _as_batch(out, self.dataset.bag_sizes)
 
     def _put(self, item) -> None:
         while not self._stop.is_set():
@@ -336,7 +347,8 @@ class ShardStream:
             self._put((e, None))
 
     def next_batch(self) -> dict[str, np.ndarray]:
-        """This process's next batch: ``dense`` float32[b, 13], ``ids`` int32[b, 26, 1],
+        """This process's next batch: ``dense`` float32[b, 13], ``ids`` int32[b, 26, H] (as
+        ``eval_set``),
         ``label`` float32[b] (b = ``local_batch``)."""
         if self._prefetch <= 0:
             batch = self._batch_at(self.train_index)
@@ -430,3 +442,61 @@ def make_data(config: Config, local_batch, position, *, process_index=0, num_pro
         f"{f' of {config.eval_data}' if config.eval_data else ''})"
     )
     return stream, eval_rows, desc
+
+
+def write_multi_hot(
+    src_dir: str, out_dir: str, bag_sizes, *, seed: int = 0, piece_rows: int = 1 << 16
+) -> dict:
+    """One-hot shards -> multi-hot shards by MLPerf's rule (``synthetic.mlperf_bags``): row
+    ``r``'s bag of table ``t`` is its id followed by ``bag_sizes[t] - 1`` ids fixed per that
+    id, as MLPerf's ``scripts/materialize_synthetic_multihot_dataset.py``
+    (mlcommons/training: ``recommendation_v2/torchrec_dlrm``, distribution "uniform").
+
+    The label and dense files are copied; the ids file holds ``sum(bag_sizes)`` int32 per row;
+    the manifest's settings gain ``bag_sizes``, ``multi_hot_rule`` and ``multi_hot_seed``
+    (one-hot folders have none of them and read as before).
+
+    Args:
+      src_dir: a complete one-hot shard folder (``preprocess.convert``).
+      out_dir: the new folder (created).
+      bag_sizes: ids per bag of each table (one int >= 1 per table).
+      seed: the rule's seed.
+      piece_rows: rows converted at a time (memory stays flat).
+
+    Returns:
+      The new manifest.
+
+    Raises:
+      preprocess.ShardFormatError: ``src_dir`` is incomplete or already multi-hot.
+      ValueError: ``bag_sizes`` is not one int >= 1 per table.
+    """
+    dataset = ShardDataset(src_dir)
+    settings = dataset.manifest["settings"]
+    if dataset.bag_sizes is not None:
+        raise preprocess.ShardFormatError(f"{src_dir} already holds multi-hot bags")
+    bag_sizes = [int(h) for h in bag_sizes]
+    if len(bag_sizes) != len(dataset.table_rows) or min(bag_sizes) < 1:
+        raise ValueError(f"bag_sizes: {len(dataset.table_rows)} ints >= 1, got {bag_sizes}")
+    os.makedirs(out_dir, exist_ok=True)
+    shards = []
+    for k, shard in enumerate(s for s in dataset.manifest["shards"] if s["rows"] > 0):
+        writers = {n: preprocess._ColumnWriter(os.path.join(out_dir, f"{shard['name']}.{n}"))
+                   for n in NAMES}  # fmt: skip
+        for lo in range(0, shard["rows"], piece_rows):
+            hi = min(lo + piece_rows, shard["rows"])
+            writers["label"].write(dataset._maps["label"][k][lo:hi])
+            writers["dense"].write(dataset._maps["dense"][k][lo:hi])
+            ids = dataset._maps["ids"][k][lo:hi]
+            writers["ids"].write(synthetic.mlperf_bags(ids, dataset.table_rows, bag_sizes, seed))
+        shards.append(dict(shard, files={n: w.finish() for n, w in writers.items()}))
+    manifest = dict(
+        dataset.manifest,
+        settings=dict(settings, bag_sizes=bag_sizes, multi_hot_rule="mlperf", multi_hot_seed=seed),
+        shards=shards,
+        multi_hot={"from": os.path.abspath(src_dir)},
+    )
+    manifest["columns"] = {
+        k: {"dtype": d, "per_row": w} for k, (d, w) in preprocess.column_widths(manifest).items()
+    }
+    preprocess._write_manifest(out_dir, manifest)
+    return manifest

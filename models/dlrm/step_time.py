@@ -249,8 +249,12 @@ class ModelSpec:
     def from_config(cls, config, *, bag_sizes: Sequence[int] | None = None) -> ModelSpec:
         """From a ``models.dlrm.configs.Config`` (read by attribute; nothing imported)."""
         bags = bag_sizes
-        if bags is None and getattr(config, "synthetic_multi_hot", 1) != 1:
+        if bags is None and hasattr(config, "bag_sizes"):
+            bags = config.bag_sizes()
+            bags = None if set(bags) == {1} else bags
+        elif bags is None and getattr(config, "synthetic_multi_hot", 1) != 1:
             bags = (config.synthetic_multi_hot,) * len(config.cardinalities)
+        dcn = getattr(config, "interaction", "dot") == "dcn"
         return cls(
             num_tables=len(config.cardinalities),
             embedding_dim=config.embedding_dim,
@@ -261,6 +265,8 @@ class ModelSpec:
             bag_sizes=None if bags is None else tuple(bags),
             value_bytes={"float32": 4, "bfloat16": 2, "float16": 2}[config.embedding_dtype],
             optimizer=config.optimizer,
+            cross_layers=config.dcn_num_layers if dcn else 0,
+            cross_rank=config.dcn_low_rank_dim if dcn else 0,
         )
 
     def table_slots(self, devices: int) -> int:

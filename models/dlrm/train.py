@@ -68,6 +68,9 @@ def create_model(
             config.embedding_dim,
             config.bottom_mlp,
             config.top_mlp,
+            interaction=config.interaction,
+            dcn_num_layers=config.dcn_num_layers,
+            dcn_low_rank_dim=config.dcn_low_rank_dim,
             rngs=rngs,
         )
         emb = models.ShardedEmbedding(placement, dtype=config.embedding_dtype, rngs=rngs)
@@ -108,11 +111,17 @@ def learning_rate_schedule(config: Config) -> optax.Schedule:
 
 
 def create_optimizer(config: Config) -> optax.GradientTransformation:
-    """SGD (reference DLRM) or Adagrad with ``learning_rate_schedule``."""
+    """SGD (reference DLRM) or Adagrad with ``learning_rate_schedule``.
+
+    Adagrad updates the head and the tables alike (MLPerf DLRM-DCNv2's dense
+    ``torch.optim.Adagrad`` and TorchRec's fused sparse Adagrad; mlcommons/training:
+    ``recommendation_v2/torchrec_dlrm/dlrm_main.py``): accumulator 0 at the start,
+    ``Config.adagrad_eps`` (optax adds it under the square root, torch outside).
+    """
     sched = learning_rate_schedule(config)
     if config.optimizer == "sgd":
         return optax.sgd(sched)
-    return optax.adagrad(sched, initial_accumulator_value=0.0, eps=1e-8)
+    return optax.adagrad(sched, initial_accumulator_value=0.0, eps=config.adagrad_eps)
 
 
 def setup(config: Config, mesh: jax.sharding.Mesh):

@@ -74,6 +74,42 @@ TERABYTE_CARDINALITIES = (
     36,
 )
 
+# MLPerf Training DLRM-DCNv2 (mlcommons/training: recommendation_v2/torchrec_dlrm/README.MD,
+# --num_embeddings_per_feature): the Criteo 1TB cardinalities of C1..C26 capped at 40M.
+MLPERF_DCNV2_CARDINALITIES = (
+    40000000,
+    39060,
+    17295,
+    7424,
+    20265,
+    3,
+    7122,
+    1543,
+    63,
+    40000000,
+    3067956,
+    405282,
+    10,
+    2209,
+    11938,
+    155,
+    4,
+    976,
+    14,
+    40000000,
+    40000000,
+    40000000,
+    590152,
+    12973,
+    108,
+    36,
+)
+
+# MLPerf DLRM-DCNv2's ids per bag of C1..C26 (the same README, --multi_hot_sizes).
+MLPERF_DCNV2_MULTI_HOT_SIZES = (
+    3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1,
+)  # fmt: skip
+
 
 @dataclasses.dataclass
 class Config:
@@ -108,6 +144,13 @@ class Config:
     #
     # step.py casts at the exchange's output and in the row update.
     embedding_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # Feature interaction: dot (the reference DLRM's) or dcn (the DCN-v2 low-rank cross network
+    # of DLRM-DCNv2, MLPerf's model).
+    interaction: Literal["dot", "dcn"] = "dot"
+    # With --interaction dcn: cross layers of the DCN-v2 cross network (MLPerf: 3).
+    dcn_num_layers: int = 3
+    # With --interaction dcn: rank of each cross layer's U V^T (MLPerf: 512).
+    dcn_low_rank_dim: int = 512
 
     # ---- data ----
     # File, folder or glob (absent = synthetic), or a folder of shards written by python -m
@@ -132,6 +175,12 @@ class Config:
     shuffle_block_rows: int = 4096
     # Without --data: ids per bag of the synthetic generator (1: one-hot, as Criteo).
     synthetic_multi_hot: int = 1
+    # Without --data: ids per bag of each table, one int per table (empty: --synthetic-multi-hot
+    # for every table).
+    synthetic_multi_hot_sizes: tuple[int, ...] = ()
+    # Without --data: how a bag is filled: independent (every id Zipf) or mlperf (a Zipf id plus
+    # ids fixed per that id, uniform: MLPerf's Multihot generator).
+    synthetic_multi_hot_rule: Literal["independent", "mlperf"] = "independent"
     # Without --data: Zipf exponent of the synthetic ids (larger: more repeated hot ids).
     synthetic_zipf_a: float = 1.1
 
@@ -142,6 +191,8 @@ class Config:
     steps: int = 500
     # Optimizer; sgd: the reference DLRM's.
     optimizer: Literal["sgd", "adagrad"] = "sgd"
+    # With --optimizer adagrad: eps added to the accumulated squared gradients (optax.adagrad).
+    adagrad_eps: float = 1e-8
     # With sgd: update only the looked-up table rows (a scatter-add of -lr x row gradient,
     # as the reference DLRM's sparse EmbeddingBag gradients; off: the dense optax update).
     #
@@ -250,6 +301,13 @@ class Config:
     def num_tables(self) -> int:
         return len(self.cardinalities)
 
+    def bag_sizes(self) -> tuple[int, ...]:
+        """Ids per bag of each table in the synthetic data (``synthetic_multi_hot_sizes``,
+        else ``synthetic_multi_hot`` for every table)."""
+        if self.synthetic_multi_hot_sizes:
+            return tuple(self.synthetic_multi_hot_sizes)
+        return (self.synthetic_multi_hot,) * self.num_tables
+
     def table_rows(self) -> tuple[int, ...]:
         """Rows of each table after the ``max_ind_range`` cap (0 = no cap)."""
         cap = self.max_ind_range
@@ -283,6 +341,23 @@ class Config:
             )
         if self.top_mlp[-1] != 1:
             raise ValueError(f"top_mlp must end in 1, got {self.top_mlp}")
+        if self.dcn_num_layers < 1 or self.dcn_low_rank_dim < 1:
+            raise ValueError(
+                f"dcn_num_layers and dcn_low_rank_dim must be >= 1, got {self.dcn_num_layers}, "
+                f"{self.dcn_low_rank_dim}"
+            )
+        if self.synthetic_multi_hot_sizes and (
+            len(self.synthetic_multi_hot_sizes) != self.num_tables
+            or min(self.synthetic_multi_hot_sizes) < 1
+        ):
+            raise ValueError(
+                f"synthetic_multi_hot_sizes must be {self.num_tables} ints >= 1 (one per table), "
+                f"got {self.synthetic_multi_hot_sizes}"
+            )
+        if self.synthetic_multi_hot < 1:
+            raise ValueError(f"synthetic_multi_hot must be >= 1, got {self.synthetic_multi_hot}")
+        if not 0 < self.adagrad_eps < float("inf"):
+            raise ValueError(f"adagrad_eps must be > 0, got {self.adagrad_eps}")
         if self.node_devices < 0:
             raise ValueError(f"node_devices must be >= 0, got {self.node_devices}")
         if not 0 < self.grad_error_bound < float("inf"):
