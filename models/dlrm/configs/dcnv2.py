@@ -9,7 +9,7 @@ table order). The model is TorchRec's ``DLRM_DCN`` (meta-pytorch/torchrec:
 ``torchrec/models/dlrm.py``). Far too large for a CPU: ``dcnv2_small`` is the variant that
 trains here."""
 
-from models.dlrm import error_bounds
+from models.dlrm.configs import error_bound_presets
 from models.dlrm.configs.default import (
     MLPERF_DCNV2_CARDINALITIES,
     MLPERF_DCNV2_MULTI_HOT_SIZES,
@@ -34,5 +34,5 @@ def get_config() -> Config:
         optimizer="adagrad",
         learning_rate=0.005,
         adagrad_eps=1e-10,
-        error_bound=error_bounds.preset("paper_terabyte", len(MLPERF_DCNV2_CARDINALITIES)),
+        error_bound=error_bound_presets.preset("paper_terabyte", len(MLPERF_DCNV2_CARDINALITIES)),
     )
