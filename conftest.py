@@ -3,7 +3,7 @@ before JAX starts its backends, so multi-device examples and tests run on any ma
 
 On a GPU machine the CPU stays JAX's default platform (``JAX_PLATFORMS=cpu,cuda``): the
 multi-device tests run on the 8 virtual CPU devices as everywhere else, and the GPU tests
-(``tests/test_cuda.py``, marker ``gpu``) reach the GPU through ``jax.devices("gpu")``. Without
+(``tests/native/test_cuda.py``, marker ``gpu``) reach the GPU through ``jax.devices("gpu")``. Without
 a CUDA plugin or a visible GPU only the CPU starts. Whether a GPU is visible is asked of JAX
 itself, in a subprocess with a time limit (a device file such as /dev/nvidia0 can exist without
 a usable GPU, or be absent in a container that has one); the answer is passed on to pytest-xdist

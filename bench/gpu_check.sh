@@ -32,7 +32,7 @@
 #              check; kernel registers / spills (cuobjdump)                  BUILD 100 (~80 s)
 #   smoke      one compress/decompress per codec and dtype against the CPU's frames, one
 #              1-GPU ragged exchange, 3 trainer steps                        SMOKE 45 (~30 s)
-#   tests      pytest -m gpu on tests/test_cuda.py, test_gpu_exchange.py, test_gpu_trainer.py:
+#   tests      pytest -m gpu on tests/native/test_cuda.py, test_gpu_exchange.py, test_gpu_trainer.py:
 #              --maxfail=20, --timeout per test (pytest-timeout), -n 4 (pytest-xdist); a skip
 #              for "no CUDA device" or "built without the CUDA handlers" fails it
 #                                                                            TESTS 145 (~100 s)
@@ -101,7 +101,7 @@ WORKERS=${GPU_CHECK_WORKERS:-$(( NPROC < 4 ? NPROC : 4 ))}
 # An extra -k expression ANDed to every stage's selection (checks of this script itself).
 SELECT=${GPU_CHECK_SELECT:-}
 # The GPU tests and the selections (pytest -k) of the smoke and sanitizer stages.
-GPU_TESTS=(tests/test_cuda.py tests/test_gpu_exchange.py tests/test_gpu_trainer.py)
+GPU_TESTS=(tests/native/test_cuda.py tests/library/test_exchange_gpu.py tests/model/test_train_gpu.py)
 K_SMOKE="(frames_identical_and_cross_decode and normal and not subnormal) or (exchange_forward_and_gradients and ragged) or trainer_compressed"
 K_MEMCHECK="fuzz_small or (dictionary_forms_hot_rows and float32 and (auto or entropy))"
 K_RACECHECK="fuzz_small"
@@ -324,7 +324,7 @@ sanitize() {
   s0=$(now)
   t=$(limit_of "$lim")
   started "$name" "$lim"
-  local cmd=("${PYTEST[@]}" "${PLUGINS[@]}" tests/test_cuda.py -m gpu -k "$k")
+  local cmd=("${PYTEST[@]}" "${PLUGINS[@]}" tests/native/test_cuda.py -m gpu -k "$k")
   # The platform allocator gives each buffer its own allocation, so an access past a frame
   # or past the output is caught (inside XLA's pooled allocator it would not be).
   local san=(env XLA_PYTHON_CLIENT_ALLOCATOR=platform "${SAN:-compute-sanitizer}" --tool "$tool" "${SAN_OPTS[@]}")

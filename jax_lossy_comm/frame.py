@@ -4,7 +4,7 @@
 its constants, enums and status codes, and this module turns them into Python names and
 :class:`enum.IntEnum` classes (:class:`Codec`, :class:`Mode`, :class:`DType`, :class:`Form`,
 :class:`Flag`, :class:`Status`). Without the extension (a pure-jax reference install) the same
-values come from :data:`FORMAT_TABLE`, which ``tests/test_format_constants.py`` checks against
+values come from :data:`FORMAT_TABLE`, which ``tests/native/test_format_constants.py`` checks against
 the extension, together with the size functions here (:func:`header_bytes`,
 :func:`raw_frame_bytes`, :func:`fixed_frame_bytes`, :func:`rel_code_bits`, :func:`pos_bytes`)
 against their C++ counterparts. :func:`frame_info` reads frame headers on the host for tests and

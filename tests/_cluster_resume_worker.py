@@ -1,4 +1,4 @@
-"""One process of tests/test_dlrm_cluster.py's two-process resume from file data: 2 CPU
+"""One process of tests/model/test_cluster.py's two-process resume from file data: 2 CPU
 devices, gloo collectives.
 
 Usage: python _cluster_resume_worker.py PROCESS_ID NUM_PROCESSES PORT, with JLC_RESUME_DATA

@@ -1,4 +1,4 @@
-"""Checks of the hierarchical exchange shared by tests/test_exchange_hierarchical.py (8 virtual
+"""Checks of the hierarchical exchange shared by tests/library/test_exchange_hierarchical.py (8 virtual
 devices as 2 nodes x 4) and tests/_multiprocess_hierarchical_worker.py (2 processes x 4
 devices): one shard_map runs the hierarchical and the flat compressed exchange, the exact
 ``jax.lax.all_to_all`` and their gradients; the host compares every addressable shard.

@@ -1,5 +1,5 @@
 """Runs a test worker script in several local processes (jax.distributed on 127.0.0.1, gloo
-collectives on CPU), as tests/test_exchange_multiprocess.py and tests/test_allreduce.py do.
+collectives on CPU), as tests/library/test_exchange_multiprocess.py and tests/library/test_allreduce.py do.
 
 Each worker is started as ``python WORKER PROCESS_ID NUM_PROCESSES PORT`` without the parent's
 XLA_FLAGS (it sets its own device count), must exit 0 and print a line starting "OK ".

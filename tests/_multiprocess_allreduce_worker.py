@@ -1,4 +1,4 @@
-"""One process of tests/test_allreduce.py's two-process test: 4 CPU devices, gloo collectives.
+"""One process of tests/library/test_allreduce.py's two-process test: 4 CPU devices, gloo collectives.
 
 Usage: python _multiprocess_allreduce_worker.py PROCESS_ID NUM_PROCESSES PORT
 

@@ -1,4 +1,4 @@
-"""One process of tests/test_exchange_multiprocess.py: 4 CPU devices, gloo collectives.
+"""One process of tests/library/test_exchange_multiprocess.py: 4 CPU devices, gloo collectives.
 
 Usage: python _multiprocess_exchange_worker.py PROCESS_ID NUM_PROCESSES PORT
 

@@ -1,4 +1,4 @@
-"""One process of tests/test_exchange_hierarchical.py's two-process test: 4 CPU devices, gloo.
+"""One process of tests/library/test_exchange_hierarchical.py's two-process test: 4 CPU devices, gloo.
 
 Usage: python _multiprocess_hierarchical_worker.py PROCESS_ID NUM_PROCESSES PORT
 

@@ -1,76 +1,26 @@
-"""Shared test helpers: the real data beside the checkout, the device of the GPU tests. The 8
-virtual CPU devices are set in the repository's root conftest.py, before JAX starts."""
+"""Test session setup: tests/ on sys.path for the shared helpers (tests/support.py, the
+multi-process runner) and the ``gpu`` fixture. The 8 virtual CPU devices are set in the
+repository's root conftest.py, before JAX starts.
 
-import os
+Layout: tests/library (jax_lossy_comm), tests/native (xla_ffi: CUDA, emulation, fuzzing,
+golden frames), tests/model (models/dlrm), tests/bench (bench/), tests/docs (README, docs).
+"""
+
+import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
+
+# Appended, not prepended: a tests/ folder must never shadow the repository's bench/ or docs/.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parent))
+
+from support import gpu_device  # noqa: E402
 
 #: The multi-process tests' worker scripts (``_*.py``) set XLA_FLAGS when imported; the test
 #: command's --doctest-modules would import them while collecting, before the test modules
 #: start JAX, and every test would then see the worker's device count.
-collect_ignore_glob = ["_*.py"]
-
-#: The data folder: $JLC_DATA_DIR (bench/gpu_check.sh sets it to ./shared/data on a machine
-#: where only the checkout travels), else ../shared/data beside the checkout (real dumps and
-#: Criteo rows). DUMPS is None when its emb_dumps/ is absent.
-DATA = Path(os.environ.get("JLC_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
-DUMPS = DATA / "emb_dumps" if (DATA / "emb_dumps" / "manifest.json").is_file() else None
-requires_dumps = pytest.mark.skipif(
-    DUMPS is None, reason=f"real embedding dumps absent ({DATA}/emb_dumps)"
-)
-
-
-#: Why a multi-device test is skipped: a run with XLA_FLAGS of its own (fewer devices).
-EIGHT_DEVICES = "needs 8 devices in this process (the root conftest.py sets them)"
-
-
-def require_eight_devices() -> None:
-    """Skips the calling test unless JAX has 8 devices (imports JAX only when called)."""
-    import jax
-
-    if jax.device_count() < 8:
-        pytest.skip(EIGHT_DEVICES)
-
-
-def load_dump(name: str) -> np.ndarray:
-    """A real pooled-embedding dump as float32[rows, dim] (shape from manifest.json)."""
-    import json
-
-    manifest = {
-        e["file"].split("/")[-1]: e for e in json.loads((DUMPS / "manifest.json").read_text())
-    }
-    return np.fromfile(DUMPS / name, "<f4").reshape(manifest[name]["shape"])
-
-
-def gpu_device():
-    """``(device, None)``, or ``(None, why)`` when the ``gpu`` tests cannot run here.
-
-    The device is JAX's first CUDA device, when the extension has the CUDA handlers; with
-    ``JLC_GPU_TESTS_ON_CPU=1`` the CPU stands in for it (a run of the tests' logic, and of the
-    exchange and trainer paths, on machines without a GPU; it proves nothing about CUDA code).
-    The reasons name "no CUDA device" or "built without the CUDA handlers" (bench/gpu_check.sh
-    fails its test stage on such skips).
-    """
-    import jax
-
-    from jax_lossy_comm import _ffi
-
-    if os.environ.get("JLC_GPU_TESTS_ON_CPU") == "1":
-        return jax.devices("cpu")[0], None
-    try:
-        devs = jax.devices("gpu")
-    except RuntimeError as e:  # no GPU backend in this jaxlib, or no device
-        return None, f"no CUDA device visible to JAX (jax.devices('gpu'): {e})"
-    if not devs:
-        return None, "no CUDA device visible to JAX"
-    if not _ffi.has_cuda():
-        return None, (
-            "jax_lossy_comm was built without the CUDA handlers (nvcc not found at build "
-            "time, or JLC_CUDA=OFF); rebuild with JLC_CUDA=ON"
-        )
-    return devs[0], None
+collect_ignore_glob = ["_*.py", "support.py"]
 
 
 @pytest.fixture(scope="session")

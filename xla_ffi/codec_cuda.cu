@@ -6,7 +6,7 @@
 // every kernel takes the whole batch in one launch, one thread block per chunk at a time (a
 // grid-stride loop over chunks, the grid sized to the occupancy and to the scratch budget).
 // The kernels live in encode_kernels.cuh and decode_kernels.cuh, the launch code (scratch
-// sizing and carving, grids, launches) in cuda_launch.h: tests/cuda_emu runs both on the CPU.
+// sizing and carving, grids, launches) in cuda_launch.h: tests/native/cuda_emu runs both on the CPU.
 // This file binds them to the CUDA runtime and to XLA's FFI.
 // Scratch memory comes from XLA's allocator (ScratchAllocator), kernels run on XLA's stream,
 // byte counts and statuses stay on the device; no synchronisation, no host round trip.

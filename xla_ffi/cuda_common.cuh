@@ -1,7 +1,7 @@
 // Building blocks of the CUDA kernels (encode_kernels.cuh, decode_kernels.cuh): launch
 // geometry, typed aligned loads and stores, block-wide reductions and scans, frame copies,
 // checksum, the raw form and the outlier sections. Device code only, no host API: the CPU
-// emulation (tests/cuda_emu) compiles it with g++.
+// emulation (tests/native/cuda_emu) compiles it with g++.
 #pragma once
 
 #include <stdint.h>

@@ -1,7 +1,7 @@
 """Decoder fuzzing in C++ under AddressSanitizer and UBSan (tests/fuzz/fuzz_frames.cc).
 
 Builds the harness against xla_ffi/codec.h with the system C++ compiler and runs a short
-campaign; ``JLC_FUZZ_ITERATIONS=1000000 python -m pytest tests/test_fuzz_native.py``
+campaign; ``JLC_FUZZ_ITERATIONS=1000000 python -m pytest tests/native/test_fuzz.py``
 runs longer campaigns (or build the binary by hand as the source says).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CXX = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
 
 

@@ -26,7 +26,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
 TABLES = 26  # the tiny preset's tables: one frame per (peer, table), one peer
 

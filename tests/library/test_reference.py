@@ -29,7 +29,7 @@ import jax_lossy_comm as jlc
 from jax_lossy_comm import _ffi, codec, frame
 from jax_lossy_comm import reference as ref
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 DTYPES = (np.dtype(np.float32), np.dtype(jnp.bfloat16), np.dtype(np.float16))
 TINY = np.finfo(np.float32).tiny
 KINDS = ("normal", "grid", "specials", "constant", "nonfinite", "zeros")

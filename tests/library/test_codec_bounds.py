@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import DUMPS, load_dump
 
 import jax_lossy_comm as lc
 from bench.half_type_capacity import band_chunks
-from conftest import DUMPS, load_dump
 from jax_lossy_comm import frame, reference
 
 HALF = [ml_dtypes.bfloat16, np.float16]

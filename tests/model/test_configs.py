@@ -13,7 +13,7 @@ import pytest
 from models.dlrm import flags, main
 from models.dlrm.configs import Config, error_bound_presets, get_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KAGGLE_TIGHT = (2, 3, 9, 11, 15, 20, 23, 25)
 KAGGLE_LOOSE = (8, 16, 19, 21, 22, 24)
 TERABYTE_TIGHT = (0, 9, 10, 19, 20, 21, 22)

@@ -9,7 +9,7 @@ when the frame format is meant to change, in a commit that says so::
 
     python tests/golden/corpus.py --write
 
-``tests/test_golden_frames.py`` recomputes every digest and compares.
+``tests/native/test_golden_frames.py`` recomputes every digest and compares.
 """
 
 from __future__ import annotations

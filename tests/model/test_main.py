@@ -26,7 +26,7 @@ from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import get_config
 from models.dlrm.step import TrainState
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 300
 MIB = 1024.0 * 1024.0
 # A short run of the tiny preset on 2 virtual devices.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
 STAGES = ("env", "build", "smoke", "tests", "bench", "memcheck", "racecheck")
 LIMITS = dict(zip(STAGES, (20, 100, 45, 145, 70, 60, 40), strict=True))

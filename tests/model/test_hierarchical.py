@@ -1,7 +1,7 @@
 """The DLRM trainer's exchange topology (``--exchange-topology auto|flat|hierarchical``,
 ``--node-devices``; issue 16 item 1): the tiny preset on 8 virtual devices as one node of 8
 (the 1-D mesh) or 2 nodes of 4; metrics.jsonl reports intra- and inter-node bytes apart.
-The two-process run is tests/test_dlrm_train.py's ``test_two_processes_of_four_devices_train``.
+The two-process run is tests/model/test_train.py's ``test_two_processes_of_four_devices_train``.
 """
 
 import dataclasses
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
+from support import require_eight_devices
 
-from conftest import require_eight_devices
 from models.dlrm import exchange, flags, metrics, train
 from models.dlrm import mesh as mesh_lib
 from models.dlrm.configs import get_config

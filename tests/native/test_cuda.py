@@ -47,7 +47,7 @@ def _on_gpu(gpu):
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 CODECS = ("auto", "raw", "fixed", "dedup", "entropy")
 DICT_CODECS = ("auto", "dedup", "entropy")
-DATA = Path(os.environ.get("JLC_DATA_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = Path(os.environ.get("JLC_DATA_DIR", Path(__file__).resolve().parents[3] / "shared" / "data"))
 DUMPS = DATA / "emb_dumps"
 
 

@@ -16,7 +16,7 @@ from models.dlrm import preprocess as pp
 from models.dlrm import shards
 from models.dlrm.configs import get_config
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
 KAGGLE = os.path.join(DATA, "criteo_kaggle")
 TERABYTE = os.path.join(DATA, "criteo_terabyte")
 ROWS = get_config("kaggle").table_rows()

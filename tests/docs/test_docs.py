@@ -14,7 +14,7 @@ import pytest
 import jax_lossy_comm
 import jax_lossy_comm.error_bound
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 // Decoder fuzz harness for the CPU codec (xla_ffi/codec.h), built with AddressSanitizer and UBSan by
-// tests/test_fuzz_native.py (or by hand: see the comment at the end).
+// tests/native/test_fuzz.py (or by hand: see the comment at the end).
 //
 // Encodes random chunks with every codec, then feeds the decoder mutated frames (bit flips,
 // byte overwrites, truncation, extension, random bytes under a valid header) with a valid

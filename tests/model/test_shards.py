@@ -7,9 +7,9 @@ import os
 
 import numpy as np
 import pytest
+from support import require_eight_devices
 
 from bench.input_bench import criteo_text
-from conftest import require_eight_devices
 from models.dlrm import data as data_lib
 from models.dlrm import input_pipeline as ip
 from models.dlrm import preprocess as pp
@@ -17,7 +17,7 @@ from models.dlrm import shards
 from models.dlrm.configs import get_config
 
 ROWS = get_config("kaggle").table_rows()
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "criteo_kaggle")
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "criteo_kaggle")
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 from bench import bench_util as bu
 from bench import codec_bench, quant_codes, registry
 
-DATA = Path(__file__).parents[2] / "shared" / "data"
+DATA = Path(__file__).parents[3] / "shared" / "data"
 LIBRARY = tuple(f"jlc-{f}" for f in registry.LIBRARY_FORMS)
 ERROR_BOUNDED = (
     "zstd-1",

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support import EIGHT_DEVICES
 
-from conftest import EIGHT_DEVICES
 from models.dlrm import checkpoints, main, models, train
 from models.dlrm.configs import get_config
 from models.dlrm.step import ErrorBoundHook

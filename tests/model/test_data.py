@@ -12,11 +12,11 @@ from models.dlrm import input_pipeline as ip
 from models.dlrm import synthetic
 from models.dlrm.configs import get_config
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
 KAGGLE = os.path.join(DATA, "criteo_kaggle")
 TERABYTE = os.path.join(DATA, "criteo_terabyte")
 ROWS = get_config("kaggle").table_rows()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 needs_data = pytest.mark.skipif(not os.path.isdir(KAGGLE), reason="shared data not present")
 

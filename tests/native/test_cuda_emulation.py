@@ -12,7 +12,7 @@ flags misaligned word accesses). Shapes include empty chunks, one row, 2048 x 64
 code alphabets, hot-row data like the real dumps and, when the dumps are present, the dumps
 themselves and the DLRM exchange shape (26 x 8 chunks of 256 x 64) cut from them. No GPU needed,
 so CI runs it; it checks the kernels' logic, not the GPU memory model or nvcc
-(``tests/test_cuda.py`` does that on a GPU).
+(``tests/native/test_cuda.py`` does that on a GPU).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CXX = shutil.which("g++") or shutil.which("clang++")
 DATA = Path(os.environ.get("JLC_DATA_DIR", ROOT.parent / "shared" / "data"))
 DUMPS = DATA / "emb_dumps"

@@ -12,10 +12,9 @@ import sys
 import time
 
 import pytest
+from support import require_eight_devices
 
-from conftest import require_eight_devices
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "..", "shared", "data")
 KAGGLE = os.path.join(DATA, "criteo_kaggle")
 TERABYTE = os.path.join(DATA, "criteo_terabyte")

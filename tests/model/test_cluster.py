@@ -146,7 +146,7 @@ def test_suite_keeps_the_cpu_first_and_reaches_the_gpu_when_there_is_one():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    path = Path(__file__).resolve().parents[2] / "conftest.py"
     spec = importlib.util.spec_from_file_location("_root_conftest", path)
     root = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(root)

@@ -20,9 +20,9 @@ import textwrap
 
 import numpy as np
 import pytest
+from support import DUMPS, load_dump
 
 import jax_lossy_comm as jlc
-from conftest import DUMPS, load_dump
 from jax_lossy_comm import _ffi, frame
 
 pytestmark = pytest.mark.skipif(not _ffi.available(), reason="compiled extension absent")

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support import DUMPS, EIGHT_DEVICES, load_dump, requires_dumps
 
 import jax_lossy_comm as lc
-from conftest import DUMPS, EIGHT_DEVICES, load_dump, requires_dumps
 from jax_lossy_comm import frame
 
 DTYPES = [np.float32, ml_dtypes.bfloat16, np.float16]
