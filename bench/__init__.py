@@ -4,7 +4,7 @@ Entry points (each ``--help`` lists its options):
 
 * ``codec_bench``: the codec benchmark, the library's forms beside the peer codecs of the one
   registry on the real dumps (``--suite peers`` -> results/peers.json; ``--suite targets`` ->
-  results/codec.json, issue 2's side-by-side targets).
+  results/codec.json, the codec's side-by-side targets).
 * ``codec_bench_gpu``: the library's forms on a GPU, many calls per jitted function, beside a
   device copy.
 * ``exchange_bench``: raw vs compressed all-to-all on DLRM-shaped data (8 virtual devices).

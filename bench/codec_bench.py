@@ -11,14 +11,14 @@ whose package is missing is reported as skipped with the reason.
 
 Two suites, the same measurement (options override a suite's defaults):
 
-* ``--suite peers`` (issue 6; -> bench/results/peers.json): every codec but memcpy, the dumps
+* ``--suite peers`` (-> bench/results/peers.json): every codec but memcpy, the dumps
   and their tilings; library frames sized raw. The report's Pareto verdicts come from it.
-* ``--suite targets`` (issue 2; -> bench/results/codec.json): the library's forms, int8 codes
+* ``--suite targets`` (-> bench/results/codec.json): the library's forms, int8 codes
   + zstd-1 (``quant-codes+zstd-1``) and memcpy, no tilings; library frames sized by the bound;
   then side by side (``bench_util.time_interleaved``, so the noise of a shared machine hits
   both sides alike): the fixed-rate compress, its decompress and a jitted copy each against
   the numpy copy (small dumps also as a batch of chunks), ``auto`` against the peer; and
-  issue 2's targets checked on those ratios (pass/fail in the JSON).
+  the codec targets checked on those ratios (pass/fail in the JSON).
 
 After a run into bench/results/ the report is re-rendered (``bench.report``: RESULTS.md,
 codec.md, the other result pages, the figures).
@@ -53,7 +53,7 @@ from bench import quant_codes, registry
 DEFAULT_EB_RELS = (0.01, 0.03, 0.05)
 DEFAULT_TILE_BYTES = 32 << 20
 PEER = "quant-codes+zstd-1"  # the strongest simple peer: int8 codes + zstd level 1
-# Issue 2 targets at REL 0.01 (minimum compression ratio per dump).
+# The codec targets at REL 0.01 (minimum compression ratio per dump).
 RATIO_TARGETS = {"terabyte_table01": 21.0, "terabyte_table05": 1000.0, "terabyte_table08": 300.0}
 FIXED_MEMCPY_FRACTION = 0.25
 BATCH_BYTES = 512 << 10  # small dumps are also timed side by side as a batch this large
@@ -67,7 +67,7 @@ class Suite:
       codecs: registry names to run (None: all but memcpy).
       library_capacity: frame capacity of the library's entries (`registry.CAPACITIES`).
       tile_bytes: tile every dump to at least this many bytes too (0: no tilings).
-      side_by_side: time fixed vs memcpy and auto vs the peer interleaved, check issue 2.
+      side_by_side: time fixed vs memcpy and auto vs the peer interleaved, check the codec targets.
       repeats, budget_s: see `bench_util.time_fn`.
       out: the result file.
       title: the result's ``benchmark`` field.
@@ -92,7 +92,7 @@ SUITES = {
         repeats=7,
         budget_s=3.0,
         out=bu.RESULTS_DIR / "peers.json",
-        title="peer codecs (issue 6)",
+        title="peer codecs",
     ),
     "targets": Suite(
         codecs=(*(f"jlc-{f}" for f in registry.LIBRARY_FORMS), PEER, "memcpy"),
@@ -102,7 +102,7 @@ SUITES = {
         repeats=15,
         budget_s=2.0,
         out=bu.RESULTS_DIR / "codec.json",
-        title="codec (issue 2)",
+        title="codec",
     ),
 }
 
@@ -178,7 +178,7 @@ def bench_codec(
 
 
 # --------------------------------------------------------------------------------------------
-# Side by side (issue 2): fixed-rate vs copies, auto vs the peer, timed interleaved
+# Side by side: fixed-rate vs copies, auto vs the peer, timed interleaved
 # --------------------------------------------------------------------------------------------
 def _jit_copy(xp: Any):
     import jax
@@ -268,7 +268,7 @@ def _check(dump: str, what: str, value: float, target: float, **kw) -> dict[str,
 def check_targets(
     rows: list[dict[str, Any]], paired: Sequence[dict[str, Any]] = ()
 ) -> list[dict[str, Any]]:
-    """Issue 2's acceptance targets at REL 0.01, each with the measured value and pass/fail.
+    """The codec's acceptance targets at REL 0.01, each with the measured value and pass/fail.
 
     The speed checks use the side-by-side times in `paired` where present, else the ratio of
     the separately timed GB/s.
@@ -347,7 +347,7 @@ def run(
       tile_bytes: also run on row tilings of each dump to at least this many bytes; None or
         0 skips tilings.
       tile_eb_rels: REL bounds for the tilings (default: `eb_rels`).
-      paired: also time side by side (`side_by_side`) on the real dumps and check issue 2's
+      paired: also time side by side (`side_by_side`) on the real dumps and check the codec's
         targets (`paired` and `checks` in the result).
       warmup, repeats, min_repeats, budget_s: see `bench_util.time_fn`.
     """

@@ -35,7 +35,7 @@ and "auto" only (unless ``--forms`` says otherwise), on the DLRM exchange shape,
 tiling and on every
 real dump, tiled to 64 MiB instead of 256 (unless ``--tile-mb`` says otherwise), each beside the
 device copy of the same buffer. Writes ``codec_bench_gpu_<device>.json`` into ``--out``, or the
-file ``--json`` (rewritten after every case, with ``complete`` false until the last). Targets (issue 7, H200): fixed-rate compress >= 1000 GB/s and
+file ``--json`` (rewritten after every case, with ``complete`` false until the last). Targets (H200): fixed-rate compress >= 1000 GB/s and
 decompress >= 1500 GB/s; the max-ratio form ("entropy") >= 300 GB/s both ways. Each form's
 entry also records the frame forms it produced (raw / fixed-rate / dictionary / Huffman codes /
 Huffman index counts over up to 1024 chunks): the dictionary forms run the parallel

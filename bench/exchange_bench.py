@@ -1,4 +1,4 @@
-"""Raw vs compressed embedding all-to-all on DLRM-shaped data (issue 3).
+"""Raw vs compressed embedding all-to-all on DLRM-shaped data.
 
 Each device holds pooled embeddings ``float32[global_batch, L, dim]`` of its ``L`` local
 tables (``L = ceil(tables / devices)``; slots past ``tables`` are zero padding, as in the

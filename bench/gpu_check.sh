@@ -32,7 +32,7 @@
 #              check; kernel registers / spills (cuobjdump)                  BUILD 100 (~80 s)
 #   smoke      one compress/decompress per codec and dtype against the CPU's frames, one
 #              1-GPU ragged exchange, 3 trainer steps                        SMOKE 45 (~30 s)
-#   tests      pytest -m gpu on tests/native/test_cuda.py, test_gpu_exchange.py, test_gpu_trainer.py:
+#   tests      pytest -m gpu on tests/native/test_cuda.py, library/test_exchange_gpu.py, model/test_train_gpu.py:
 #              --maxfail=20, --timeout per test (pytest-timeout), -n 4 (pytest-xdist); a skip
 #              for "no CUDA device" or "built without the CUDA handlers" fails it
 #                                                                            TESTS 145 (~100 s)

@@ -10,8 +10,8 @@ embedding dumps cast to the type (from ``--data``, when present), are compressed
 bounds ``min_eb``, ``1.5 min_eb`` and ``3 min_eb``, each chunk at one of them. Printed per
 dtype and ``min_eb``: chunks, overflowed frames (``nbytes < 0``), chunks whose decoded values
 miss the bound ``eb * (max - min)`` in float64, and the outliers written. One JSON line per
-row with ``--json``. Issue 13, item 1 (before the half-step change: 759-1479 outliers per
-2048x64 bfloat16 chunk at REL 0.01). 10,000 chunks per row, overflows at REL 0.01 / 0.03 / 0.05
+row with ``--json``. Before the half-step change: 759-1479 outliers per
+2048x64 bfloat16 chunk at REL 0.01. 10,000 chunks per row, overflows at REL 0.01 / 0.03 / 0.05
 with the half step floored at 0.875 eb_abs: bfloat16 14 / 1 / 1 with ``--band 0`` and
 298 / 218 / 203 with ``--band 0.25``, float16 0 / 0 / 0 and 237 / 218 / 205; with the step of
 quant.h ``half_step`` that provably leaves no outlier (floor 63/128): 0 everywhere, 0 outliers.

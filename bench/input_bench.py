@@ -1,4 +1,4 @@
-"""The input benchmark (issue 14): text reader, preprocessing and shard loader side by side.
+"""The input benchmark: text reader, preprocessing and shard loader side by side.
 
 One run on one machine:
 

@@ -1,5 +1,5 @@
 """DLRM step time over a rate-limited link: exact vs compressed embedding all-to-all, and
-TorchRec beside it (issues 6 and 16).
+TorchRec beside it.
 
 The testbeds (network namespaces joined by a rate-limited link, and the link counters) are
 in ``bench.netns_testbed``; the speedups and summaries of a result in ``bench.netns_results``.
@@ -101,15 +101,15 @@ MODES = {
     "compressed-fixed": ("--compression", "on", "--codec", "fixed"),
     "int8-rowwise": ("--compression", "on", "--codec", "int8-rowwise"),
     "bf16": ("--compression", "on", "--codec", "bf16"),
-    # the head gradients' all-reduce compressed too (issue 15): error-bounded frames with
+    # the head gradients' all-reduce compressed too: error-bounded frames with
     # error feedback, or the bf16 baseline (PyTorch DDP's bf16 hook)
     "compressed-bwd-ar": (*_BACKWARD, "--grad-allreduce", "compressed"),
     "compressed-bwd-ar-bf16": (*_BACKWARD, "--grad-allreduce", "bf16"),
-    # issue 16: forward + backward compressed, every peer's block (flat) or only the blocks
+    # forward + backward compressed, every peer's block (flat) or only the blocks
     # that cross processes (hierarchical: exact among the devices of a process)
     "compressed-flat": (*_BACKWARD, "--exchange-topology", "flat"),
     "compressed-hierarchical": (*_BACKWARD, "--exchange-topology", "hierarchical"),
-    # the same with the head gradients' all-reduce compressed too (issue 15): what is left on
+    # the same with the head gradients' all-reduce compressed too: what is left on
     # the link after the hierarchical exchange is mostly that all-reduce
     "compressed-hierarchical-ar": (
         *_BACKWARD,
@@ -276,7 +276,7 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
             link_bytes_per_step=statistics.median(link) if link else None,
             fallback_steps=sum(r.fallback_steps for r in log.train),
         )
-        if hasattr(last, "inter_node_moved_bytes"):  # trainers with the node split (issue 16)
+        if hasattr(last, "inter_node_moved_bytes"):  # trainers with the node split
             out.update(
                 exchange_topology=last.exchange_topology,
                 intra_node_bytes_per_step=last.intra_node_bytes / n_last,
@@ -436,8 +436,7 @@ def _prepare_data(args, work: Path) -> None:
 def run(args) -> dict[str, Any]:
     kind = resolve_testbed(args.testbed, args.devices_per_process)
     result: dict[str, Any] = {
-        "benchmark": "DLRM step time over a rate-limited link between network namespaces "
-        "(issues 6 and 16)",
+        "benchmark": "DLRM step time over a rate-limited link between network namespaces ",
         "environment": bu.environment_record(),
         "params": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "testbed": kind,

@@ -1,4 +1,4 @@
-"""TorchRec's DLRM on the CPU as a peer of the library's trainer (issue 16, item 3).
+"""TorchRec's DLRM on the CPU as a peer of the library's trainer.
 
 One process of a 2-process TorchRec run: ``torchrec.models.dlrm.DLRM`` (or ``DLRM_DCN``) under
 ``DistributedModelParallel`` with table-wise sharding (the planner's only allowed sharding

@@ -1,4 +1,4 @@
-"""DLRM training with the exact, compressed and quantized-comm exchanges, side by side (issue 6).
+"""DLRM training with the exact, compressed and quantized-comm exchanges, side by side.
 
 Runs the trainer CLI (``python -m models.dlrm.main``) once per exchange, all from the same
 seed and the same data (synthetic Criteo-like by default, or ``--data``), on 8 virtual CPU
@@ -257,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             flush=True,
         )
     result = {
-        "benchmark": "DLRM training: exact vs compressed vs quantized-comm exchange (issue 6)",
+        "benchmark": "DLRM training: exact vs compressed vs quantized-comm exchange",
         "environment": bu.environment_record(),
         "params": {k: v for k, v in vars(args).items() if k != "out"},
         "data": args.data or "synthetic (models/dlrm/synthetic.py)",

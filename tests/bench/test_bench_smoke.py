@@ -2,7 +2,7 @@
 
 Pareto front on fixed numbers, the jlc-auto verdict, Markdown rendering and the README marker
 replacement, the report re-rendered from the committed JSON results equal to the committed
-Markdown, issue 2's target checks, the trainer-metrics summaries of the training and netns
+Markdown, the codec target checks, the trainer-metrics summaries of the training and netns
 benchmarks (read through the model's metrics reader), the REL bound conversion of the library
 adapter, and the netns rate parser.
 """

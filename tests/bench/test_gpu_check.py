@@ -85,9 +85,9 @@ def test_dry_run_runs_every_selection_through_the_gpu_command_line(tmp_path):
     cmd = tests_log.splitlines()[0]
     assert " -P -m pytest --import-mode=importlib -p no:cacheprovider -q -rfEs " in cmd, cmd
     assert "--maxfail=20" in cmd and "--timeout=" in cmd and " -x " not in cmd, cmd
-    for f in ("test_cuda.py", "test_gpu_exchange.py", "test_gpu_trainer.py"):
+    for f in ("native/test_cuda.py", "library/test_exchange_gpu.py", "model/test_train_gpu.py"):
         assert f"tests/{f}" in cmd, cmd
-    assert "test_gpu_exchange.py" in tests_log  # the exchange's GPU tests ran (durations)
+    assert "test_exchange_gpu.py" in tests_log  # the exchange's GPU tests ran (durations)
     build = (out / "build.log").read_text()
     assert "JLC_CUDA=ON" in build and "pip install --no-build-isolation --no-deps -v ." in build
     assert "pip install --no-index --no-deps --force-reinstall" in build and "cp312" in build

@@ -1,4 +1,4 @@
-"""The netns benchmark's two-node testbed and the TorchRec peer (issue 16, items 2 and 3).
+"""The netns benchmark's two-node testbed and the TorchRec peer.
 
 Fast and without root network changes by default: the testbed's plan (names, addresses,
 hosts file, ip commands), the counter and connection parsers, the per-step link bytes, the

@@ -33,8 +33,7 @@ def _fresh_machine_commands():
 
 
 def test_the_two_commands_share_one_install_step_that_skips_an_existing_install():
-    """The second command must not rebuild the extension the first one built (issue 13 item
-    16): both start with the same install step, which runs pip only when the virtual
+    """The second command must not rebuild the extension the first one built: both start with the same install step, which runs pip only when the virtual
     environment lacks the built extension or the test tools, and installs the extra that
     holds both the test and the training dependencies."""
     _, (train, test) = _fresh_machine_commands()
@@ -68,7 +67,7 @@ def test_the_readme_names_the_build_prerequisites_and_the_cuda_switch():
 
 def test_the_test_command_collects_every_test_module():
     """``python -m pytest -q`` (the README's test command) collects without errors: a worker
-    script imported by --doctest-modules once set 4 devices for all (issue 13 item 16)."""
+    script imported by --doctest-modules once set 4 devices for all."""
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"],
         cwd=ROOT,

@@ -32,7 +32,7 @@ def roundtrip(x, eb, **kw):
 
 
 def expected_eb_abs(chunk: np.ndarray, eb: float, mode: str) -> np.float64:
-    """The bound as the user states it, in float64 (issue 13 item 2): REL ``eb * (max - min)``
+    """The bound as the user states it, in float64: REL ``eb * (max - min)``
     of the chunk's finite values, ABS ``eb`` (the float32 the codec receives)."""
     v = chunk.astype(np.float64).ravel()
     v = v[np.isfinite(v)]

@@ -1,5 +1,5 @@
 """Error bounds as the user states them, half-type capacity, overflow sizes and argument checks
-(issue 13, items 1, 2, 3 and 6).
+.
 
 The bound is checked in float64 against the user's definition: REL ``eb * (max - min)`` of the
 chunk's finite values, ABS ``eb`` (``eb`` the float32 the codec receives), on the value the

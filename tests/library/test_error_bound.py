@@ -24,7 +24,7 @@ TIGHTEN = (2, 3, 9, 11, 15, 20, 23, 25)
 LOOSEN = (8, 16, 19, 21, 22, 24)
 
 
-# ---- independent float64 references of the schedule formulas (issue 4) -------------
+# ---- independent float64 references of the schedule formulas -------------
 
 
 def ref_multiplier(kind, t, c, T):

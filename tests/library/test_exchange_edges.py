@@ -1,4 +1,4 @@
-"""compressed_all_to_all where jax.lax.all_to_all works (issue 13, items 1, 4 and 5): bfloat16
+"""compressed_all_to_all where jax.lax.all_to_all works: bfloat16
 input at the fixed-rate capacity, input that does not vary over the axis, an empty table axis."""
 
 from __future__ import annotations

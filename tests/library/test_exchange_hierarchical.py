@@ -1,6 +1,6 @@
 """The hierarchical compressed exchange (ExchangeConfig(topology="hierarchical")): exact among
 the devices of a node, coded across nodes, the same result and gradients as the flat exchange
-(issue 16, item 1). 8 virtual devices as 2 nodes x 4, and 2 processes x 4 devices
+. 8 virtual devices as 2 nodes x 4, and 2 processes x 4 devices
 (tests/_multiprocess_hierarchical_worker.py); the checks are tests/_hierarchical.py's."""
 
 from __future__ import annotations

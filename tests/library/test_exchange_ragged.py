@@ -1,6 +1,6 @@
 """The ragged wire path (``jax.lax.ragged_all_to_all``, the GPU's): lowered on the CPU without
 compiling (XLA:CPU has no ragged_all_to_all), forward and gradient with a compressed backward,
-so tracing and typing errors of the GPU path show up here (issue 19, item 5); its rows of 16
+so tracing and typing errors of the GPU path show up here; its rows of 16
 bytes, the int32 offset limit, and the size precondition checked by the CPU emulation."""
 
 from __future__ import annotations

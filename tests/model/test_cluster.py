@@ -1,4 +1,4 @@
-"""Multi-host and GPU-cluster paths of the DLRM trainer, tested on CPU (issue 19): fake GPU
+"""Multi-host and GPU-cluster paths of the DLRM trainer, tested on CPU: fake GPU
 devices of two hosts, mocked cluster launchers, monkeypatched platforms, lowering without
 compiling and several local processes."""
 

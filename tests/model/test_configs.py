@@ -63,7 +63,7 @@ def test_presets_carry_the_paper_tiers():
 )
 @pytest.mark.parametrize("preset", ["kaggle", "terabyte"])
 def test_an_eb_flag_overrides_its_one_field(preset, argv, field, value):
-    """Issue 13 item 8: `--eb-base 0.02` alone used to drop the tiers and the log schedule."""
+    """`--eb-base 0.02` alone used to drop the tiers and the log schedule."""
     want = get_config(preset)
     got = _config("--preset", preset, *argv)
     if field == "tiers":
@@ -135,7 +135,7 @@ def test_help_names_the_entry_point_and_train_is_the_same_command():
     assert all(o.returncode == 0 for o in outs), [o.stderr[-2000:] for o in outs]
     assert outs[0].stdout == outs[1].stdout
     assert "--eb-base" in outs[0].stdout and "--kill-at-step" not in outs[0].stdout
-    # Flags that take the preset's value show it, not "None" (issue 13 item 13).
+    # Flags that take the preset's value show it, not "None".
     text = " ".join(outs[0].stdout.split())
     assert "None" not in text
     assert (

@@ -1,4 +1,4 @@
-"""``Config.embedding_dtype`` / ``--embedding-dtype`` (issue 13 item 1, the trainer part):
+"""``Config.embedding_dtype`` / ``--embedding-dtype``:
 bfloat16 tables and pooled embeddings train, the exchange moves the fixed-rate capacity of a
 bfloat16 chunk with no fallback, the raw bytes are 2 per element, a bfloat16 table round-trips
 through the checkpoint, and a bad value of the flag exits 2 with one line."""

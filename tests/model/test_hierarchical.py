@@ -1,5 +1,5 @@
 """The DLRM trainer's exchange topology (``--exchange-topology auto|flat|hierarchical``,
-``--node-devices``; issue 16 item 1): the tiny preset on 8 virtual devices as one node of 8
+``--node-devices``): the tiny preset on 8 virtual devices as one node of 8
 (the 1-D mesh) or 2 nodes of 4; metrics.jsonl reports intra- and inter-node bytes apart.
 The two-process run is tests/model/test_train.py's ``test_two_processes_of_four_devices_train``.
 """

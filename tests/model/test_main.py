@@ -1,4 +1,4 @@
-"""What a user of the DLRM trainer meets (issue 13, trainer items 7, 9-15): rerunning a command
+"""What a user of the DLRM trainer meets: rerunning a command
 resumes it and ``--restart`` starts over, bad input and a diverging loss stop with one clear
 line, bad lines are counted once, flags are checked when parsed, a missing peer times out,
 the log names its byte ratios, incomplete checkpoints are cleaned."""

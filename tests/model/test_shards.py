@@ -1,4 +1,4 @@
-"""The shard loader (models/dlrm/shards.py, issue 14): without shuffling it yields the text
+"""The shard loader (models/dlrm/shards.py): without shuffling it yields the text
 reader's batches bit for bit (holdout, process shares, epoch wrap, evaluation rows); block
 shuffling is a per-epoch permutation fixed by the seed; positions resume exactly, also with
 prefetch; each process reads only its share."""

@@ -151,7 +151,7 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     """A real kill: SIGKILL the trainer once its step-10 checkpoint exists (mid-run), resume
     it, and compare with an uninterrupted run of the same command. The compressed exchange
     and the compressed gradient all-reduce with error feedback are on, so the error-bound
-    state and the error-feedback residuals must survive the kill bit for bit (issue 15)."""
+    state and the error-feedback residuals must survive the kill bit for bit."""
     full, killed = tmp_path / "full", tmp_path / "killed"
     steps = 60
     common = (
@@ -203,7 +203,7 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
 
 def test_python_entry_point_runs_what_the_command_line_runs(tmp_path):
     """``train_and_evaluate(config, workdir)`` from Python, with the Config the flags give,
-    writes the same metrics as the command line (issue 13 item 8)."""
+    writes the same metrics as the command line."""
     argv = (
         "--preset",
         "tiny",
@@ -279,7 +279,7 @@ def test_two_processes_of_four_devices_train(tmp_path):
         for i in range(2)
     ]
     # The single-process reference (8 devices as 2 nodes of 4, as the two processes: both
-    # take the hierarchical exchange by default, issue 16) runs at the same time.
+    # take the hierarchical exchange by default) runs at the same time.
     sp_cmd = _cmd(tmp_path / "sp", "--devices", "8", "--node-devices", "4", *common[2:])
     res = _run_all(cmds + [sp_cmd])
     for rc, out in res:
