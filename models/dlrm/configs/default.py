@@ -154,7 +154,7 @@ class Config:
     # "compressed" (the transposed exchange compressed too, with the same per-table bounds).
     exchange_backward: str = "exact"
     # Wire path of compressed_all_to_all: "auto" (ragged on GPU, packed elsewhere), "dense"
-    # (fixed-capacity frames), "packed" (used bytes in size buckets) or "ragged" (GPU).
+    # (fixed-capacity frames), "packed" (used bytes in static chunks) or "ragged" (GPU).
     exchange_path: str = "auto"
     # Topology of the embedding exchange: "flat" (every block compressed), "hierarchical"
     # (exact among the devices of a node, compressed across nodes; HugeCTR/NCCL-style two-stage
