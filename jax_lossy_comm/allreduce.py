@@ -12,8 +12,8 @@ the exchange's collectives, in two phases:
    (:func:`jax_lossy_comm.wire.send_frames`: dense, packed or ragged path); each device
    decodes the P contributions to its chunk and sums them in float32;
 2. all-gather: each device encodes its reduced chunk once and every device receives all P
-   reduced frames (an ``all_gather`` of the smallest static bucket that holds the largest
-   frame, as the packed path sizes its buckets; the whole capacity on the dense path) and
+   reduced frames (``all_gather``s of the static chunks that cover the largest frame, as
+   the packed path moves its buffers; the whole capacity on the dense path) and
    decodes them: every device ends with the same, bit-identical sum.
 
 No ``psum_scatter`` (gloo gets it wrong on chunks of about 4 MiB and up, jax-ml/jax#40830):
@@ -78,14 +78,15 @@ from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.stats import ExchangeStats
 from jax_lossy_comm.vma import as_varying
 from jax_lossy_comm.wire import (
+    PACKED_CHUNKS,
     PATHS,
     TEST_PATHS,
     SentFrames,
-    bucket_index,
+    chunk_counts,
     pack_frames,
-    packed_buckets,
+    packed_chunks,
     resolve_path,
-    run_bucketed,
+    run_chunked,
     send_frames,
     unpack_frames,
 )
@@ -117,7 +118,7 @@ class AllReduceConfig:
         bound, ``BF16()`` (PyTorch DDP's bf16 compression hook) or ``Int8Rowwise()``.
       path: how the reduce-scatter's variable-size frames travel, as
         :class:`jax_lossy_comm.ExchangeConfig.path` (``"auto"``: :func:`resolve_path`); the
-        all-gather moves the smallest bucket that holds the largest frame, or on ``"dense"``
+        all-gather moves the static chunks that cover the largest frame, or on ``"dense"``
         the whole capacity.
 
     Raises:
@@ -179,18 +180,30 @@ def _gather_frames(plan: _Plan, frame, nbytes):
     ``(frames uint8[P, cap], nbytes int32[P], moved_bytes, n_over, any_over)``; the gathered
     arrays are invariant over the axis (every device holds the same)."""
     ax, cap = plan.axis_name, plan.capacity
-    buckets = (4 + cap,) if plan.path == "dense" else packed_buckets(1, cap)
     n_over = (nbytes < 0).astype(jnp.int32)
     agg = jax.lax.pmax(jnp.stack([n_over, 4 + jnp.maximum(nbytes, 0)]), ax)
-    k = bucket_index(buckets, agg[1])
-    buf = pack_frames(frame[None, None], nbytes[None, None], buckets[-1])[0]
+
+    def gather(b):
+        return all_gather_invariant(b, ax)
+
+    if plan.path == "dense":
+        buf = pack_frames(frame[None, None], nbytes[None, None], 4 + cap)[0]
+        per_peer, collect = jnp.float32(4 + cap), gather
+    else:
+        chunks = packed_chunks(1, cap)
+        counts = chunk_counts(chunks, agg[1])
+        buf = pack_frames(frame[None, None], nbytes[None, None], PACKED_CHUNKS * chunks[0])[0]
+        per_peer = (counts * jnp.asarray(chunks, jnp.int32)).sum().astype(jnp.float32)
+
+        def collect(b):
+            out = jnp.zeros((plan.layout.p,) + b.shape, b.dtype)
+            return run_chunked(gather, b, out, counts, chunks)
 
     def receive():
-        rbuf = run_bucketed(lambda b: all_gather_invariant(b, ax), buf, k, buckets)
-        rf, rnb = unpack_frames(rbuf, 1, cap)
+        rf, rnb = unpack_frames(collect(buf), 1, cap)
         return rf[:, 0], rnb[:, 0]
 
-    moved = jnp.asarray(buckets, jnp.float32)[k] * plan.layout.p
+    moved = per_peer * plan.layout.p
     return receive, moved, n_over, agg[0] > 0
 
 

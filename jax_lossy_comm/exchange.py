@@ -79,11 +79,11 @@ from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.stats import ExchangeStats, node_bytes
 from jax_lossy_comm.vma import as_varying, vary_over
 from jax_lossy_comm.wire import (
-    PACKED_BUCKET_STEP,
-    PACKED_MIN_FRACTION,
+    PACKED_CHUNKS,
+    PACKED_SUBCHUNKS,
     PATHS,
     TEST_PATHS,
-    packed_buckets,
+    packed_chunks,
     resolve_path,
     send_frames,
 )
@@ -91,17 +91,17 @@ from jax_lossy_comm.wire import (
 # Moved to jax_lossy_comm.wire; still importable from here as before.
 from jax_lossy_comm.wire import RAGGED_ROW_BYTES as RAGGED_ROW_BYTES
 from jax_lossy_comm.wire import SentFrames as SentFrames
-from jax_lossy_comm.wire import bucket_index as bucket_index
+from jax_lossy_comm.wire import chunk_counts as chunk_counts
 from jax_lossy_comm.wire import pack_frames as pack_frames
 from jax_lossy_comm.wire import ragged_rows as ragged_rows
-from jax_lossy_comm.wire import run_bucketed as run_bucketed
+from jax_lossy_comm.wire import run_chunked as run_chunked
 from jax_lossy_comm.wire import unpack_frames as unpack_frames
 
 __all__ = [
     "DEFAULT_MIN_ERROR_BOUND",
     "DEFAULT_OUTLIERS",
-    "PACKED_BUCKET_STEP",
-    "PACKED_MIN_FRACTION",
+    "PACKED_CHUNKS",
+    "PACKED_SUBCHUNKS",
     "PATHS",
     "ExchangeConfig",
     "ExchangeStats",
@@ -109,7 +109,7 @@ __all__ = [
     "compressed_all_to_all",
     "compressed_all_to_all_with_stats",
     "node_bytes",
-    "packed_buckets",
+    "packed_chunks",
     "resolve_path",
 ]
 

@@ -30,7 +30,7 @@ class ExchangeStats(NamedTuple):
         exchange moves; an overflowed frame counts with the size it needed; hierarchical: the
         blocks for its own node count raw, they are not coded).
       moved_bytes: float32 scalar, bytes the chosen path really sent: dense, ``chunks *
-        capacity`` plus the int32 byte counts; packed, the agreed bucket times P; ragged,
+        capacity`` plus the int32 byte counts; packed, the agreed chunks' bytes times P; ragged,
         ``frame_bytes`` plus the byte counts; a fixed-size codec, its wire bytes (no counts);
         after a fallback, ``raw_bytes``; hierarchical: ``intra_node_bytes +
         inter_node_moved_bytes``.

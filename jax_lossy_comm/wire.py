@@ -27,17 +27,21 @@ Variable-size frames take one of these paths (``ExchangeConfig.path``):
   collectives that move (about) the used bytes. Frames are compressed at the dense path's
   capacity; each device packs its frames for a destination back to back behind their int32
   byte counts; one scalar ``pmax`` (the same one that detects overflow) agrees on the largest
-  packed destination, and ``lax.switch`` runs the dense ``all_to_all`` of the smallest static
-  bucket that holds it (buckets shrink by ``PACKED_BUCKET_STEP`` from the full capacity).
-  Bucket rounding, the spread between destinations and devices whose tables compress worse
-  decide the overhead over ``frame_bytes``; values are bit-identical to the dense path.
+  packed destination, and dense ``all_to_all``s of static chunks cover it: whole coarse
+  chunks (1/8 of the full buffer) in one ``lax.while_loop``, then fine chunks (1/64) in a
+  second (:func:`run_chunked`). The program holds two ``all_to_all`` ops whatever the bytes
+  (a ``lax.switch`` over static buckets held one per bucket, and XLA:CPU's compiled
+  ``all_to_all`` grows with the device count); an exchange runs up to 15 of them (about 3
+  on the DLRM exchange). Chunk rounding (less than one fine chunk), the spread between
+  destinations and devices whose tables compress worse decide the overhead over
+  ``frame_bytes``; values are bit-identical to the dense path.
 
 Why ``"auto"`` means packed without ``ragged_all_to_all`` (decided in :func:`resolve_path`
-only): its largest bucket is the dense path's bytes, so it never moves more, and on the DLRM
-exchange it moved about 4x fewer bytes than the dense frames for the same values
-(``bench/netns_bench.py``; repeated embedding rows make most frames much smaller than the
-fixed-rate capacity). It costs a pack/unpack copy (one scatter and one gather, whatever the
-device count) and one more int32 in the ``pmax``.
+only): it never moves more than the dense path's bytes plus one fine chunk (1/64 of them),
+and on the DLRM exchange it moved about 4x fewer bytes than the dense frames for the same
+values (``bench/netns_bench.py``; repeated embedding rows make most frames much smaller than
+the fixed-rate capacity). It costs a pack/unpack copy (one scatter and one gather, whatever
+the device count), one more int32 in the ``pmax`` and a few more collective launches.
 
 ``TEST_PATHS`` holds ``"_ragged_emulated"``: the ragged path's offsets through dense
 collectives (:func:`emulated_ragged_all_to_all`), for CPU tests only.
@@ -49,7 +53,6 @@ References:
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
@@ -57,29 +60,30 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "PACKED_BUCKET_STEP",
-    "PACKED_MIN_FRACTION",
+    "PACKED_CHUNKS",
+    "PACKED_SUBCHUNKS",
     "PATHS",
     "RAGGED_ROW_BYTES",
     "TEST_PATHS",
     "SentFrames",
-    "bucket_index",
+    "chunk_counts",
     "emulated_ragged_all_to_all",
     "exchange_frames",
     "pack_frames",
-    "packed_buckets",
+    "packed_chunks",
     "ragged_rows",
     "resolve_path",
-    "run_bucketed",
+    "run_chunked",
     "send_frames",
     "unpack_frames",
 ]
 
-#: Packed path: bucket sizes (bytes per destination) shrink from the full capacity by this
-#: factor per step (2 ** 0.5: at most 29% of a bucket is padding) ...
-PACKED_BUCKET_STEP = 2.0**0.5
-#: ... down to this fraction of the full capacity (smaller needs use the smallest bucket).
-PACKED_MIN_FRACTION = 1.0 / 64
+#: Packed path: the padded buffer per destination is cut into this many coarse chunks ...
+PACKED_CHUNKS = 8
+#: ... each of this many fine chunks (``packed_chunks``): at most ``PACKED_CHUNKS - 1``
+#: coarse and ``PACKED_SUBCHUNKS`` fine collectives per exchange, and at most one fine chunk
+#: (1/64 of the full buffer) of padding moved.
+PACKED_SUBCHUNKS = 8
 PATHS = ("auto", "dense", "packed", "ragged")
 TEST_PATHS = ("_ragged_emulated",)  # ragged offsets through dense collectives (CPU tests)
 
@@ -239,24 +243,77 @@ def exchange_frames(axis_name, path: str, frames, nbytes):
     return recv.reshape(frames.shape), rnb
 
 
-def packed_buckets(tables: int, capacity: int) -> tuple:
-    """Static bucket sizes (bytes per destination, ascending) of the packed path.
+def packed_chunks(tables: int, capacity: int) -> tuple:
+    """Static chunk sizes (bytes per destination) of the packed path: ``(coarse, fine)``.
 
     A destination's packed buffer holds ``4 * tables`` header bytes (the int32 byte counts)
-    then the frames back to back; the largest bucket fits every frame at full ``capacity``,
-    the others shrink by ``PACKED_BUCKET_STEP`` down to ``PACKED_MIN_FRACTION`` of it.
-    Sizes are multiples of 64 bytes (at least the header plus 64).
+    then the frames back to back, at most ``top = 4 * tables + tables * capacity`` bytes. The
+    buffer is cut into ``PACKED_CHUNKS`` coarse chunks, each of ``PACKED_SUBCHUNKS`` fine ones
+    (fine: a multiple of 16 bytes); :func:`run_chunked` moves whole coarse chunks, then whole
+    fine ones, so at most one fine chunk (about ``top / 64``) of padding travels.
+
+    Args:
+      tables: frames per destination (``T``).
+      capacity: bytes of each frame's buffer.
+
+    Returns:
+      ``(coarse, fine)`` ints, ``coarse == PACKED_SUBCHUNKS * fine`` and
+      ``PACKED_CHUNKS * coarse >= top`` (the padded buffer :func:`pack_frames` writes).
+
+    Examples:
+      >>> from jax_lossy_comm.wire import packed_chunks
+      >>> packed_chunks(2, 500)  # 1,008 bytes per destination at most
+      (128, 16)
     """
-    hdr = 4 * tables
-    top = hdr + tables * int(capacity)
-    out, b = {top}, float(top)
-    floor = max(hdr + 64, top * PACKED_MIN_FRACTION)
-    while True:
-        b /= PACKED_BUCKET_STEP
-        if b < floor:
-            break
-        out.add(min(top, hdr + 64 * math.ceil((b - hdr) / 64)))
-    return tuple(sorted(out))
+    top = 4 * tables + tables * int(capacity)
+    fine = 16 * -(-top // (16 * PACKED_CHUNKS * PACKED_SUBCHUNKS))
+    return PACKED_SUBCHUNKS * fine, fine
+
+
+def chunk_counts(chunks: tuple, need):
+    """How many chunks of each size :func:`run_chunked` moves for ``need`` bytes: ``int32[2]``,
+    whole coarse chunks that fit in ``need``, then the fine chunks that cover the rest.
+    ``need`` (int32 scalar, at most ``PACKED_CHUNKS * coarse``) must be the same on every
+    device (pmax-ed). Bytes moved per destination: ``counts @ chunks``, below
+    ``need + fine``."""
+    coarse, fine = chunks
+    need = jnp.maximum(need, 1).astype(jnp.int32)
+    n_coarse = need // coarse
+    return jnp.stack([n_coarse, -(-(need - n_coarse * coarse) // fine)]).astype(jnp.int32)
+
+
+def run_chunked(collective, buf, out, counts, chunks: tuple):
+    """``collective`` of the first ``counts @ chunks`` bytes of ``buf``'s last axis, written
+    into ``out`` (zeros past them): ``counts[0]`` coarse chunks then ``counts[1]`` fine ones,
+    each level one ``lax.fori_loop`` (a while loop: the counts are traced) around one
+    ``collective`` of a static chunk. The program holds two collective ops whatever the
+    bytes; a ``lax.switch`` over static buckets held one per bucket, and XLA:CPU's compiled
+    ``all_to_all`` grows with the device count.
+
+    Args:
+      collective: maps ``uint8[..., c]`` to ``uint8[..., c]`` (leading axes may change, as
+        in an all-gather).
+      buf: ``uint8[..., PACKED_CHUNKS * chunks[0]]``, the packed buffer.
+      out: zeros of the collective's result over the whole ``buf`` (its shape and, inside
+        ``shard_map``, its varying axes: the loop carries it).
+      counts: :func:`chunk_counts`, the same on every device (every device runs the same
+        number of collectives).
+      chunks: :func:`packed_chunks`.
+
+    Used by the packed path and the all-reduce's all-gather.
+    """
+    start = jnp.int32(0)
+    for level, c in enumerate(chunks):
+
+        def body(i, acc, c=c, start=start):
+            at = start + i * c
+            piece = jax.lax.dynamic_slice_in_dim(buf, at, c, axis=buf.ndim - 1)
+            got = collective(piece)
+            return jax.lax.dynamic_update_slice_in_dim(acc, got, at, axis=acc.ndim - 1)
+
+        out = jax.lax.fori_loop(0, counts[level], body, out)
+        start = start + counts[level] * c
+    return out
 
 
 def _frame_offsets(nbytes, cap: int):
@@ -271,7 +328,7 @@ def _frame_offsets(nbytes, cap: int):
 def pack_frames(frames, nbytes, size: int):
     """``uint8[P, T, cap]`` frames + ``int32[P, T]`` counts -> ``uint8[P, size]``: per
     destination the counts (4 bytes each) then the used bytes of every frame back to back,
-    zero padded. ``size`` must be at least ``4 * T + T * cap`` (the largest bucket).
+    zero padded. ``size`` must be at least ``4 * T + T * cap`` (every frame full).
 
     One scatter-add of ``P * T`` whole frames (windows of ``cap`` bytes) at their offsets:
     each frame is zeroed past its ``nbytes`` first, so where a window overlaps the next frame
@@ -304,33 +361,6 @@ def unpack_frames(buf, t: int, cap: int):
     fr = window(buf, off)  # [P, T, cap]
     i = jnp.arange(cap, dtype=jnp.int32)
     return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
-
-
-def bucket_index(buckets: tuple, need):
-    """Index (int32 scalar) of the smallest static bucket that holds ``need`` bytes (the
-    largest bucket when none does); ``need`` must be the same on every device (pmax-ed)."""
-    smaller = (jnp.asarray(buckets, jnp.int32) < need).sum()  # buckets ascending
-    return jnp.minimum(smaller, len(buckets) - 1).astype(jnp.int32)
-
-
-def run_bucketed(collective, buf, k, buckets: tuple):
-    """``collective`` of the first ``buckets[k]`` bytes of ``buf``'s last axis (one static
-    branch per bucket under ``lax.switch``), zero padded back to ``buckets[-1]``.
-
-    ``buf``: ``uint8[..., buckets[-1]]``; ``k``: :func:`bucket_index`, the same on every device.
-    Only the bucket's bytes travel. Used by the packed path and the all-reduce's all-gather.
-    """
-    top = buckets[-1]
-
-    def branch(size):
-        def go(b):
-            got = collective(b[..., :size])
-            pad = [(0, 0, 0)] * (got.ndim - 1) + [(0, top - size, 0)]
-            return jax.lax.pad(got, jnp.zeros((), got.dtype), pad)
-
-        return go
-
-    return jax.lax.switch(k, [branch(b) for b in buckets], buf)
 
 
 class SentFrames(NamedTuple):
@@ -367,28 +397,29 @@ def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> Sen
     cap = frames.shape[-1]
     n_over = (nbytes < 0).sum().astype(jnp.int32)
     if path == "packed":
-        # Two phases in one step: a pmax of (overflows, largest packed destination) picks
-        # the smallest static bucket that holds every device's frames, then one dense
-        # all_to_all of that bucket carries counts and frames together.
+        # Two phases in one step: a pmax of (overflows, largest packed destination) sets how
+        # many static chunks cover every device's frames, then dense all_to_alls of those
+        # chunks carry counts and frames together.
         p_, t_ = frames.shape[0], nbytes.size // frames.shape[0]
         fr3, nb2 = frames.reshape(p_, t_, cap), nbytes.reshape(p_, t_)
         need = (4 * t_ + jnp.maximum(nb2, 0).sum(axis=1)).max().astype(jnp.int32)
         agg = jax.lax.pmax(jnp.stack([n_over, need]), agree)
         any_over = agg[0] > 0
-        buckets = packed_buckets(t_, cap)
-        k = bucket_index(buckets, agg[1])
+        chunks = packed_chunks(t_, cap)
+        counts = chunk_counts(chunks, agg[1])
 
         def a2a(buf):
             return jax.lax.all_to_all(buf, ax, 0, 0, tiled=True)
 
         def receive():
-            rbuf = run_bucketed(a2a, pack_frames(fr3, nb2, buckets[-1]), k, buckets)
+            buf = pack_frames(fr3, nb2, PACKED_CHUNKS * chunks[0])
+            rbuf = run_chunked(a2a, buf, jnp.zeros_like(buf), counts, chunks)
             rf, rnb = unpack_frames(rbuf, t_, cap)
             return rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
 
-        bucket = jnp.asarray(buckets, jnp.float32)[k]
-        comp_moved = bucket * frames.shape[0]
-        per_peer = jnp.full(frames.shape[0], bucket)
+        per_dest = (counts * jnp.asarray(chunks, jnp.int32)).sum().astype(jnp.float32)
+        comp_moved = per_dest * frames.shape[0]
+        per_peer = jnp.full(frames.shape[0], per_dest)
     else:
         any_over = jax.lax.pmax(n_over, agree) > 0
 

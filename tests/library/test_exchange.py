@@ -328,9 +328,9 @@ def test_ragged_path_decodes_like_dense(mesh):
 
 
 def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
-    """The packed path (two phases: pmax of the largest packed destination, then a dense
-    all_to_all of the smallest bucket that holds it) gives the dense path's values bit for
-    bit, forward and compressed backward, and moves one bucket per destination."""
+    """The packed path (two phases: pmax of the largest packed destination, then dense
+    all_to_alls of the static chunks that cover it) gives the dense path's values bit for
+    bit, forward and compressed backward, and moves whole fine chunks per destination."""
     rows, L, dim = 32, 3, 16
     xg = _data((NDEV * NDEV * rows, L, dim), seed=13)
     xg[:, 1] = xg[:1, 1]  # repeated rows: small frames
@@ -361,10 +361,12 @@ def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
     assert np.array_equal(np.asarray(gd), np.asarray(gp))
     np.testing.assert_array_equal(np.asarray(sd.frame_bytes), np.asarray(sp.frame_bytes))
     moved = np.asarray(sp.moved_bytes)
-    assert np.all(moved == moved[0])  # one agreed bucket for every device
-    assert moved[0] / NDEV in ex.packed_buckets(L, int(np.asarray(sd.capacity_bytes)[0]))
+    assert np.all(moved == moved[0])  # the same agreed chunks for every device
+    coarse, fine = ex.packed_chunks(L, int(np.asarray(sd.capacity_bytes)[0]))
+    assert moved[0] / NDEV % fine == 0
     need = 4 * L + np.asarray(sp.frame_bytes).max() / NDEV  # a rough lower bound
-    assert need <= moved[0] < np.asarray(sd.moved_bytes)[0] / 2
+    most = 4 * L + np.asarray(sp.frame_bytes).max() + fine  # every frame to one destination
+    assert need * NDEV <= moved[0] < min(np.asarray(sd.moved_bytes)[0] / 2, most * NDEV)
     assert int(np.asarray(sp.fallback).max()) == 0
 
 
@@ -385,12 +387,69 @@ def test_packed_path_falls_back_exactly(mesh):
     assert np.array_equal(np.asarray(s.moved_bytes), np.asarray(s.raw_bytes))
 
 
-def test_packed_buckets():
-    b = ex.packed_buckets(4, 1000)
-    assert b[-1] == 4 * 4 + 4 * 1000 and list(b) == sorted(set(b))
-    assert all(x % 64 == 16 for x in b[:-1])
-    assert all(hi / lo <= ex.PACKED_BUCKET_STEP * 1.2 for lo, hi in zip(b, b[1:]))
-    assert b[0] <= b[-1] * ex.PACKED_MIN_FRACTION * ex.PACKED_BUCKET_STEP + 64
+def test_packed_chunks_tile_the_packed_buffer():
+    coarse, fine = ex.packed_chunks(4, 1000)  # 4,016 bytes per destination at most
+    assert (coarse, fine) == (ex.PACKED_SUBCHUNKS * 64, 64)
+    assert ex.PACKED_CHUNKS * coarse >= 4 * 4 + 4 * 1000 > (ex.PACKED_CHUNKS - 1) * coarse
+    assert ex.packed_chunks(26, 8193) == (8 * 3344, 3344)  # fine: 1/64 of the top, 16-aligned
+
+
+@pytest.mark.parametrize(
+    "need, counts",
+    [(1, (0, 1)), (16, (0, 1)), (17, (0, 2)), (128, (1, 0)), (129, (1, 1)), (1023, (7, 8))],
+)
+def test_chunk_counts_cover_the_need_with_less_than_one_fine_chunk_spare(need, counts):
+    chunks = (128, 16)
+    got = np.asarray(ex.chunk_counts(chunks, jnp.int32(need)))
+    assert tuple(got) == counts
+    assert need <= got @ np.asarray(chunks) < need + 16
+
+
+def test_run_chunked_moves_exactly_the_covered_prefix(mesh):
+    """Each device's rows for every destination: the first ``counts @ chunks`` bytes arrive
+    as a dense all_to_all delivers them, the rest are zero."""
+    chunks, size = (128, 16), 8 * 128
+    rng = np.random.default_rng(3)
+    bufs = rng.integers(1, 256, (NDEV * NDEV, size)).astype(np.uint8)
+
+    def f(buf, need):
+        counts = ex.chunk_counts(chunks, need)
+
+        def a2a(b):
+            return jax.lax.all_to_all(b, "i", 0, 0, tiled=True)
+
+        return ex.run_chunked(a2a, buf, jnp.zeros_like(buf), counts, chunks), a2a(buf)
+
+    for need, moved in [(300, 304), (129, 144), (1024, 1024), (5, 16)]:
+        got, full = _smap(mesh, f, 2, (P("i"), P("i")))(jnp.asarray(bufs), jnp.int32(need))
+        want = np.where(np.arange(size) < moved, np.asarray(full), 0)
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_packed_exchange_holds_no_more_all_to_alls_than_dense():
+    """A switch over static buckets held one all_to_all per bucket (XLA:CPU compiles each
+    into a program that grows with the device count); the chunk loops hold two."""
+
+    def count(path):
+        mesh = jax.make_mesh((NDEV,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+        cfg = _cfg(1, path=path, backward="compressed", min_error_bound=0.01)
+
+        def g(x, ct, eb):
+            y, vjp = jax.vjp(
+                lambda v: jlc.compressed_all_to_all(
+                    v, "i", 0, 1, tiled=True, error_bound=eb, config=cfg
+                ),
+                x,
+            )
+            return y, vjp(ct)[0]
+
+        x = jax.ShapeDtypeStruct((NDEV * NDEV * 16, 2, 32), jnp.float32)
+        ct = jax.ShapeDtypeStruct((NDEV * 16, NDEV * 2, 32), jnp.float32)
+        sm = jax.shard_map(g, mesh=mesh, in_specs=(P("i"), P("i"), P()), out_specs=(P("i"),) * 2)
+        eb = jax.ShapeDtypeStruct((), jnp.float32)
+        return jax.jit(sm).lower(x, ct, eb).as_text().count("all_to_all")
+
+    assert count("packed") <= count("dense")
 
 
 def _packed_reference(frames, nbytes, size):
@@ -414,7 +473,7 @@ def test_pack_frames_writes_the_packed_layout_and_unpack_inverts_it(p, t, cap):
     nb = rng.integers(-3, cap + 1, (p, t)).astype(np.int32)  # negative: an overflowed frame
     nb[0, 0], nb[-1, -1] = 0, cap
     frames = rng.integers(1, 256, (p, t, cap)).astype(np.uint8)  # bytes past nbytes not zero
-    size = wire.packed_buckets(t, cap)[-1]
+    size = wire.PACKED_CHUNKS * wire.packed_chunks(t, cap)[0]
     buf = np.asarray(jax.jit(wire.pack_frames, static_argnums=2)(frames, nb, size))
     np.testing.assert_array_equal(buf, _packed_reference(frames, nb, size))
     got, got_nb = jax.jit(wire.unpack_frames, static_argnums=(1, 2))(buf, t, cap)
@@ -428,7 +487,7 @@ def test_pack_and_unpack_programs_do_not_grow_with_peers_or_tables():
     made the compiled exchange grow with the device count)."""
 
     def ops(p, t, cap=256):
-        size = wire.packed_buckets(t, cap)[-1]
+        size = wire.PACKED_CHUNKS * wire.packed_chunks(t, cap)[0]
         frames = jax.ShapeDtypeStruct((p, t, cap), jnp.uint8)
         nb = jax.ShapeDtypeStruct((p, t), jnp.int32)
         packed = jax.jit(wire.pack_frames, static_argnums=2).lower(frames, nb, size)

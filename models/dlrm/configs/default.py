@@ -221,7 +221,7 @@ class Config:
     # paper) or compressed (the transposed exchange compressed too, same per-table bounds).
     exchange_backward: Literal["exact", "compressed"] = "exact"
     # Wire path of the compressed exchange (auto: ragged on GPU, packed on CPU; dense:
-    # fixed-capacity frames; packed: used bytes in size buckets).
+    # fixed-capacity frames; packed: used bytes in static chunks).
     exchange_path: Literal["auto", "dense", "packed", "ragged"] = "auto"
     # Flat: every block compressed; hierarchical: exact among the devices of a node,
     # compressed across nodes; auto: hierarchical with several processes (nodes) of
