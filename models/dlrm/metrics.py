@@ -331,3 +331,49 @@ def changed_settings(before: dict, now: dict) -> list[str]:
         else:
             out.append(f"{key} {old} -> {value}")
     return out
+
+
+# ------------------------------------------------------------------------- the log lines
+def describe_tables(rec: TrainRecord) -> str:
+    """The per-table exchange ratios (raw / frame bytes) as ``table:ratio`` pairs."""
+    pairs = " ".join(f"{t}:{r:.1f}" for t, r in enumerate(rec.ratio_per_table))
+    return f"  exchange ratio per table (table:raw/frames): {pairs}"
+
+
+def describe_nodes(rec: TrainRecord) -> str:
+    """The intra-/inter-node split of the exchange's bytes, "" on one node (nothing crosses
+    nodes there: the split said "inter-node moved 0.0 B of raw 0.0 B" beside an intra-node
+    figure other than the moved bytes)."""
+    if rec.inter_node_raw_bytes == 0 and rec.exchange_topology != "hierarchical":
+        return ""
+    return (
+        f"{rec.exchange_topology}: intra-node {format_bytes(rec.intra_node_bytes)}, inter-node "
+        f"moved {format_bytes(rec.inter_node_moved_bytes)} of raw "
+        f"{format_bytes(rec.inter_node_raw_bytes)} | "
+    )
+
+
+def describe_interval(rec: TrainRecord) -> str:
+    """The log line of a logged interval: loss, train AUC, speed, the exchange's bytes and
+    ratios, the error bounds and the gradient all-reduce's bytes."""
+    return (
+        f"step {rec.step}: loss {rec.loss:.4f} train-AUC {rec.auc:.4f} "
+        f"{rec.samples_per_s:.0f} samples/s (data wait {rec.data_wait_s or 0:.2f} s) | "
+        f"exchange ratio (raw/frames) {rec.compression_ratio:.2f}x, "
+        f"moved ratio (raw/moved) {rec.moved_ratio:.2f}x: raw {format_bytes(rec.raw_bytes)}, "
+        f"frames {format_bytes(rec.frame_bytes)}, moved {format_bytes(rec.moved_bytes)}, "
+        f"{rec.fallback_steps} exact-fallback steps | {describe_nodes(rec)}"
+        f"eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
+        f"grad all-reduce {rec.grad_allreduce}: moved {format_bytes(rec.allreduce_moved_bytes)} "
+        f"vs raw {format_bytes(rec.allreduce_raw_bytes)} ({rec.allreduce_fallback_steps} "
+        f"psum-fallback steps)"
+    )
+
+
+def format_bytes(x: float) -> str:
+    """``x`` bytes in B, KiB, MiB, GiB or TiB, one decimal."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            return f"{x:.1f} {unit}"
+        x /= 1024.0
+    return f"{x:.1f}"

@@ -467,40 +467,6 @@ def _due(step: int, every: int, last: int) -> bool:
     return bool(every and step % every == 0) or step == last
 
 
-def _describe_tables(rec: metrics_lib.TrainRecord) -> str:
-    """The per-table exchange ratios (raw / frame bytes) as ``table:ratio`` pairs."""
-    pairs = " ".join(f"{t}:{r:.1f}" for t, r in enumerate(rec.ratio_per_table))
-    return f"  exchange ratio per table (table:raw/frames): {pairs}"
-
-
-def _describe_nodes(rec: metrics_lib.TrainRecord) -> str:
-    """The intra-/inter-node split of the exchange's bytes, "" on one node (nothing crosses
-    nodes there: the split said "inter-node moved 0.0 B of raw 0.0 B" beside an intra-node
-    figure other than the moved bytes)."""
-    if rec.inter_node_raw_bytes == 0 and rec.exchange_topology != "hierarchical":
-        return ""
-    return (
-        f"{rec.exchange_topology}: intra-node {_fmt_bytes(rec.intra_node_bytes)}, inter-node "
-        f"moved {_fmt_bytes(rec.inter_node_moved_bytes)} of raw "
-        f"{_fmt_bytes(rec.inter_node_raw_bytes)} | "
-    )
-
-
-def _describe_interval(rec: metrics_lib.TrainRecord) -> str:
-    return (
-        f"step {rec.step}: loss {rec.loss:.4f} train-AUC {rec.auc:.4f} "
-        f"{rec.samples_per_s:.0f} samples/s (data wait {rec.data_wait_s or 0:.2f} s) | "
-        f"exchange ratio (raw/frames) {rec.compression_ratio:.2f}x, "
-        f"moved ratio (raw/moved) {rec.moved_ratio:.2f}x: raw {_fmt_bytes(rec.raw_bytes)}, "
-        f"frames {_fmt_bytes(rec.frame_bytes)}, moved {_fmt_bytes(rec.moved_bytes)}, "
-        f"{rec.fallback_steps} exact-fallback steps | {_describe_nodes(rec)}"
-        f"eb_rel [{min(rec.error_bound):.4f}, {max(rec.error_bound):.4f}] | "
-        f"grad all-reduce {rec.grad_allreduce}: moved {_fmt_bytes(rec.allreduce_moved_bytes)} "
-        f"vs raw {_fmt_bytes(rec.allreduce_raw_bytes)} ({rec.allreduce_fallback_steps} "
-        f"psum-fallback steps)"
-    )
-
-
 def train_and_evaluate(
     config: Config, workdir: str, *, progress: bool = True, label: str = ""
 ) -> dict:
@@ -637,8 +603,8 @@ def train_and_evaluate(
             )
             net0 = net1
             bar.set_postfix(loss=f"{rec.loss:.4f}", ratio=f"{rec.compression_ratio:.1f}")
-            say(_describe_interval(rec))
-            say(_describe_tables(rec))
+            say(metrics_lib.describe_interval(rec))
+            say(metrics_lib.describe_tables(rec))
             writer.write(rec)
             interval, t_interval, data_wait = [], time.perf_counter(), 0.0
         if _due(step, config.eval_every, config.steps):
@@ -689,14 +655,6 @@ def compare_exchanges(config: Config, workdir: str, *, progress: bool = True) ->
             f"{results['compressed']['auc']:.5f} (difference {d:+.5f}); plot {out}"
         )
     return results
-
-
-def _fmt_bytes(x: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(x) < 1024 or unit == "TiB":
-            return f"{x:.1f} {unit}"
-        x /= 1024.0
-    return f"{x:.1f}"
 
 
 if __name__ == "__main__":  # ``python -m models.dlrm.train``: the same command as main
