@@ -60,7 +60,7 @@ import numpy as np
 
 from bench import bench_util as bu
 from bench.registry import LIBRARY_FORMS
-from jax_lossy_comm import _ffi
+from jax_lossy_comm import implementations
 from jax_lossy_comm.frame import CODECS, MODES, frame_capacity, frame_info
 
 FORMS = ("raw", *LIBRARY_FORMS)
@@ -340,13 +340,13 @@ def main(argv=None):
             )
             return 2
         dev = jax.devices("cpu")[0]
-    if not _ffi.available():
+    impl = implementations()
+    if impl["cpu"] != "compiled":
         print("codec_bench_gpu: the jax_lossy_comm extension is not built", file=sys.stderr)
         return 2
-    if dev.platform == "gpu" and not _ffi.has_cuda():
+    if dev.platform == "gpu" and impl["gpu"] != "compiled":
         print("codec_bench_gpu: the extension was built without CUDA handlers", file=sys.stderr)
         return 2
-    _ffi.ensure_registered()
     forms_arg = args.forms or ",".join(QUICK_FORMS if args.quick else FORMS)
     forms = [f for f in forms_arg.split(",") if f]
     tile_mb = args.tile_mb or (QUICK_TILE_BYTES if args.quick else TILE_BYTES) / 2**20

@@ -4,6 +4,7 @@ After S. Feng et al., "Accelerating Communication in Deep Learning Recommendatio
 Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
 """
 
+from jax_lossy_comm._ffi import describe as describe_implementation
 from jax_lossy_comm._ffi import implementations
 from jax_lossy_comm.allreduce import (
     AllReduceConfig,
@@ -65,6 +66,7 @@ __all__ = [
     "frame_info",
     "frame_status",
     "implementations",
+    "describe_implementation",
     "make_layout",
     "node_bytes",
     "resolve_path",

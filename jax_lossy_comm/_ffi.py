@@ -119,8 +119,15 @@ def check_platform(platform: str | None = None) -> None:
 
 
 def describe(platform: str) -> str:
-    """Which codec implementation runs on ``platform`` ("cpu", "gpu"), in one phrase (for
-    logs): the compiled handlers, the missing CUDA handlers, or the pure-jax reference."""
+    """Which codec implementation runs on ``platform`` ("cpu", "gpu"), in one phrase for logs
+    (public as ``jax_lossy_comm.describe_implementation``): the compiled handlers, the missing
+    CUDA handlers, or the pure-jax reference; :func:`implementations` gives the same as data.
+
+    Examples:
+      >>> import jax_lossy_comm as jlc
+      >>> jlc.describe_implementation("cpu")  # a build of the extension
+      'compiled codec, CPU handlers on cpu'
+    """
     if _ext is None:
         return f"pure-jax reference codec on {platform} (compiled extension not importable)"
     if platform in _GPU_PLATFORMS:

@@ -28,7 +28,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_lossy_comm import _ffi as codec_ffi
+from jax_lossy_comm import describe_implementation
 from jax_lossy_comm.optional_deps import import_optional
 from models.dlrm import checkpoints, data, grad_allreduce, models, plots, sharding
 from models.dlrm import mesh as mesh_lib
@@ -412,7 +412,7 @@ def describe_run(config: Config, ctx: StepContext, data_desc: str) -> list[str]:
         else "exact all_to_all"
     )
     if config.compression == "on" and config.codec not in QCOMM_CODECS:
-        exchange += f" ({codec_ffi.describe(ctx.mesh.devices.flat[0].platform)})"
+        exchange += f" ({describe_implementation(ctx.mesh.devices.flat[0].platform)})"
     nodes = ctx.mesh.devices.shape[0] if ctx.mesh.devices.ndim == 2 else 1
     exchange += f", {ctx.topology} over {nodes} node(s) of {ctx.mesh.size // nodes} device(s)" + (
         " (exact within a node)" if ctx.topology == "hierarchical" else ""
