@@ -27,11 +27,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((NDEV,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
-
-
 def _smap(mesh, f, n_in, out_specs):
     return jax.jit(
         jax.shard_map(f, mesh=mesh, in_specs=(P("i"),) + (P(),) * (n_in - 1), out_specs=out_specs)

@@ -19,11 +19,6 @@ pytestmark = pytest.mark.skipif(
 EB = 0.02
 
 
-@pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((NDEV,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
-
-
 def _rand(shape, seed):
     return jnp.asarray(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
 

@@ -19,11 +19,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((NDEV,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
-
-
 def _stats(x, eb, cfg):
     y, s = jlc.compressed_all_to_all_with_stats(
         x, "i", 0, 1, tiled=True, error_bound=eb, config=cfg

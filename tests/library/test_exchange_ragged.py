@@ -23,11 +23,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((NDEV,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
-
-
 def _ragged_ops(text: str) -> list[str]:
     """The lines of the StableHLO text that call ragged_all_to_all."""
     return [ln for ln in text.splitlines() if "ragged_all_to_all" in ln and "=" in ln]

@@ -431,11 +431,6 @@ def test_fp16_fp8_mx4_match_fbgemm_when_installed():
 
 
 # ------------------------------------------------------------------------------- the exchange
-@pytest.fixture(scope="module")
-def mesh():
-    return jax.make_mesh((NDEV,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
-
-
 def _smap(mesh, f, out_specs):
     return jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"),), out_specs=out_specs))
 
