@@ -58,6 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import jax_lossy_comm as jlc
 from bench import bench_util as bu
 from bench.registry import LIBRARY_FORMS
 from jax_lossy_comm import implementations
@@ -347,6 +348,9 @@ def main(argv=None):
     if dev.platform == "gpu" and impl["gpu"] != "compiled":
         print("codec_bench_gpu: the extension was built without CUDA handlers", file=sys.stderr)
         return 2
+    # The raw ffi_calls timed below need the handlers registered: the library registers them at
+    # its first codec call.
+    jax.block_until_ready(jlc.compress(jax.device_put(np.zeros((1, 2, 2), np.float32), dev), 0.01))
     forms_arg = args.forms or ",".join(QUICK_FORMS if args.quick else FORMS)
     forms = [f for f in forms_arg.split(",") if f]
     tile_mb = args.tile_mb or (QUICK_TILE_BYTES if args.quick else TILE_BYTES) / 2**20

@@ -1,6 +1,6 @@
 // Host side of the CUDA handlers: sizes, allocates and carves the scratch, chooses the grids and
 // launches the kernels, over a runtime policy so that it runs in two places: codec_cuda.cu
-// instantiates it with the CUDA runtime and XLA's scratch allocator, tests/cuda_emu/check_host.cc
+// instantiates it with the CUDA runtime and XLA's scratch allocator, tests/native/cuda_emu/check_host.cc
 // with the CPU emulation of the kernels and a stand-in allocator that enforces XLA's contract.
 //
 // Runtime policy Rt (every int result: 0 on success, else the runtime's error code):

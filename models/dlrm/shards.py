@@ -480,7 +480,7 @@ def write_multi_hot(
     os.makedirs(out_dir, exist_ok=True)
     shards = []
     for k, shard in enumerate(s for s in dataset.manifest["shards"] if s["rows"] > 0):
-        writers = {n: preprocess._ColumnWriter(os.path.join(out_dir, f"{shard['name']}.{n}"))
+        writers = {n: preprocess.ColumnWriter(os.path.join(out_dir, f"{shard['name']}.{n}"))
                    for n in NAMES}  # fmt: skip
         for lo in range(0, shard["rows"], piece_rows):
             hi = min(lo + piece_rows, shard["rows"])
@@ -498,5 +498,5 @@ def write_multi_hot(
     manifest["columns"] = {
         k: {"dtype": d, "per_row": w} for k, (d, w) in preprocess.column_widths(manifest).items()
     }
-    preprocess._write_manifest(out_dir, manifest)
+    preprocess.write_manifest(out_dir, manifest)
     return manifest

@@ -77,7 +77,7 @@ def test_hierarchical_on_two_nodes_codes_only_what_crosses_them(root):
     assert hier.moved_bytes == hier.intra_node_bytes + hier.inter_node_moved_bytes
     rec = metrics.from_json(metrics.to_json(hier))  # the one schema round-trips
     assert rec == hier
-    line = train._describe_interval(hier)
+    line = metrics.describe_interval(hier)
     assert "hierarchical: intra-node " in line and "inter-node moved " in line
 
 

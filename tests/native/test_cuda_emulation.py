@@ -1,7 +1,7 @@
 """The CUDA kernels, run on the CPU: frames, values and statuses identical to the CPU codec.
 
-``tests/cuda_emu/check_kernels.cc`` includes the kernels (``xla_ffi/encode_kernels.cuh``,
-``xla_ffi/decode_kernels.cuh``) with ``LC_CUDA_EMULATION`` (``tests/cuda_emu/emu.h`` runs each
+``tests/native/cuda_emu/check_kernels.cc`` includes the kernels (``xla_ffi/encode_kernels.cuh``,
+``xla_ffi/decode_kernels.cuh``) with ``LC_CUDA_EMULATION`` (``tests/native/cuda_emu/emu.h`` runs each
 thread of a block as a fiber, one barrier phase at a time in a shuffled order; shuffles and
 ballots go through a block-wide exchange) and compares every kernel with the CPU codec
 (``xla_ffi/codec.h``): encoded frames byte for byte
@@ -29,15 +29,15 @@ CXX = shutil.which("g++") or shutil.which("clang++")
 DATA = Path(os.environ.get("JLC_DATA_DIR", ROOT.parent / "shared" / "data"))
 DUMPS = DATA / "emb_dumps"
 #: Digests of the emulated kernels' frames per case (regenerate only on a format change:
-#: ``./check_kernels quick golden tests/golden/cuda_emu.txt ../shared/data/emb_dumps``).
-GOLDEN = ROOT / "tests" / "golden" / "cuda_emu.txt"
+#: ``./check_kernels quick golden tests/native/golden/cuda_emu.txt ../shared/data/emb_dumps``).
+GOLDEN = ROOT / "tests" / "native" / "golden" / "cuda_emu.txt"
 
 
 _ENV = {"ASAN_OPTIONS": "detect_leaks=0", "PATH": "/usr/bin:/bin"}
 
 
 def _build(tmp_path, source: str) -> Path:
-    """Builds tests/cuda_emu/<source>.cc with the kernels emulated, under ASan and UBSan."""
+    """Builds tests/native/cuda_emu/<source>.cc with the kernels emulated, under ASan and UBSan."""
     exe = tmp_path / source
     cmd = [
         CXX,
@@ -51,9 +51,9 @@ def _build(tmp_path, source: str) -> Path:
         "-DLC_CUDA_EMULATION",
         "-Wno-unknown-pragmas",
         "-include",
-        str(ROOT / "tests/cuda_emu/emu.h"),
+        str(ROOT / "tests/native/cuda_emu/emu.h"),
         f"-I{ROOT / 'xla_ffi'}",
-        str(ROOT / f"tests/cuda_emu/{source}.cc"),
+        str(ROOT / f"tests/native/cuda_emu/{source}.cc"),
         "-o",
         str(exe),
     ]
@@ -94,7 +94,7 @@ def test_cuda_kernels_under_cpu_emulation(tmp_path):
 def test_cuda_host_side_under_cpu_emulation(tmp_path):
     """The CUDA handlers' launch code (``xla_ffi/cuda_launch.h``) against XLA's FFI contract.
 
-    ``tests/cuda_emu/check_host.cc`` runs the compress, decompress and frame-status entry points
+    ``tests/native/cuda_emu/check_host.cc`` runs the compress, decompress and frame-status entry points
     (scratch sizing, allocation and carving, grids, launches) with the kernels emulated and
     stand-ins for XLA's scratch allocator (alignment a power of two and at most 16, else no
     memory; 16-aligned blocks only; failures on request) and for the runtime (streams of a

@@ -1,4 +1,4 @@
-"""Decoder fuzzing in C++ under AddressSanitizer and UBSan (tests/fuzz/fuzz_frames.cc).
+"""Decoder fuzzing in C++ under AddressSanitizer and UBSan (tests/native/fuzz/fuzz_frames.cc).
 
 Builds the harness against xla_ffi/codec.h with the system C++ compiler and runs a short
 campaign; ``JLC_FUZZ_ITERATIONS=1000000 python -m pytest tests/native/test_fuzz.py``
@@ -31,7 +31,7 @@ def test_decoder_survives_mutated_frames_under_asan(tmp_path):
             "-fno-sanitize-recover=all",
             "-ffp-contract=off",
             f"-I{ROOT / 'xla_ffi'}",
-            str(ROOT / "tests" / "fuzz" / "fuzz_frames.cc"),
+            str(ROOT / "tests" / "native" / "fuzz" / "fuzz_frames.cc"),
             "-o",
             str(exe),
         ],

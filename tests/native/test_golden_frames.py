@@ -1,6 +1,6 @@
 """Golden frames: the compiled codec writes the same bytes as when the corpus was recorded.
 
-``tests/golden/corpus.py`` compresses a fixed corpus (every form, dtype, mode and edge case,
+``tests/native/golden/corpus.py`` compresses a fixed corpus (every form, dtype, mode and edge case,
 small capacities, bad bounds, every real dump and the exchange shape) and digests frames, byte
 counts, decoded values and the statuses of valid and corrupted frames. A refactor of the codec
 must leave every digest as it is; a deliberate format change regenerates the file in its own

@@ -12,7 +12,7 @@
 // Prints one line per failure and exits non-zero on any.
 //
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -pthread -DLC_CUDA_EMULATION
-//       -include tests/cuda_emu/emu.h -Ixla_ffi tests/cuda_emu/check_host.cc -o check_host
+//       -include tests/native/cuda_emu/emu.h -Ixla_ffi tests/native/cuda_emu/check_host.cc -o check_host
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "../../xla_ffi/codec.h"
-#include "../../xla_ffi/cuda_launch.h"
+#include "../../../xla_ffi/codec.h"
+#include "../../../xla_ffi/cuda_launch.h"
 
 #if defined(EMU_ASAN)
 #include <sanitizer/asan_interface.h>

@@ -5,16 +5,16 @@
 // Prints one line per failure and exits non-zero on any.
 //
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -pthread -DLC_CUDA_EMULATION
-//       -include tests/cuda_emu/emu.h -Ixla_ffi tests/cuda_emu/check_kernels.cc -o check
+//       -include tests/native/cuda_emu/emu.h -Ixla_ffi tests/native/cuda_emu/check_kernels.cc -o check
 //   ./check [quick] [golden FILE] [DUMP_DIR]
 // `quick` skips one of the three error bounds of the data-kind sweeps and the bf16/f16 runs of
 // the largest shapes; DUMP_DIR (e.g. ../shared/data/emb_dumps) adds the real embedding dumps
 // (files *_ROWSxDIM_f32.bin), whole and cut into the DLRM exchange shape.
 #include <stdio.h>
 
-#include "../../xla_ffi/codec.h"
-#include "../../xla_ffi/decode_kernels.cuh"
-#include "../../xla_ffi/encode_kernels.cuh"
+#include "../../../xla_ffi/codec.h"
+#include "../../../xla_ffi/decode_kernels.cuh"
+#include "../../../xla_ffi/encode_kernels.cuh"
 
 #include <algorithm>
 #include <filesystem>

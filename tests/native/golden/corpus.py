@@ -7,7 +7,7 @@ The inputs are made from PCG64's raw 64-bit stream with integer and float32 arit
 version. ``frames.json`` beside this file holds one SHA-256 per case group; regenerate it only
 when the frame format is meant to change, in a commit that says so::
 
-    python tests/golden/corpus.py --write
+    python tests/native/golden/corpus.py --write
 
 ``tests/native/test_golden_frames.py`` recomputes every digest and compares.
 """
