@@ -126,6 +126,7 @@ def _built(compression="off"):
     return cfg, mesh, ctx, shard, state, gen.batch(0, cfg.batch_size)
 
 
+@pytest.mark.slow
 def test_dcn_adagrad_step_equals_unsharded_reference():
     """One sharded step (8 devices, table-wise sharding, exact exchange) gives the loss and
     the Adagrad-updated head and tables of the same model on one device (ReferenceEmbedding

@@ -54,6 +54,7 @@ def test_pooled_lookup_sums_in_float32_and_rounds_once_to_the_table_dtype():
         np.testing.assert_array_equal(np.asarray(got), np.asarray(jnp.asarray(exact, dt)))
 
 
+@pytest.mark.slow
 def test_bfloat16_run_trains_at_the_fixed_rate_capacity_without_fallback(tmp_path):
     config = _config()
     mesh = train.create_mesh(config)
@@ -108,6 +109,7 @@ def test_bfloat16_run_trains_at_the_fixed_rate_capacity_without_fallback(tmp_pat
     assert train.params_checksum(restored, mesh) == result["params_checksum"]
 
 
+@pytest.mark.slow
 def test_bfloat16_resume_continues_the_run_exactly(tmp_path):
     whole = train.train_and_evaluate(_config(steps=10), str(tmp_path / "a"), progress=False)
     part = str(tmp_path / "b")

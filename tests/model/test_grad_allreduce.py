@@ -45,6 +45,7 @@ def _run(mode: str, feedback: bool = True, codec: str = "auto"):
     return np.array(losses), m, state, ctx, shard, step, gen
 
 
+@pytest.mark.slow
 def test_modes_train_close_to_exact_and_report_bytes():
     exact, m_exact, *_ = _run("exact")
     assert not np.allclose(exact[0], exact[-3:])  # it trains

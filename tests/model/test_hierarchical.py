@@ -44,6 +44,7 @@ def root(tmp_path_factory):
     return str(tmp_path_factory.mktemp("topology"))
 
 
+@pytest.mark.slow
 def test_flat_on_two_nodes_trains_as_on_the_1d_mesh(root):
     one, r1 = _run(root, "flat_1d")  # one process, auto: the 1-D mesh, flat
     two, r2 = _run(root, "flat_2x4", node_devices=4, exchange_topology="flat")

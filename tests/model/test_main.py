@@ -57,6 +57,7 @@ def _records(out, kind):
 # ---- item 7: a workdir with checkpoints resumes; --restart starts over -------------------
 
 
+@pytest.mark.slow
 def test_rerun_resumes_and_restart_removes_the_old_run_first(tmp_path):
     out = tmp_path / "run"
     rc, text = _train(out, *SMALL, "--steps", "2", "--checkpoint-every", "2")
@@ -272,6 +273,7 @@ def test_without_grad_ef_another_model_or_no_init_state_is_still_an_error(tmp_pa
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
 
 
+@pytest.mark.slow
 def test_a_rerun_with_another_grad_allreduce_resumes_from_its_checkpoint(tmp_path):
     out = tmp_path / "run"
     args = (*SMALL, "--checkpoint-every", "2")
@@ -385,6 +387,7 @@ def test_bad_lines_count_lines_not_skips_after_the_data_wraps(tmp_path):
     assert resumed.bad_lines == 2
 
 
+@pytest.mark.slow
 def test_train_and_eval_bad_lines_reach_the_metrics_separately(tmp_path):
     train = _write(tmp_path, [GOOD] * 40 + ["garbage\n"] * 3 + [GOOD] * 40)
     evals = _write(tmp_path, [GOOD] * 9 + ["0\t1\n"] * 5 + [GOOD] * 3, "eval.txt")
@@ -608,6 +611,7 @@ def test_timeout_flags_have_defaults_and_must_be_positive(capsys):
     assert "argument --heartbeat-timeout: must be > 0, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_two_processes_print_no_gloo_banners(tmp_path):
     from _multiprocess import start_trainers
 
@@ -620,6 +624,7 @@ def test_two_processes_print_no_gloo_banners(tmp_path):
     assert "step 1: loss" in outs[0][0] and "final: " in outs[0][0]  # the run's own lines stay
 
 
+@pytest.mark.slow
 def test_a_peer_killed_mid_run_stops_the_survivor_with_one_line(tmp_path):
     # Before: a traceback of the gloo read error, then jax's shutdown barrier aborted the
     # survivor with a fatal log and a native stack trace. Now: one line, exit 3, and the step
@@ -720,6 +725,7 @@ def test_curves_show_bytes_moved_both_ratios_and_per_table_ratios_by_id(tmp_path
         plt.close(fig)
 
 
+@pytest.mark.slow
 def test_the_first_interval_samples_per_s_excludes_compilation(tmp_path):
     out = tmp_path / "o"
     rc, text = _train(out, *SMALL, "--steps", "6", "--checkpoint-every", "0")

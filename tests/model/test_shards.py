@@ -193,6 +193,7 @@ def test_errors(files):
         shards.ShardDataset("/nonexistent/shards")
 
 
+@pytest.mark.slow
 def test_trainer_shard_path_equals_text_path(tmp_path):
     """From the same text, the same seed and no shuffling, ``--data DIR`` of shards gives the
     text path's batches bit for bit and the same training result (final AUC, parameters)."""

@@ -75,6 +75,7 @@ needs_data = pytest.mark.skipif(not os.path.isdir(KAGGLE), reason="shared data n
 
 
 @needs_data
+@pytest.mark.slow
 def test_real_kaggle_and_terabyte_rows_end_to_end(tmp_path):
     k, t = tmp_path / "kaggle", tmp_path / "terabyte"
     res = _run_all(
@@ -147,6 +148,7 @@ def _timing_free(records):
     return [{k: v for k, v in r.items() if k not in timing} for r in records]
 
 
+@pytest.mark.slow
 def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     """A real kill: SIGKILL the trainer once its step-10 checkpoint exists (mid-run), resume
     it, and compare with an uninterrupted run of the same command. The compressed exchange
@@ -201,6 +203,7 @@ def test_sigkill_and_resume_matches_uninterrupted_run(tmp_path):
     assert len(_records(killed, "config")) == 1
 
 
+@pytest.mark.slow
 def test_python_entry_point_runs_what_the_command_line_runs(tmp_path):
     """``train_and_evaluate(config, workdir)`` from Python, with the Config the flags give,
     writes the same metrics as the command line."""
