@@ -23,7 +23,8 @@ import jax_lossy_comm as jlc  # noqa: E402
 
 readme = Path(sys.argv[1]).resolve()
 installed = Path(jlc.__file__).resolve()
-assert readme.parent not in installed.parents, f"imported the checkout: {installed}"
+# The installed copy (site-packages, wherever the venv lives), not the checkout's source tree.
+assert installed.parent != readme.parent / "jax_lossy_comm", f"imported the checkout: {installed}"
 assert jlc.implementations()["cpu"] == "compiled", jlc.implementations()
 
 block = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)[0]
