@@ -102,6 +102,13 @@ NB_MODULE(_ext, m) {
     return std::string("portable");
 #endif
   }, "CPU kernel set the handlers use: sse2, avx2 (+BMI2), avx512, or portable (JLC_SIMD caps it).");
+  m.def("simd_pdep", []() {
+#if LC_CPU_SIMD && defined(__x86_64__)
+    return lc::simd::has_fast_pdep();
+#else
+    return false;
+#endif
+  }, "Whether the bit (un)packing uses pext/pdep (not on AMD Zen 1/2, where they are microcoded; JLC_PDEP=0/1 overrides).");
   m.attr("HAS_CUDA") =
 #ifdef JLC_WITH_CUDA
       true;

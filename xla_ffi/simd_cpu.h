@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -404,6 +405,29 @@ inline int level() {
 }
 inline bool has_avx2() { return level() >= kAvx2; }
 inline bool has_avx512() { return level() >= kAvx512; }
+
+// Whether pdep/pext are fast here. AMD family 17h (Zen, Zen+, Zen 2: EPYC Naples and Rome, the
+// hosts of DGX A100) and Hygon 18h run them in microcode, tens to hundreds of cycles each:
+// there the pext packing and pdep unpacking made the fixed-rate form 2.6x (compress) and 5x
+// (decompress) slower than the portable shift-and-mask code on a Zen 2 EPYC, so the bit
+// (un)packing takes that code (the rest of the AVX2 kernels stay). JLC_PDEP=0/1 overrides the
+// detection, which lets tests run both routes on one machine.
+inline bool detect_fast_pdep() {
+  const char* force = getenv("JLC_PDEP");
+  if (force && (!strcmp(force, "0") || !strcmp(force, "1"))) return force[0] == '1';
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return true;
+  const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;     // AuthenticAMD
+  const bool hygon = b == 0x6f677948u && d == 0x6e65476eu && c == 0x656e6975u;   // HygonGenuine
+  if (!(amd || hygon) || !__get_cpuid(1, &a, &b, &c, &d)) return true;
+  unsigned family = (a >> 8) & 0xfu;
+  if (family == 0xfu) family += (a >> 20) & 0xffu;
+  return family != 0x17u && family != 0x18u;
+}
+inline bool has_fast_pdep() {
+  static const bool v = has_avx2() && detect_fast_pdep();
+  return v;
+}
 #undef LC_AVX2
 #endif
 
@@ -445,7 +469,7 @@ inline uint64_t quantize_pack_f32_prefix(const float* in, uint64_t n, float vmin
                                          uint64_t* nbad) {
   *nbad = 0;
 #if defined(__x86_64__)
-  if (bits >= 1 && bits <= 8 && n >= 96 && has_avx2()) {
+  if (bits >= 1 && bits <= 8 && n >= 96 && has_fast_pdep()) {
     uint64_t m = (n - 64) & ~(uint64_t)31;
     *nbad = has_avx512()
                 ? quantize_pack_f32_avx512(in, m, vmin, inv, step, eb_abs, maxf, bits, sec, codes, bad, 0)
@@ -460,7 +484,7 @@ inline uint64_t quantize_pack_f32_prefix(const float* in, uint64_t n, float vmin
 // Codes packed by the vector path (a multiple of 32; 0 where there is none for this width).
 inline uint64_t pack_codes_prefix(uint8_t* o, const uint32_t* c, uint64_t count, int bits) {
 #if defined(__x86_64__)
-  if (bits >= 1 && bits <= 8 && count >= 96 && has_avx2()) {
+  if (bits >= 1 && bits <= 8 && count >= 96 && has_fast_pdep()) {
     uint64_t m = (count - 64) & ~(uint64_t)31;
     if (has_avx512()) pack_codes_avx512(o, c, m, bits);
     else pack_codes_avx2(o, c, m, bits);
@@ -474,12 +498,12 @@ inline uint64_t pack_codes_prefix(uint8_t* o, const uint32_t* c, uint64_t count,
 inline uint64_t unpack_dequant_prefix(const uint8_t* p, uint64_t count, int bits, float base,
                                       float step, float* out) {
 #if defined(__x86_64__)
-  if (bits >= 1 && bits <= 8 && count >= 80 && has_avx512()) {
+  if (bits >= 1 && bits <= 8 && count >= 80 && has_avx512() && has_fast_pdep()) {
     uint64_t m = (count - 64) & ~(uint64_t)15;
     unpack_dequant_avx512(p, m, bits, base, step, out);
     return m;
   }
-  if (bits >= 1 && bits <= 8 && count >= 72 && has_avx2()) {
+  if (bits >= 1 && bits <= 8 && count >= 72 && has_fast_pdep()) {
     uint64_t m = (count - 64) & ~(uint64_t)7;
     unpack_dequant_avx2(p, m, bits, base, step, out);
     return m;

@@ -27,7 +27,15 @@ from jax_lossy_comm import _ffi, frame
 
 pytestmark = pytest.mark.skipif(not _ffi.available(), reason="compiled extension absent")
 
-LEVELS = ("sse2", "avx2", "avx512")  # a level this CPU lacks runs as the next lower one
+# A level this CPU lacks runs as the next lower one. Each run's environment: the level, and for the x86 levels the bit (un)packing by pext/pdep
+# (JLC_PDEP=1) or by the portable shifts that AMD Zen 1/2 get (JLC_PDEP=0), so both routes are
+# compared with sse2 on any AVX2 machine.
+RUNS = {
+    "sse2": {"JLC_SIMD": "sse2"},
+    "avx2": {"JLC_SIMD": "avx2", "JLC_PDEP": "1"},
+    "avx2-shifts": {"JLC_SIMD": "avx2", "JLC_PDEP": "0"},
+    "avx512": {"JLC_SIMD": "avx512", "JLC_PDEP": "1"},
+}
 CODECS = ("fixed", "auto", "dedup", "entropy", "raw")
 
 
@@ -94,7 +102,7 @@ _WORKER = textwrap.dedent("""
     import sys, numpy as np, jax, jax_lossy_comm as jlc
     from jax_lossy_comm import frame, _ext
     src, dst, codecs = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-    print("level", _ext.simd_level())
+    print("level", _ext.simd_level(), "pdep", int(_ext.simd_pdep()))
     cases = dict(np.load(src, allow_pickle=True).items())
     out = {}
     for key in sorted(k[:-2] for k in cases if k.endswith(".x")):
@@ -125,9 +133,9 @@ def per_level(tmp_path_factory):
     np.savez(src, **arrays)
     names = {f"c{i:02d}": n for i, n in enumerate(cases)}
     results, used = {}, {}
-    for level in LEVELS:
-        dst = tmp / f"{level}.npz"
-        env = dict(os.environ, JLC_SIMD=level, JLC_REQUIRE_EXTENSION="1", XLA_FLAGS="")
+    for run_name, run_env in RUNS.items():
+        dst = tmp / f"{run_name}.npz"
+        env = dict(os.environ, **run_env, JLC_REQUIRE_EXTENSION="1", XLA_FLAGS="")
         run = subprocess.run(
             [sys.executable, "-c", _WORKER, str(src), str(dst), ",".join(CODECS)],
             env=env,
@@ -136,26 +144,30 @@ def per_level(tmp_path_factory):
             timeout=600,
         )
         assert run.returncode == 0, run.stderr[-3000:]
-        results[level] = dict(np.load(dst).items())
-        used[level] = run.stdout.split("level", 1)[1].split()[0]
+        results[run_name] = dict(np.load(dst).items())
+        words = run.stdout.split("level", 1)[1].split()
+        used[run_name] = words[0]
+        if words[0] != "sse2" and words[0] != "portable":  # the override is honoured
+            assert words[2] == run_env["JLC_PDEP"], (run_name, run.stdout)
     return names, cases, results, used
 
 
-@pytest.mark.parametrize("level", LEVELS[1:])
-def test_levels_write_identical_frames_and_values(per_level, level):
+@pytest.mark.parametrize("run_name", list(RUNS)[1:])
+def test_levels_write_identical_frames_and_values(per_level, run_name):
     names, _, results, used = per_level
+    level = RUNS[run_name]["JLC_SIMD"]
     if used["sse2"] != "sse2":
         pytest.skip(f"no x86 kernel levels here (the handlers run {used['sse2']} code)")
-    if used[level] != level:  # the CPU lacks it: the comparison would test nothing new
-        pytest.skip(f"this CPU runs JLC_SIMD={level} as {used[level]}")
-    base, other = results["sse2"], results[level]
+    if used[run_name] != level:  # the CPU lacks it: the comparison would test nothing new
+        pytest.skip(f"this CPU runs JLC_SIMD={level} as {used[run_name]}")
+    base, other = results["sse2"], results[run_name]
     assert base.keys() == other.keys()
     for k in sorted(base):
         case, codec, what = k.split("|")
         np.testing.assert_array_equal(
             other[k],
             base[k],
-            err_msg=f"{what} differ: {names[case]} codec={codec} JLC_SIMD={level} vs sse2",
+            err_msg=f"{what} differ: {names[case]} codec={codec} {run_name} vs sse2",
         )
 
 
@@ -190,3 +202,29 @@ def test_cases_reach_the_hand_overs(per_level):
             assert np.all(np.abs(v[fin] - x[fin].astype(np.float64)) <= eb_abs), (name, codec)
             np.testing.assert_array_equal(np.isnan(v), np.isnan(x))
             np.testing.assert_array_equal(v[np.isinf(x)], x[np.isinf(x)])
+
+
+def _cpu_vendor_family() -> tuple[str, int] | None:
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return None
+    fields = dict(
+        (k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in info.splitlines()[:30])
+    )
+    if "vendor_id" not in fields or "cpu family" not in fields:
+        return None
+    return fields["vendor_id"], int(fields["cpu family"])
+
+
+def test_pext_pdep_off_where_microcoded():
+    """AMD family 17h (Zen 1/2) and Hygon 18h run pext/pdep in microcode, which made the
+    fixed-rate form 2.6x / 5x slower to compress / decompress there than the portable
+    shifts: the default leaves them out on those CPUs only; JLC_PDEP overrides."""
+    from jax_lossy_comm import _ext
+
+    vf = _cpu_vendor_family()
+    if vf is None or _ext.simd_level() not in ("avx2", "avx512") or "JLC_PDEP" in os.environ:
+        pytest.skip("needs an x86 CPU with AVX2 + BMI2, /proc/cpuinfo and no JLC_PDEP set")
+    slow = vf in (("AuthenticAMD", 0x17), ("HygonGenuine", 0x18))
+    assert _ext.simd_pdep() is (not slow), vf
