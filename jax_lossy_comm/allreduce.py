@@ -334,13 +334,26 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     p = jax.lax.axis_size(axis_name)
     rows, dim = _geometry(n, p)
     lay = make_layout((p * rows, dim), p, 0, 0, None, tiled=True)
-    path = resolve_path(config.path)
+    path = resolve_path(config.path, fills_capacity=_fills_capacity(codec, eb_c))
     cap = codec.capacity_bytes(
         lay.chunk_shape, dt, dense=path in ("dense", "packed"), error_bound=eb_c
     )
     buf = jnp.pad(flat, (0, p * rows * dim - n), mode="edge")  # keeps each chunk's range
     buf = as_varying(buf, axis_name)  # psum of a value invariant over the axis: P * x
     return _Plan(axis_name, lay, dt, path, codec, cap, feedback, n, unravel), buf, eb, n, unravel
+
+
+def _fills_capacity(codec, eb_c) -> bool:
+    """Fixed-rate frames whose capacity is sized by the call's own (concrete) bound: every
+    frame is that size but for the outlier room (:func:`resolve_path`)."""
+    return (
+        isinstance(codec, FrameCodec)
+        and codec.codec == "fixed"
+        and codec.mode == "rel"
+        and codec.capacity is None
+        and eb_c is not None
+        and codec.min_error_bound in (None, float(eb_c))
+    )
 
 
 def _is_float(leaf) -> bool:

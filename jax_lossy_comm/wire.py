@@ -34,14 +34,18 @@ Variable-size frames take one of these paths (``ExchangeConfig.path``):
   ``all_to_all`` grows with the device count); an exchange runs up to 15 of them (about 3
   on the DLRM exchange). Chunk rounding (less than one fine chunk), the spread between
   destinations and devices whose tables compress worse decide the overhead over
-  ``frame_bytes``; values are bit-identical to the dense path.
+  ``frame_bytes``; values are bit-identical to the dense path. Pack, chunk loops and unpack
+  are one jitted function, so the exchanges of a step with the same frame shapes (forward and
+  backward) share one copy of it in the program.
 
 Why ``"auto"`` means packed without ``ragged_all_to_all`` (decided in :func:`resolve_path`
 only): it never moves more than the dense path's bytes plus one fine chunk (1/64 of them),
 and on the DLRM exchange it moved about 4x fewer bytes than the dense frames for the same
 values (``bench/netns_bench.py``; repeated embedding rows make most frames much smaller than
 the fixed-rate capacity). It costs a pack/unpack copy (one scatter and one gather, whatever
-the device count), one more int32 in the ``pmax`` and a few more collective launches.
+the device count), one more int32 in the ``pmax`` and a few more collective launches. Frames
+that fill their capacity (fixed-rate codes at the bound that sized it) gain nothing from
+packing: ``"auto"`` sends them dense (``resolve_path(fills_capacity=True)``).
 
 ``TEST_PATHS`` holds ``"_ragged_emulated"``: the ragged path's offsets through dense
 collectives (:func:`emulated_ragged_all_to_all`), for CPU tests only.
@@ -53,6 +57,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -95,16 +100,22 @@ def _ragged_supported() -> bool:
         return False
 
 
-def resolve_path(path: str = "auto") -> str:
+def resolve_path(path: str = "auto", *, fills_capacity: bool = False) -> str:
     """The wire path a variable-size exchange takes: the one place ``"auto"`` is decided.
 
     Args:
       path: ``"auto"`` or a path of ``PATHS``.
+      fills_capacity: the frames fill their static capacity but for the outlier room
+        (fixed-rate codes at the very bound that sized the capacity, as the compressed
+        all-reduce's ``FrameCodec(codec="fixed")``): packing them would save only that room
+        and cost one collective per chunk (on the two-node testbed, 2 x 2 devices, the
+        all-reduce's chunked frames made a step 1.6x slower than in one dense collective).
 
     Returns:
       ``path`` itself, or for ``"auto"``: ``"ragged"`` where ``jax.lax.ragged_all_to_all`` is
-      implemented (the default backend is a GPU), else ``"packed"`` (never more bytes than
-      ``"dense"``, about 4x fewer on the DLRM exchange; module docstring).
+      implemented (the default backend is a GPU), else ``"dense"`` for frames that fill their
+      capacity and ``"packed"`` for the others (never more bytes than ``"dense"``, about 4x
+      fewer on the DLRM exchange; module docstring).
 
     Raises:
       ValueError: an unknown path.
@@ -120,7 +131,9 @@ def resolve_path(path: str = "auto") -> str:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path != "auto":
         return path
-    return "ragged" if _ragged_supported() else "packed"
+    if _ragged_supported():
+        return "ragged"
+    return "dense" if fills_capacity else "packed"
 
 
 def emulated_ragged_all_to_all(
@@ -278,8 +291,9 @@ def chunk_counts(chunks: tuple, need):
     ``need + fine``."""
     coarse, fine = chunks
     need = jnp.maximum(need, 1).astype(jnp.int32)
-    n_coarse = need // coarse
-    return jnp.stack([n_coarse, -(-(need - n_coarse * coarse) // fine)]).astype(jnp.int32)
+    n_coarse = jax.lax.div(need, jnp.int32(coarse))  # need > 0: truncation is the floor
+    n_fine = jax.lax.div(need - n_coarse * coarse + (fine - 1), jnp.int32(fine))
+    return jnp.stack([n_coarse, n_fine]).astype(jnp.int32)
 
 
 def run_chunked(collective, buf, out, counts, chunks: tuple):
@@ -306,10 +320,14 @@ def run_chunked(collective, buf, out, counts, chunks: tuple):
     for level, c in enumerate(chunks):
 
         def body(i, acc, c=c, start=start):
-            at = start + i * c
-            piece = jax.lax.dynamic_slice_in_dim(buf, at, c, axis=buf.ndim - 1)
+            at = start + i * c  # never negative: no index wrapping in the program
+            piece = jax.lax.dynamic_slice_in_dim(
+                buf, at, c, axis=buf.ndim - 1, allow_negative_indices=False
+            )
             got = collective(piece)
-            return jax.lax.dynamic_update_slice_in_dim(acc, got, at, axis=acc.ndim - 1)
+            return jax.lax.dynamic_update_slice_in_dim(
+                acc, got, at, axis=acc.ndim - 1, allow_negative_indices=False
+            )
 
         out = jax.lax.fori_loop(0, counts[level], body, out)
         start = start + counts[level] * c
@@ -321,8 +339,8 @@ def _frame_offsets(nbytes, cap: int):
     ``[0, cap]``) and its offset in its destination's packed buffer (behind ``4 * T`` header
     bytes, the frames of lower table index first)."""
     t = nbytes.shape[1]
-    used = jnp.clip(nbytes, 0, cap)
-    return used, 4 * t + jnp.cumsum(used, axis=1) - used
+    used = jax.lax.clamp(jnp.int32(0), nbytes.astype(jnp.int32), jnp.int32(cap))
+    return used, 4 * t + jax.lax.cumsum(used, axis=1) - used
 
 
 def pack_frames(frames, nbytes, size: int):
@@ -338,8 +356,8 @@ def pack_frames(frames, nbytes, size: int):
     p, t, cap = frames.shape
     used, off = _frame_offsets(nbytes, cap)
     header = jax.lax.bitcast_convert_type(nbytes.astype(jnp.int32), jnp.uint8).reshape(p, 4 * t)
-    buf = jnp.zeros((p, size), jnp.uint8).at[:, : 4 * t].set(header)
-    body = jnp.where(jnp.arange(cap, dtype=jnp.int32) < used[:, :, None], frames, jnp.uint8(0))
+    buf = jax.lax.pad(header, jnp.uint8(0), ((0, 0, 0), (0, size - 4 * t, 0)))
+    body = _zero_past(frames, used)
     dest = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32)[:, None], (p, t))
     dnums = jax.lax.ScatterDimensionNumbers(
         update_window_dims=(2,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0, 1)
@@ -357,10 +375,37 @@ def unpack_frames(buf, t: int, cap: int):
     p, size = buf.shape
     nb = jax.lax.bitcast_convert_type(buf[:, : 4 * t].reshape(p, t, 4), jnp.int32)
     used, off = _frame_offsets(nb, cap)
-    window = jax.vmap(jax.vmap(lambda row, o: jax.lax.dynamic_slice(row, (o,), (cap,)), (None, 0)))
-    fr = window(buf, off)  # [P, T, cap]
-    i = jnp.arange(cap, dtype=jnp.int32)
-    return jnp.where(i < used[:, :, None], fr, jnp.uint8(0)), nb
+    window = jax.vmap(
+        jax.vmap(
+            lambda row, o: jax.lax.dynamic_slice(row, (o,), (cap,), allow_negative_indices=False),
+            (None, 0),
+        )
+    )
+    return _zero_past(window(buf, off), used), nb  # [P, T, cap]
+
+
+def _zero_past(frames, used):
+    """``frames`` ``uint8[P, T, cap]`` zeroed past each frame's ``used`` bytes."""
+    keep = jax.lax.broadcasted_iota(jnp.int32, frames.shape, 2) < used[:, :, None]
+    return jax.lax.select(keep, frames, jnp.zeros_like(frames))
+
+
+@functools.partial(jax.jit, static_argnames=("axis_name", "chunks"))
+def _move_packed(frames, nbytes, counts, *, axis_name, chunks: tuple):
+    """The packed path's pack, chunked ``all_to_all``s and unpack of ``uint8[P, T, cap]``
+    frames: ``(frames, nbytes)`` received, indexed by source peer.
+
+    One jitted function, so that the exchanges of a step with the same frame shapes (the
+    forward and the backward of a tiled exchange, the tables of a DLRM) share one lowered
+    function in the program instead of a copy each."""
+    _, t, cap = frames.shape
+    buf = pack_frames(frames, nbytes, PACKED_CHUNKS * chunks[0])
+
+    def a2a(b):
+        return jax.lax.all_to_all(b, axis_name, 0, 0, tiled=True)
+
+    rbuf = run_chunked(a2a, buf, jnp.zeros_like(buf), counts, chunks)
+    return unpack_frames(rbuf, t, cap)
 
 
 class SentFrames(NamedTuple):
@@ -408,13 +453,8 @@ def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> Sen
         chunks = packed_chunks(t_, cap)
         counts = chunk_counts(chunks, agg[1])
 
-        def a2a(buf):
-            return jax.lax.all_to_all(buf, ax, 0, 0, tiled=True)
-
         def receive():
-            buf = pack_frames(fr3, nb2, PACKED_CHUNKS * chunks[0])
-            rbuf = run_chunked(a2a, buf, jnp.zeros_like(buf), counts, chunks)
-            rf, rnb = unpack_frames(rbuf, t_, cap)
+            rf, rnb = _move_packed(fr3, nb2, counts, axis_name=ax, chunks=chunks)
             return rf.reshape(frames.shape), rnb.reshape(nbytes.shape)
 
         per_dest = (counts * jnp.asarray(chunks, jnp.int32)).sum().astype(jnp.float32)

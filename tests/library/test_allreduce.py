@@ -115,6 +115,35 @@ def test_matches_psum_within_documented_bound(mode, eb, path):
     assert np.asarray(st.compression_ratio).shape == (NDEV, 2)
 
 
+def test_fixed_rate_frames_take_one_dense_collective_on_auto():
+    """Fixed-rate codes at the very bound that sized the capacity fill every frame but for
+    the outlier room, so without ragged_all_to_all "auto" sends them in one dense collective
+    per phase, not in chunk loops (the packed path's while loops): the same values and bytes
+    as the dense path; "auto" with the adaptive codec still packs."""
+    if jax.devices()[0].platform != "cpu":
+        pytest.skip("the CPU's choice (a GPU takes the ragged path)")
+    t = _tree(3)
+    spec = {k: P(AX) for k in t}
+
+    def step(codec, path):
+        def f(tree):
+            tree = {**tree, "s": tree["s"][0]}
+            cfg = jlc.AllReduceConfig(codec, path=path)
+            y, st = jlc.compressed_psum_with_stats(tree, AX, error_bound=0.01, config=cfg)
+            return y, jax.tree.map(lambda v: v[None], st)
+
+        return jax.jit(jax.shard_map(f, mesh=MESH, in_specs=(spec,), out_specs=(P(), P(AX))))
+
+    fixed = jlc.FrameCodec(codec="fixed", min_error_bound=0.01)
+    text = {p: step(fixed, p).lower(t).as_text() for p in ("auto", "dense", "packed")}
+    assert "stablehlo.while" in text["packed"]
+    assert "stablehlo.while" not in text["auto"] and "stablehlo.while" not in text["dense"]
+    assert "stablehlo.while" in step(jlc.FrameCodec(), "auto").lower(t).as_text()
+    (ya, sa), (yd, sd) = step(fixed, "auto")(t), step(fixed, "dense")(t)
+    np.testing.assert_array_equal(_flat(ya), _flat(yd))
+    np.testing.assert_array_equal(np.asarray(sa.moved_bytes), np.asarray(sd.moved_bytes))
+
+
 def test_same_result_on_every_device_and_every_path():
     t = _tree(2)
     outs = [
