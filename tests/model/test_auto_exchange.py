@@ -176,6 +176,18 @@ def test_decision_module_does_not_import_jax():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_explicit_compression_runs_no_probe(monkeypatch):
+    from models.dlrm import exchange_probe
+
+    def fail(*a, **kw):
+        raise AssertionError("the probe ran")
+
+    monkeypatch.setattr(exchange_probe, "measure", fail)
+    for choice in ("on", "off"):
+        cfg = dataclasses.replace(get_config("tiny"), compression=choice)
+        assert exchange_probe.choose_exchange(cfg, mesh=None) == (cfg, None)
+
+
 # --- the trainer ----------------------------------------------------------------------------
 
 _NUM = r"[-+]?\d[\d.e+-]*"
