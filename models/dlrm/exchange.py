@@ -45,8 +45,9 @@ def exchange_config(
     """The run's ``ExchangeConfig``, built once from its ``Config`` (None: the exact exchange).
 
     Args:
-      config: the run's Config: ``compression`` ("off": None), ``codec`` (the library's
-        codec name, "auto" = its choice, or a baseline of ``QCOMM_CODECS``),
+      config: the run's Config: ``compression`` ("off": None; "auto" must be decided first),
+        ``codec`` (the library's codec name, "auto" = its choice, or a baseline of
+        ``QCOMM_CODECS``),
         ``exchange_backward`` ("exact": the cotangents travel raw through the transposed
         exchange; "compressed": that exchange is compressed too, with the same bounds) and
         ``exchange_path`` (``jax_lossy_comm.resolve_path``; ignored by the baselines).
@@ -57,8 +58,14 @@ def exchange_config(
         it would send every step down the exact fallback.
 
     Raises:
-      ValueError: an unknown ``exchange_path`` or ``topology`` (``ExchangeConfig``'s message).
+      ValueError: an unknown ``exchange_path`` or ``topology`` (``ExchangeConfig``'s message),
+        ``compression`` "auto" (not decided yet).
     """
+    if config.compression == "auto":
+        raise ValueError(
+            "compression 'auto' is decided before the exchange is built "
+            "(models.dlrm.exchange_probe.choose_exchange, which the trainer calls)"
+        )
     if config.compression == "off":
         return None
     if config.codec in QCOMM_CODECS:

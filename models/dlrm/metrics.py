@@ -169,6 +169,9 @@ class FinalRecord:
       auc, logloss, accuracy, rows: as in :class:`EvalRecord`.
       step: the final step.
       params_checksum: sum of ``|x|`` over every parameter (a bit-level resume check).
+      auto_exchange: with ``--compression auto``: the probe, each candidate's predicted
+        step, the choice and the measured vs predicted step and bytes per level
+        (``models.dlrm.auto_exchange.to_json``); None (absent from the line) otherwise.
     """
 
     kind: ClassVar[str] = "final"
@@ -178,6 +181,7 @@ class FinalRecord:
     rows: int
     step: int
     params_checksum: float
+    auto_exchange: dict[str, Any] | None = None
 
 
 Record = ConfigRecord | TrainRecord | EvalRecord | FinalRecord
@@ -187,11 +191,13 @@ _KINDS: dict[str, type] = {c.kind: c for c in (ConfigRecord, TrainRecord, EvalRe
 def to_json(record: Record) -> str:
     """One JSON line (no newline) for ``record``: ``kind`` first, then the fields in order.
 
-    A None ``net_tx_bytes`` is left out (the key is absent where /proc/net/dev is).
+    A None ``net_tx_bytes`` or ``auto_exchange`` is left out (the key is absent where
+    /proc/net/dev is, or without ``--compression auto``).
     """
     d = {"kind": record.kind, **dataclasses.asdict(record)}
-    if d.get("net_tx_bytes", 0) is None:
-        del d["net_tx_bytes"]
+    for key in ("net_tx_bytes", "auto_exchange"):
+        if d.get(key, 0) is None:
+            del d[key]
     return json.dumps(d)
 
 

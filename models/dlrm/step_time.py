@@ -445,6 +445,33 @@ def _all_to_all_hierarchical(
     return ti, te, x / g * (g - 1), x / n / ratio * (n - 1)
 
 
+def forward_exchange_bytes(
+    model: ModelSpec, cluster: Cluster, mode: str, ratio: float = 1.0
+) -> tuple[float, float]:
+    """(intra-node, inter-node) bytes one device sends in the forward exchange of one step.
+
+    What the trainer's exchange statistics count (``intra_node_bytes`` and
+    ``inter_node_moved_bytes`` of ``jax_lossy_comm.ExchangeStats`` per device; the device's
+    own block in neither): ``exact`` and the fixed-precision modes the flat all-to-all
+    (``ratio`` 1 for exact), ``flat`` the flat one at ``ratio``, the ``hierarchical*`` modes
+    the exact intra-node stage ``X (G - 1) / G`` and the inter-node stage ``X (N - 1) / N /
+    ratio`` (module docstring).
+
+    Raises:
+      ValueError: unknown mode, ``ratio <= 0``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    if not ratio > 0:
+        raise ValueError(f"ratio must be > 0, got {ratio}")
+    x = model.exchange_bytes(cluster.devices)
+    if mode == "exact":
+        ratio = 1.0
+    join = _all_to_all_hierarchical if mode.startswith("hierarchical") else _all_to_all_flat
+    _, _, intra, inter = join(x, cluster, 1.0 if mode == "hierarchical-exact" else ratio)
+    return intra, inter
+
+
 def _ring_levels(nbytes_per_edge: float, cl: Cluster) -> tuple[float, float]:
     """(intra, inter) seconds of ``nbytes_per_edge`` through every edge of a node-major ring."""
     g, n = cl.devices_per_node, cl.nodes

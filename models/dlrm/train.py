@@ -30,7 +30,7 @@ from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import describe_implementation
 from jax_lossy_comm.optional_deps import import_optional
-from models.dlrm import checkpoints, data, grad_allreduce, models, plots, sharding
+from models.dlrm import checkpoints, data, exchange_probe, grad_allreduce, models, plots, sharding
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
@@ -486,7 +486,9 @@ def train_and_evaluate(
 
     Returns:
       The final evaluation metrics (``auc``, ``logloss``, ``accuracy``, ``rows``) plus
-      ``step`` and ``params_checksum``.
+      ``step`` and ``params_checksum``; with ``config.compression`` "auto" also
+      ``auto_exchange`` (``exchange_probe.choose_exchange`` decides the exchange before
+      anything else is compiled; ``auto_exchange.to_json``).
 
     Raises:
       ValueError: bad config (``ConfigError``: batch not divisible by devices, ...).
@@ -500,6 +502,7 @@ def train_and_evaluate(
     os.makedirs(workdir, exist_ok=True)
     mesh = create_mesh(config)
     nproc = jax.process_count()
+    config, auto = exchange_probe.choose_exchange(config, mesh)  # (config, None) unless auto
     ctx, init_state, shard = setup(config, mesh)
     removed = None if config.resume else start_over(workdir)
     mngr = checkpoints.manager(workdir, config.max_checkpoints)
@@ -530,7 +533,7 @@ def train_and_evaluate(
         if is_main:
             tqdm.write(tag + text)
 
-    for line in describe_run(config, ctx, data_desc):
+    for line in describe_run(config, ctx, data_desc) + (auto.start_lines() if auto else []):
         say(line)
     if removed:
         say(removed)
@@ -559,6 +562,7 @@ def train_and_evaluate(
         return ev
 
     interval: list[tuple[np.ndarray, dict]] = []
+    records: list[metrics_lib.TrainRecord] = []  # this run's intervals
     t_interval, net0 = time.perf_counter(), net_tx_bytes()
     data_wait = 0.0  # seconds of the interval spent in stream.next_batch()
     bar = tqdm(
@@ -606,6 +610,7 @@ def train_and_evaluate(
             say(metrics_lib.describe_interval(rec))
             say(metrics_lib.describe_tables(rec))
             writer.write(rec)
+            records.append(rec)
             interval, t_interval, data_wait = [], time.perf_counter(), 0.0
         if _due(step, config.eval_every, config.steps):
             final_eval = run_eval(step)
@@ -621,6 +626,10 @@ def train_and_evaluate(
     if final_eval is None:  # resumed at the end: evaluate the restored state
         final_eval = evaluate(ctx, eval_step, state, eval_set, config.eval_batch_size)
     result = dict(final_eval, step=step, params_checksum=params_checksum(state, mesh))
+    if auto:
+        lines, result["auto_exchange"] = auto.finish(records, start)
+        for line in lines:
+            say(line)
     writer.write(metrics_lib.FinalRecord(**result))
     if is_main:
         try:

@@ -212,8 +212,22 @@ class Config:
     seed: int = 0
 
     # ---- exchange ----
-    # Embedding exchange: on = compressed_all_to_all, off = exact all_to_all (baseline).
-    compression: Literal["on", "off"] = "on"
+    # Embedding exchange: on = compressed_all_to_all, off = exact all_to_all (baseline), auto =
+    # the step-time model's choice from a short probe of the links, the codec and the compute
+    # (compress only where it pays; with --exchange-topology auto also flat or hierarchical).
+    #
+    # docs/step_time.md, "Choosing the exchange automatically". "on" stays the default: the
+    # probe adds about a second to every start and its choice depends on timings, while a run
+    # that says "on" or "off" is the same program every time.
+    compression: Literal["on", "off", "auto"] = "on"
+    # With --compression auto: compress only where the model predicts a step at least this
+    # fraction shorter than the exact exchange's (0.05: 5%).
+    auto_margin: float = 0.05
+    # With --compression auto: inter-node bandwidth per device in Gbit/s that replaces the
+    # measured one in the choice (0: measured); a what-if, and the tests' slow or fast link.
+    #
+    # It changes the prediction only, never the link; the latency stays measured.
+    auto_inter_gbits: float = 0.0
     # Codec of compressed_all_to_all (the library's, auto: its choice; int8-rowwise, bf16,
     # fp16, fp8-rowwise and mx4: the TorchRec/FBGEMM baselines).
     codec: str = "auto"
@@ -366,6 +380,12 @@ class Config:
             raise ValueError(
                 "holdout_every must be 0 (no held-out lines) or >= 2 (1 would hold out every "
                 f"line), got {self.holdout_every}"
+            )
+        if not 0.0 <= self.auto_margin < 1.0:
+            raise ValueError(f"auto_margin must be in [0, 1), got {self.auto_margin}")
+        if not 0.0 <= self.auto_inter_gbits < float("inf"):
+            raise ValueError(
+                f"auto_inter_gbits must be >= 0 (0: measured), got {self.auto_inter_gbits}"
             )
         if self.shuffle_block_rows < 0:
             raise ValueError(f"shuffle_block_rows must be >= 0, got {self.shuffle_block_rows}")

@@ -1,0 +1,298 @@
+"""``--compression auto``: the decision of models/dlrm/auto_exchange.py on hand-made clusters,
+the link fit, the end-of-run comparison, and the trainer choosing and reporting (one process
+as one node and as 2 nodes of 4; two processes as two nodes of 2 devices)."""
+
+import dataclasses
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+from support import require_eight_devices
+
+from models.dlrm import auto_exchange as ae
+from models.dlrm import metrics, train
+from models.dlrm import step_time as st
+from models.dlrm.configs import get_config
+from models.dlrm.exchange import exchange_config
+
+TB = st.terabyte_spec()  # 26 tables -> 32 slots over 8 devices: X = 2048 x 4 x 64 x 4 bytes
+X = 2048 * 4 * 64 * 4
+COMPUTE = st.Compute(1e12, 1e11)
+
+
+def _cluster(**kw) -> st.Cluster:
+    base = dict(nodes=2, devices_per_node=4, intra_bandwidth=1e12, inter_bandwidth=1e8)
+    return st.Cluster(**{**base, **kw})
+
+
+def _codecs(compress_bps: float, ratio: float, backward: bool = True) -> st.Codecs:
+    return ae.codecs_for(
+        st.CodecSpec(compress_bps, compress_bps, ratio), backward_compressed=backward
+    )
+
+
+def test_fast_links_give_exact():
+    # Links of 1e15 B/s and no latency: every exchange costs ~0 s in every mode (X / P / 1e15
+    # per peer), while a compressed mode adds its codec time, X / 1e9 s per compress and per
+    # decompress: no compressed candidate can be faster than exact.
+    cl = _cluster(intra_bandwidth=1e15, inter_bandwidth=1e15)
+    d = ae.decide(TB, cl, COMPUTE, _codecs(1e9, 10.0), modes=ae.candidates(cl))
+    assert d.mode == "exact" and (d.compression, d.topology) == ("off", "flat")
+    assert set(d.predictions) == {"exact", "flat", "hierarchical"}
+    assert d.predictions["exact"].exchange_forward_s < 1e-7
+    assert d.predictions["flat"].compress_s == pytest.approx(2 * X / 1e9)  # fwd + bwd
+    assert "slower than exact" in d.reason
+
+
+def test_a_slow_inter_node_link_on_two_nodes_of_four_gives_hierarchical():
+    # 2 nodes x 4 devices, inter-node 1e8 B/s (0.8 Gbit/s) with 100 us per message, NVLink-like
+    # 1e12 B/s inside a node, codec 1e9 B/s at ratio 10, backward compressed too. Per
+    # direction (pairwise all-to-all: peers x (latency + bytes per peer / bandwidth)):
+    #   exact: 4 remote peers x (100 us + X/8 / 1e8)              = 10.9 ms
+    #   flat:  4 x (100 us + X/8/10 / 1e8) = 1.45 ms, codec 2 X / 1e9 = 4.2 ms
+    #   hier:  1 x (100 us + X/2/10 / 1e8) = 1.15 ms (+ 1.6 us inside the node), codec X / 1e9
+    # The hierarchical exchange sends the same compressed bytes across nodes as the flat one,
+    # in one message instead of four, and codes only the half that leaves the node.
+    cl = _cluster(inter_latency=1e-4)
+    d = ae.decide(TB, cl, COMPUTE, _codecs(1e9, 10.0), modes=ae.candidates(cl))
+    p = d.predictions
+    assert p["exact"].exchange_forward_inter_s == pytest.approx(4 * (1e-4 + X / 8 / 1e8))
+    assert p["flat"].exchange_forward_inter_s == pytest.approx(4 * (1e-4 + X / 80 / 1e8))
+    assert p["hierarchical"].exchange_forward_inter_s == pytest.approx(1e-4 + X / 20 / 1e8)
+    assert p["hierarchical"].compress_s == pytest.approx(2 * (X / 2) / 1e9)
+    assert p["flat"].compress_s == pytest.approx(2 * X / 1e9)
+    assert d.mode == "hierarchical" and (d.compression, d.topology) == ("on", "hierarchical")
+    assert d.step_s() < d.step_s("flat") < d.step_s("exact")
+    assert "hierarchical is predicted" in d.reason and "faster than exact" in d.reason
+
+
+def test_one_node_gives_exact():
+    # One node of 8: no hierarchical candidate, and the flat exchange saves at most the
+    # intra-node bytes, 7 x X/8 / 450e9 = 3.6 us per direction, while coding X costs
+    # 2 x X / 0.33e12 = 12.7 us per direction (cuSZp2's A100 rate).
+    cl = st.Cluster(nodes=1, devices_per_node=8, intra_bandwidth=450e9, inter_bandwidth=50e9)
+    assert ae.candidates(cl) == ("exact", "flat")
+    d = ae.decide(TB, cl, COMPUTE, _codecs(0.33e12, 4.0), modes=ae.candidates(cl))
+    assert d.mode == "exact"
+    saved = d.predictions["exact"].exchange_forward_s - d.predictions["flat"].exchange_forward_s
+    assert saved == pytest.approx(7 * X / 8 / 450e9 * (1 - 1 / 4))
+    assert d.step_s("flat") > d.step_s("exact")
+
+
+def test_the_margin_decides_a_small_gain():
+    # A gain g just above the margin takes the compressed mode, just below it keeps exact.
+    cl = _cluster(inter_latency=1e-4)
+    codecs = _codecs(1e9, 10.0)
+    g = 1 - ae.decide(TB, cl, COMPUTE, codecs).step_s("hierarchical") / ae.decide(
+        TB, cl, COMPUTE, codecs
+    ).step_s("exact")
+    assert 0.05 < g < 1
+    assert ae.decide(TB, cl, COMPUTE, codecs, margin=g - 0.01).mode == "hierarchical"
+    slow = ae.decide(TB, cl, COMPUTE, codecs, margin=g + 0.01)
+    assert slow.mode == "exact" and "less than the" in slow.reason
+    with pytest.raises(ValueError, match=r"margin must be in \[0, 1\)"):
+        ae.decide(TB, cl, COMPUTE, codecs, margin=1.0)
+    with pytest.raises(ValueError, match="must hold 'exact'"):
+        ae.decide(TB, cl, COMPUTE, codecs, modes=("flat",))
+
+
+def test_explicit_topology_keeps_its_one_compressed_candidate():
+    two, one = _cluster(), _cluster(nodes=1)
+    assert ae.candidates(two, "flat") == ("exact", "flat")
+    assert ae.candidates(two, "hierarchical") == ("exact", "hierarchical")
+    assert ae.candidates(one, "hierarchical") == ("exact",)
+    # an exact choice keeps a given topology (it only names the run's mesh levels)
+    d = ae.decide(TB, two, COMPUTE, _codecs(1e3, 1.0), modes=("exact", "hierarchical"),
+                  topology="hierarchical")  # fmt: skip
+    assert (d.mode, d.compression, d.topology) == ("exact", "off", "hierarchical")
+    with pytest.raises(ValueError, match="topology must be"):
+        ae.candidates(two, "ring")
+
+
+def test_backward_exact_has_no_backward_codec():
+    # Config.exchange_backward "exact": the cotangents travel raw, no codec time, ratio 1.
+    cl = _cluster(inter_latency=1e-4)
+    fwd_only = ae.decide(TB, cl, COMPUTE, _codecs(1e9, 10.0, backward=False))
+    p = fwd_only.predictions["hierarchical"]
+    assert p.compress_s == pytest.approx(X / 2 / 1e9)
+    assert p.exchange_backward_inter_s == pytest.approx(1e-4 + X / 2 / 1e8)
+
+
+def test_link_fit_recovers_bandwidth_and_latency():
+    # t(n) = peers x (latency + n / bandwidth): 3 peers, 50 us, 1 GB/s
+    t = [3 * (5e-5 + n / 1e9) for n in (1024, 65536)]
+    link = ae.fit_link("inter-node", "nodes", 3, (1024, 65536), t)
+    assert link.bandwidth == pytest.approx(1e9) and link.latency == pytest.approx(5e-5)
+    assert "1 GB/s per device, latency 50 us" in link.describe()
+    flat = ae.fit_link("intra-node", "local", 3, (1024, 65536), (1e-4, 0.9e-4))  # noise
+    assert flat.bandwidth == math.inf and flat.latency == pytest.approx(0.9e-4 / 3)
+    none = ae.fit_link("inter-node", "-", 0, (1024, 65536), (0.0, 0.0))
+    assert none.peers == 0 and none.describe() == "inter-node: no peers"
+    with pytest.raises(ValueError, match="two ascending sizes"):
+        ae.fit_link("x", "y", 1, (2048, 1024), (1.0, 2.0))
+
+
+def test_comparison_leaves_out_the_first_interval_and_reports_per_device_bytes():
+    cl = _cluster()
+    d = ae.decide(TB, cl, COMPUTE, _codecs(1e9, 10.0), modes=("exact",))
+    step = d.step_s()
+    per_peer = X / 8  # exact, flat: 3 peers in the node, 4 on the other one
+
+    def iv(steps, seconds):
+        return {"steps": steps, "seconds": seconds,
+                "intra_node_bytes": 3 * per_peer * 8 * steps,
+                "inter_node_moved_bytes": 4 * per_peer * 8 * steps * 1.1}  # fmt: skip
+
+    c = ae.compare(d, TB, cl, 1.0, [iv(2, 100.0), iv(2, 4 * step), iv(4, 4 * step)])
+    assert c["intervals_used"] == 2 and c["steps"] == 6
+    assert c["measured"]["step_s"] == pytest.approx(8 * step / 6)
+    assert c["error"]["step_s"] == pytest.approx(6 / 8 - 1)
+    assert c["measured"]["intra_node_bytes"] == pytest.approx(3 * per_peer)
+    assert c["error"]["intra_node_bytes"] == pytest.approx(0.0, abs=1e-12)
+    assert c["error"]["inter_node_bytes"] == pytest.approx(1 / 1.1 - 1)
+    lines = ae.end_lines(c)
+    assert "error -25.0%" in lines[1] and "inter-node 1.1 MiB vs 1.0 MiB (-9.1%)" in lines[2]
+    with pytest.raises(ValueError, match="no logged interval"):
+        ae.compare(d, TB, cl, 1.0, [])
+
+
+def test_auto_is_validated_and_never_reaches_the_exchange():
+    tiny = get_config("tiny")
+    with pytest.raises(ValueError, match="decided before the exchange is built"):
+        exchange_config(
+            dataclasses.replace(tiny, compression="auto"), topology="flat", min_error_bound=0.01
+        )
+    with pytest.raises(ValueError, match=r"auto_margin must be in \[0, 1\)"):
+        dataclasses.replace(tiny, auto_margin=-0.1).validate()
+    with pytest.raises(ValueError, match="auto_inter_gbits must be >= 0"):
+        dataclasses.replace(tiny, auto_inter_gbits=-1.0).validate()
+
+
+def test_decision_module_does_not_import_jax():
+    code = "import sys, models.dlrm.auto_exchange; assert 'jax' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_explicit_compression_runs_no_probe(monkeypatch):
+    from models.dlrm import exchange_probe
+
+    def fail(*a, **kw):
+        raise AssertionError("the probe ran")
+
+    monkeypatch.setattr(exchange_probe, "measure", fail)
+    for choice in ("on", "off"):
+        cfg = dataclasses.replace(get_config("tiny"), compression=choice)
+        assert exchange_probe.choose_exchange(cfg, mesh=None) == (cfg, None)
+
+
+# --- the trainer ----------------------------------------------------------------------------
+
+_NUM = r"[-+]?\d[\d.e+-]*"
+
+
+def _check_rule(auto: dict) -> str:
+    """The choice recomputed from the recorded predictions with the decision rule."""
+    steps = {m: t["step_overlap_s"] for m, t in auto["candidates"].items()}
+    best = min((t, m) for m, t in steps.items() if m != "exact") if len(steps) > 1 else None
+    if best and 1 - best[0] / steps["exact"] >= auto["margin"]:
+        return best[1]
+    return "exact"
+
+
+def _auto_run(tmp_path, capsys, **over):
+    cfg = dataclasses.replace(
+        get_config("tiny"), steps=6, log_every=2, eval_every=0, checkpoint_every=0,
+        eval_rows=256, compression="auto", **over,
+    )  # fmt: skip
+    result = train.train_and_evaluate(cfg, str(tmp_path), progress=False)
+    log = metrics.read_metrics(tmp_path / "metrics.jsonl")
+    return result, log, capsys.readouterr().out
+
+
+def test_one_process_auto_run_chooses_as_the_model_says_and_reports(tmp_path, capsys):
+    require_eight_devices()
+    result, log, out = _auto_run(tmp_path, capsys)
+    auto = result["auto_exchange"]
+    # in metrics.jsonl's final record (and final.json), as JSON
+    assert log.final.auto_exchange == json.loads(json.dumps(auto))
+    assert set(auto["candidates"]) == {"exact", "flat"}  # one node: no hierarchical
+    assert auto["choice"] == _check_rule(auto)
+    assert log.train[0].exchange == auto["compression"]
+    # the start block: the measured links and codec, each candidate's split, the choice
+    assert re.search(rf"link intra-node \(devices, 7 peers\): ({_NUM} GB/s|unbounded)", out), out
+    assert "link inter-node: no peers" in out
+    assert re.search(rf"codec: compress {_NUM} GB/s, decompress {_NUM} GB/s per device, "
+                     rf"compression ratio {_NUM}x", out), out  # fmt: skip
+    for m in ("exact", "flat"):
+        assert re.search(rf"predicted {m}: step {_NUM} ms = compute {_NUM} \+ exchange fwd", out)
+    assert f"choice: {auto['choice']} (compression {auto['compression']}" in out
+    # the end: measured over intervals 2 and 3 (steps 3-6), next to the chosen prediction
+    c = auto["comparison"]
+    assert c["mode"] == auto["choice"] and c["intervals_used"] == 2 and c["steps"] == 4
+    assert c["measured"]["step_s"] > 0 and c["predicted"]["step_s"] > 0
+    assert c["measured"]["inter_node_bytes"] == c["predicted"]["inter_node_bytes"] == 0
+    if auto["choice"] == "exact":  # raw bytes: the model's count exactly
+        assert c["error"]["intra_node_bytes"] == pytest.approx(0.0, abs=1e-6)
+    assert re.search(rf"  step {_NUM} ms vs {_NUM} ms \(error {_NUM}%\)", out), out
+    assert auto["probe"]["seconds"] < 30
+
+
+def test_one_process_two_nodes_and_a_slow_link_choose_hierarchical(tmp_path, capsys):
+    # 8 devices as 2 nodes of 4, an inter-node link told to be 1 Mbit/s per device: the
+    # forward exchange's X/2 remote bytes cost X/2 / 125 kB/s per step, which the coded
+    # inter-node stage divides by the codec's ratio; the exact bytes inside a node and the
+    # codec time are small next to it. The real link (memory) is unchanged.
+    require_eight_devices()
+    result, log, out = _auto_run(tmp_path, capsys, node_devices=4, auto_inter_gbits=0.001,
+                                 exchange_backward="compressed")  # fmt: skip
+    auto = result["auto_exchange"]
+    assert set(auto["candidates"]) == {"exact", "flat", "hierarchical"}
+    assert auto["choice"] == _check_rule(auto) == "hierarchical", auto["reason"]
+    assert auto["probe"]["inter"]["override"] and auto["probe"]["inter"]["bandwidth"] == 125e3
+    assert log.train[-1].exchange_topology == "hierarchical" and log.train[-1].exchange == "on"
+    assert "(--auto-inter-gbits, not measured)" in out
+    c = auto["comparison"]  # inter-node bytes compressed: below the raw X/2 per device
+    raw = c["predicted"]["inter_node_bytes"] * auto["probe"]["codec"]["ratio"]
+    assert 0 < c["measured"]["inter_node_bytes"] < raw
+    assert c["measured"]["intra_node_bytes"] == pytest.approx(c["predicted"]["intra_node_bytes"])
+
+
+def _two_process_run(tmp_path, gbits: str, devices: str) -> dict:
+    from _multiprocess import start_trainers
+
+    out = tmp_path / f"run_{gbits}"
+    args = ["--preset", "tiny", "--devices", devices, "--steps", "4", "--log-every", "2",
+            "--eval-every", "0", "--checkpoint-every", "0", "--eval-rows", "64", "--no-progress",
+            "--compression", "auto", "--exchange-backward", "compressed",
+            "--auto-inter-gbits", gbits, "--out", str(out)]  # fmt: skip
+    procs = start_trainers(args, stderr=subprocess.STDOUT)
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for i, (p, text) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"process {i}:\n{text[-3000:]}"
+    assert "auto exchange: probe" in outs[0] and "auto exchange (" in outs[0], outs[0][-3000:]
+    final = json.loads((out / "final.json").read_text())
+    return final["auto"]["auto_exchange"]
+
+
+@pytest.mark.slow
+def test_two_processes_choose_hierarchical_on_a_slow_link_and_exact_on_a_fast_one(tmp_path):
+    # Two processes (nodes) over gloo. Of 2 devices each, told 1 Mbit/s per device between
+    # them: the remote half of the exchange dominates the step and the hierarchical exchange
+    # codes it (test above). Of 1 device each, told 1 Tbit/s: exact and flat send one message
+    # each way, the bytes cost nothing, and the codec time is all the flat exchange adds:
+    # exact. (With 2 devices, hierarchical would still win on the measured latency: one
+    # inter-node message per direction instead of two.)
+    slow = _two_process_run(tmp_path, "0.001", "2")
+    assert slow["choice"] == _check_rule(slow) == "hierarchical", slow["reason"]
+    assert slow["probe"]["inter"]["peers"] == 1 and slow["probe"]["intra"]["peers"] == 1
+    fast = _two_process_run(tmp_path, "1000", "1")
+    assert set(fast["candidates"]) == {"exact", "flat"}
+    assert fast["choice"] == _check_rule(fast) == "exact", fast["reason"]
+    assert fast["comparison"]["error"]["inter_node_bytes"] == pytest.approx(0.0, abs=1e-6)
