@@ -359,6 +359,57 @@ def compare(
     }
 
 
+def hindsight(
+    decision: Decision,
+    model: st.ModelSpec,
+    cluster: st.Cluster,
+    codecs: st.Codecs,
+    measured_step_s: float,
+    flops_per_byte: float,
+) -> dict | None:
+    """The choice made again with the compute the measured step implies.
+
+    The probe times one matmul, not a step, so its compute misses what a real step also
+    costs (dispatch, the input pipeline, collectives' fixed work); here the compute is
+    :func:`models.dlrm.step_time.calibrate_compute` of the chosen mode at the measured step
+    (links and codec as probed, the probe's machine balance ``flops_per_byte``), and every
+    candidate is predicted and decided again with it, as the testbed check calibrates.
+
+    Returns:
+      ``{"compute_flops_per_s", "predicted_step_s": {mode: s}, "choice", "agrees",
+      "reason"}``, or None where the measured step is not above the predicted communication
+      and codec time (no compute fits it).
+    """
+    try:
+        compute = st.calibrate_compute(
+            model,
+            cluster,
+            codecs,
+            measured_step_s,
+            flops_per_byte=flops_per_byte,
+            mode=decision.mode,
+            overlap=decision.overlap,
+        )
+    except ValueError:
+        return None
+    again = decide(
+        model,
+        cluster,
+        compute,
+        codecs,
+        modes=tuple(decision.predictions),
+        margin=decision.margin,
+        overlap=decision.overlap,
+    )
+    return {
+        "compute_flops_per_s": compute.flops_per_s,
+        "predicted_step_s": {m: again.step_s(m) for m in again.predictions},
+        "choice": again.mode,
+        "agrees": again.mode == decision.mode,
+        "reason": again.reason,
+    }
+
+
 def end_lines(comparison: dict) -> list[str]:
     """The block the trainer logs at the end: measured vs predicted step and bytes."""
     m, p, e = comparison["measured"], comparison["predicted"], comparison["error"]
@@ -366,7 +417,7 @@ def end_lines(comparison: dict) -> list[str]:
     def err(k: str) -> str:
         return "n/a" if e[k] is None else f"{e[k]:+.1%}"
 
-    return [
+    lines = [
         f"auto exchange ({comparison['mode']}), measured vs predicted over "
         f"{comparison['steps']} steps ({comparison['intervals_used']} intervals, the first "
         "left out when there are more):",
@@ -375,6 +426,16 @@ def end_lines(comparison: dict) -> list[str]:
         f" vs {format_bytes(p['intra_node_bytes'])} ({err('intra_node_bytes')}), inter-node "
         f"{format_bytes(m['inter_node_bytes'])} vs {format_bytes(p['inter_node_bytes'])} "
         f"({err('inter_node_bytes')})",
+    ]
+    h = comparison.get("hindsight")
+    if h is None:
+        return lines + ["  hindsight: the measured step is within the predicted communication"]
+    steps = ", ".join(f"{m} {t * 1e3:.3g} ms" for m, t in h["predicted_step_s"].items())
+    verdict = "the same choice" if h["agrees"] else f"{h['choice']} instead"
+    return lines + [
+        f"  hindsight, with the compute the measured step implies "
+        f"({h['compute_flops_per_s'] / 1e9:.3g} GFLOP/s per device): {steps}: {verdict} "
+        f"({h['reason']})"
     ]
 
 
@@ -415,13 +476,14 @@ class AutoChoice:
     Attributes:
       probe: the measurements.
       decision: the choice.
-      model, cluster: the step-time model's inputs it was made with.
+      model, cluster, codecs: the step-time model's inputs it was made with.
     """
 
     probe: Probe
     decision: Decision
     model: st.ModelSpec
     cluster: st.Cluster
+    codecs: st.Codecs
 
     def start_lines(self) -> list[str]:
         return start_lines(self.probe, self.decision)
@@ -451,6 +513,15 @@ class AutoChoice:
         if intervals:
             comparison = compare(
                 self.decision, self.model, self.cluster, self.probe.codec.ratio, intervals
+            )
+            balance = self.probe.compute.flops_per_s / self.probe.compute.memory_bytes_per_s
+            comparison["hindsight"] = hindsight(
+                self.decision,
+                self.model,
+                self.cluster,
+                self.codecs,
+                comparison["measured"]["step_s"],
+                balance,
             )
             lines = end_lines(comparison)
         return lines, to_json(self.probe, self.decision, comparison)

@@ -258,4 +258,4 @@ def choose_exchange(config: Config, mesh) -> tuple[Config, auto_exchange.AutoCho
     chosen = dataclasses.replace(
         config, compression=decision.compression, exchange_topology=decision.topology
     )
-    return chosen, auto_exchange.AutoChoice(probe, decision, model, cluster)
+    return chosen, auto_exchange.AutoChoice(probe, decision, model, cluster, codecs)

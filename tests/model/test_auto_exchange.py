@@ -69,6 +69,29 @@ def test_a_slow_inter_node_link_on_two_nodes_of_four_gives_hierarchical():
     assert "hierarchical is predicted" in d.reason and "faster than exact" in d.reason
 
 
+def test_hindsight_recalibrates_compute_from_the_measured_step():
+    # The slow-link case above chooses hierarchical. A measured step equal to its prediction
+    # gives back the compute it was made with and the same choice; a step 50x longer is
+    # compute-bound, so the ~1.5 ms gain per direction falls below the 5% margin and exact
+    # would have been chosen; a step shorter than the hierarchical exchange alone fits no
+    # compute at all.
+    cl = _cluster(inter_latency=1e-4)
+    codecs = _codecs(1e9, 10.0)
+    d = ae.decide(TB, cl, COMPUTE, codecs, modes=ae.candidates(cl))
+    assert d.mode == "hierarchical"
+    balance = COMPUTE.flops_per_s / COMPUTE.memory_bytes_per_s
+    same = ae.hindsight(d, TB, cl, codecs, d.step_s(), balance)
+    assert same["agrees"] and same["choice"] == "hierarchical"
+    assert same["compute_flops_per_s"] == pytest.approx(COMPUTE.flops_per_s, rel=1e-6)
+    assert same["predicted_step_s"]["exact"] == pytest.approx(d.step_s("exact"), rel=1e-6)
+    slow = ae.hindsight(d, TB, cl, codecs, 50 * d.step_s(), balance)
+    assert slow["choice"] == "exact" and not slow["agrees"]
+    assert slow["compute_flops_per_s"] < COMPUTE.flops_per_s / 40
+    gain = 1 - slow["predicted_step_s"]["hierarchical"] / slow["predicted_step_s"]["exact"]
+    assert gain < 0.05
+    assert ae.hindsight(d, TB, cl, codecs, 1e-4, balance) is None
+
+
 def test_one_node_gives_exact():
     # One node of 8: no hierarchical candidate, and the flat exchange saves at most the
     # intra-node bytes, 7 x X/8 / 450e9 = 3.6 us per direction, while coding X costs
@@ -237,6 +260,9 @@ def test_one_process_auto_run_chooses_as_the_model_says_and_reports(tmp_path, ca
     if auto["choice"] == "exact":  # raw bytes: the model's count exactly
         assert c["error"]["intra_node_bytes"] == pytest.approx(0.0, abs=1e-6)
     assert re.search(rf"  step {_NUM} ms vs {_NUM} ms \(error {_NUM}%\)", out), out
+    h = c["hindsight"]  # the measured step on one node is far above the predicted comm.
+    assert h is not None and h["choice"] in auto["candidates"] and h["compute_flops_per_s"] > 0
+    assert "hindsight, with the compute the measured step implies" in out
     assert auto["probe"]["seconds"] < 30
 
 
