@@ -254,6 +254,33 @@ LC_AVX2 inline void unpack_dequant_avx2(const uint8_t* p, uint64_t n8, int bits,
   }
 }
 
+// The same without pdep, for CPUs that run it in microcode (has_fast_pdep): 32-bit lane k
+// gets the two bytes that hold code k by a byte shuffle of the 8 loaded bytes, then a shift by
+// its bit offset and a mask. Same codes, same arithmetic, so the same values.
+LC_AVX2 inline void unpack_dequant_shuffle_avx2(const uint8_t* p, uint64_t n8, int bits,
+                                                float base, float step, float* out) {
+  alignas(32) uint8_t ctl[32];
+  alignas(32) uint32_t sh[8];
+  for (int k = 0; k < 8; ++k) {  // pshufb indexes within each 128-bit half; both hold the bytes
+    const int o = k * bits, b0 = o >> 3;
+    ctl[4 * k] = (uint8_t)b0;
+    ctl[4 * k + 1] = b0 + 1 < 8 ? (uint8_t)(b0 + 1) : 0x80;  // 0x80: a zero byte
+    ctl[4 * k + 2] = ctl[4 * k + 3] = 0x80;
+    sh[k] = (uint32_t)(o & 7);
+  }
+  const __m256i vctl = _mm256_load_si256((const __m256i*)ctl);
+  const __m256i vsh = _mm256_load_si256((const __m256i*)sh);
+  const __m256i vmask = _mm256_set1_epi32((1 << bits) - 1);
+  const __m256 vb = _mm256_set1_ps(base), vs = _mm256_set1_ps(step);
+  for (uint64_t i = 0; i < n8; i += 8, p += bits) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi64x((long long)w), vctl);
+    __m256i q = _mm256_and_si256(_mm256_srlv_epi32(v, vsh), vmask);
+    _mm256_storeu_ps(out + i, _mm256_add_ps(vb, _mm256_mul_ps(_mm256_cvtepi32_ps(q), vs)));
+  }
+}
+
 LC_AVX2 inline uint32_t checksum_words_avx2(const uint8_t* f, uint64_t nw) {
   return checksum_words<u32x8>(f, nw);
 }
@@ -410,8 +437,8 @@ inline bool has_avx512() { return level() >= kAvx512; }
 // hosts of DGX A100) and Hygon 18h run them in microcode, tens to hundreds of cycles each:
 // there the pext packing and pdep unpacking made the fixed-rate form 2.6x (compress) and 5x
 // (decompress) slower than the portable shift-and-mask code on a Zen 2 EPYC, so the bit
-// (un)packing takes that code (the rest of the AVX2 kernels stay). JLC_PDEP=0/1 overrides the
-// detection, which lets tests run both routes on one machine.
+// packing takes that code and the unpacking a byte shuffle (the rest of the AVX2 kernels stay).
+// JLC_PDEP=0/1 overrides the detection, which lets tests run both routes on one machine.
 inline bool detect_fast_pdep() {
   const char* force = getenv("JLC_PDEP");
   if (force && (!strcmp(force, "0") || !strcmp(force, "1"))) return force[0] == '1';
@@ -503,9 +530,10 @@ inline uint64_t unpack_dequant_prefix(const uint8_t* p, uint64_t count, int bits
     unpack_dequant_avx512(p, m, bits, base, step, out);
     return m;
   }
-  if (bits >= 1 && bits <= 8 && count >= 72 && has_fast_pdep()) {
+  if (bits >= 1 && bits <= 8 && count >= 72 && has_avx2()) {
     uint64_t m = (count - 64) & ~(uint64_t)7;
-    unpack_dequant_avx2(p, m, bits, base, step, out);
+    if (has_fast_pdep()) unpack_dequant_avx2(p, m, bits, base, step, out);
+    else unpack_dequant_shuffle_avx2(p, m, bits, base, step, out);
     return m;
   }
 #endif

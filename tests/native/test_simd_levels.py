@@ -88,6 +88,10 @@ def _cases() -> dict[str, tuple[np.ndarray, float, int | None]]:
     cases["odd_length"] = (rng.standard_normal((37, 29)).astype(np.float32), 0.03, None)
     cases["just_vector"] = (rng.standard_normal((3, 32)).astype(np.float32), 0.05, None)
     cases["wide_codes"] = (x, 0.0005, raw_cap)  # 10-bit codes: no fused packing
+    for b in range(1, 9):  # every width the vector (un)packing takes: codes 0 .. 2^b - 1
+        k = rng.integers(0, 2**b, (256, 64)).astype(np.float32)
+        k[0, :2] = 0, 2**b - 1  # the range that gives REL bound 1 / (2 (2^b - 1)) width b
+        cases[f"bits{b}"] = (k * np.float32(0.25), 1.0 / (2 * (2**b - 1)), None)
     cases["constant"] = (np.full((64, 64), 3.5, np.float32), 0.01, None)
     rep = x[rng.integers(0, 16, 512)]  # repeated rows: dictionary forms
     cases["repeated_rows"] = (rep, 0.01, None)
@@ -188,6 +192,8 @@ def test_cases_reach_the_hand_overs(per_level):
     assert many.form == "quantized" and many.n_outliers >= 300
     assert info("capacity_tight").form in ("raw", "overflow")
     assert info("wide_codes").bits > 8
+    for b in range(1, 9):
+        assert info(f"bits{b}").bits == b and info(f"bits{b}").n_outliers == 0, b
     for name, (x, _eb, _) in cases.items():  # the bound holds wherever values were quantized
         c = by_name[name]
         for codec in CODECS:
