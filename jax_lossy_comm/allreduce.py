@@ -117,9 +117,12 @@ class AllReduceConfig:
         error-bounded :class:`jax_lossy_comm.FrameCodec` (default), or a baseline without a
         bound, ``BF16()`` (PyTorch DDP's bf16 compression hook) or ``Int8Rowwise()``.
       path: how the reduce-scatter's variable-size frames travel, as
-        :class:`jax_lossy_comm.ExchangeConfig.path` (``"auto"``: :func:`resolve_path`); the
-        all-gather moves the static chunks that cover the largest frame, or on ``"dense"``
-        the whole capacity.
+        :class:`jax_lossy_comm.ExchangeConfig.path`; the all-gather moves the static chunks
+        that cover the largest frame, or on ``"dense"`` the whole capacity. ``"auto"``:
+        ``"ragged"`` where ``jax.lax.ragged_all_to_all`` is implemented, else ``"dense"``
+        (:func:`resolve_path` with ``fills_capacity``: gradient frames fill most of their
+        capacity; on 2 processes x 2 CPU devices over gloo a 3 MB gradient took 47 ms dense
+        and 74 ms packed, which saved 22% of the bytes).
 
     Raises:
       TypeError: a codec that is not a :class:`jax_lossy_comm.CommCodec`.
@@ -334,26 +337,16 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     p = jax.lax.axis_size(axis_name)
     rows, dim = _geometry(n, p)
     lay = make_layout((p * rows, dim), p, 0, 0, None, tiled=True)
-    path = resolve_path(config.path, fills_capacity=_fills_capacity(codec, eb_c))
+    # Gradient frames fill most of their fixed-rate capacity (all of it with codec="fixed",
+    # about 78% with "auto" on gradients), so packing them saves little and costs a chunk
+    # loop of collectives per phase (resolve_path).
+    path = resolve_path(config.path, fills_capacity=True)
     cap = codec.capacity_bytes(
         lay.chunk_shape, dt, dense=path in ("dense", "packed"), error_bound=eb_c
     )
     buf = jnp.pad(flat, (0, p * rows * dim - n), mode="edge")  # keeps each chunk's range
     buf = as_varying(buf, axis_name)  # psum of a value invariant over the axis: P * x
     return _Plan(axis_name, lay, dt, path, codec, cap, feedback, n, unravel), buf, eb, n, unravel
-
-
-def _fills_capacity(codec, eb_c) -> bool:
-    """Fixed-rate frames whose capacity is sized by the call's own (concrete) bound: every
-    frame is that size but for the outlier room (:func:`resolve_path`)."""
-    return (
-        isinstance(codec, FrameCodec)
-        and codec.codec == "fixed"
-        and codec.mode == "rel"
-        and codec.capacity is None
-        and eb_c is not None
-        and codec.min_error_bound in (None, float(eb_c))
-    )
 
 
 def _is_float(leaf) -> bool:
