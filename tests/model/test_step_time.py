@@ -150,8 +150,14 @@ def test_check_json_regenerates_identically():
     assert bst._dump(res) == committed
     assert bst.render_check(bst._round(res)) == (bst.RESULTS / f"{bst.CHECK_OUT}.md").read_text()
     s = res["summary"]
-    assert s["within_target"] == s["points"] == 18
-    assert all(pt["status"] == "predicted, not yet measured" for pt in res["new_points"])
+    # 4 files x (1 calibration + 9 or 10 scored points); the one miss is documented
+    # (docs/step_time.md: a point whose two rounds took 286 and 201 ms)
+    assert (s["points"], s["within_target"]) == (40, 39) and s["max_abs_error"] < 0.18
+    ahead = res["new_points"]
+    assert len(ahead) == s["predicted_ahead"] == 20
+    assert all(pt["status"] == "predicted before it was measured" for pt in ahead)
+    for pt in ahead:  # the committed a-priori prediction against the committed measurement
+        assert pt["error"] == pytest.approx(pt["predicted_step_s"] / pt["measured_step_s"] - 1)
 
 
 def test_projections_json_regenerates_identically():
