@@ -429,7 +429,10 @@ def end_lines(comparison: dict) -> list[str]:
     ]
     h = comparison.get("hindsight")
     if h is None:
-        return lines + ["  hindsight: the measured step is within the predicted communication"]
+        return lines + [
+            "  hindsight: none (the measured step is shorter than the predicted communication "
+            "and codec time alone: no compute fits it)"
+        ]
     steps = ", ".join(f"{m} {t * 1e3:.3g} ms" for m, t in h["predicted_step_s"].items())
     verdict = "the same choice" if h["agrees"] else f"{h['choice']} instead"
     return lines + [
