@@ -308,15 +308,20 @@ def _two_process_run(tmp_path, gbits: str, devices: str) -> dict:
 
 
 @pytest.mark.slow
-def test_two_processes_choose_hierarchical_on_a_slow_link_and_exact_on_a_fast_one(tmp_path):
+def test_two_processes_compress_on_a_slow_link_and_choose_exact_on_a_fast_one(tmp_path):
     # Two processes (nodes) over gloo. Of 2 devices each, told 1 Mbit/s per device between
     # them: the remote half of the exchange dominates the step and the hierarchical exchange
     # codes it (test above). Of 1 device each, told 1 Tbit/s: exact and flat send one message
     # each way, the bytes cost nothing, and the codec time is all the flat exchange adds:
     # exact. (With 2 devices, hierarchical would still win on the measured latency: one
     # inter-node message per direction instead of two.)
+    # Slow: a compressed exchange, by the rule. Hierarchical and flat send the same coded bytes
+    # across; which of them wins rests on the measured intra-node link (hierarchical adds an
+    # exact intra-node stage in series), which a busy 2-core machine makes noisy: the CI run
+    # once measured it slow enough for flat to win.
     slow = _two_process_run(tmp_path, "0.001", "2")
-    assert slow["choice"] == _check_rule(slow) == "hierarchical", slow["reason"]
+    assert slow["choice"] == _check_rule(slow) != "exact", slow["reason"]
+    assert set(slow["candidates"]) == {"exact", "flat", "hierarchical"}
     assert slow["probe"]["inter"]["peers"] == 1 and slow["probe"]["intra"]["peers"] == 1
     fast = _two_process_run(tmp_path, "1000", "1")
     assert set(fast["candidates"]) == {"exact", "flat"}
