@@ -266,24 +266,31 @@ def test_one_process_auto_run_chooses_as_the_model_says_and_reports(tmp_path, ca
     assert auto["probe"]["seconds"] < 30
 
 
-def test_one_process_two_nodes_and_a_slow_link_choose_hierarchical(tmp_path, capsys):
+def test_one_process_two_nodes_and_a_slow_link_compress(tmp_path, capsys):
     # 8 devices as 2 nodes of 4, an inter-node link told to be 1 Mbit/s per device: the
     # forward exchange's X/2 remote bytes cost X/2 / 125 kB/s per step, which the coded
     # inter-node stage divides by the codec's ratio; the exact bytes inside a node and the
-    # codec time are small next to it. The real link (memory) is unchanged.
+    # codec time are small next to it. The real link (memory) is unchanged. Hierarchical
+    # (one remote message, an exact intra-node stage in series) and flat (four remote
+    # messages, the intra-node part concurrent) send the same coded bytes across: the
+    # measured latencies, noisy on a busy machine, decide between them.
     require_eight_devices()
     result, log, out = _auto_run(tmp_path, capsys, node_devices=4, auto_inter_gbits=0.001,
                                  exchange_backward="compressed")  # fmt: skip
     auto = result["auto_exchange"]
     assert set(auto["candidates"]) == {"exact", "flat", "hierarchical"}
-    assert auto["choice"] == _check_rule(auto) == "hierarchical", auto["reason"]
+    assert auto["choice"] == _check_rule(auto) != "exact", auto["reason"]
     assert auto["probe"]["inter"]["override"] and auto["probe"]["inter"]["bandwidth"] == 125e3
-    assert log.train[-1].exchange_topology == "hierarchical" and log.train[-1].exchange == "on"
+    assert log.train[-1].exchange_topology == auto["exchange_topology"]
+    assert log.train[-1].exchange == "on"
     assert "(--auto-inter-gbits, not measured)" in out
     c = auto["comparison"]  # inter-node bytes compressed: below the raw X/2 per device
     raw = c["predicted"]["inter_node_bytes"] * auto["probe"]["codec"]["ratio"]
     assert 0 < c["measured"]["inter_node_bytes"] < raw
-    assert c["measured"]["intra_node_bytes"] == pytest.approx(c["predicted"]["intra_node_bytes"])
+    if auto["choice"] == "hierarchical":  # exact inside a node: the model's bytes exactly
+        assert c["measured"]["intra_node_bytes"] == pytest.approx(
+            c["predicted"]["intra_node_bytes"]
+        )
 
 
 def _two_process_run(tmp_path, gbits: str, devices: str) -> dict:
