@@ -3,6 +3,7 @@
 * :func:`plot_pareto`: ratio vs compress throughput scatter per dump with the Pareto front.
 * :func:`plot_ratio_bars`: compression ratio of every codec per dump (table).
 * :func:`plot_accuracy`: eval AUC and training loss curves of bench.train_compare runs.
+* :func:`plot_fidelity`: AUC difference against bytes moved of ``train_compare --seeds``.
 
 Only the standard library is imported at module import; matplotlib (Agg) is imported by the
 plotting functions.
@@ -193,6 +194,55 @@ def plot_accuracy(train_result: dict[str, Any], path: str | Path) -> Path:
         "DLRM with the exact, compressed (jax_lossy_comm) and quantized-comm "
         "(INT8 row-wise, BF16) embedding all-to-all, same seed and data",
         fontsize=10,
+    )
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_fidelity(results: list[dict[str, Any]], path: str | Path) -> Path:
+    """AUC difference to exact (mean and spread over seeds, paired per seed) against bytes
+    moved per step, one panel per ``bench.train_compare --seeds`` result."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 4.5), squeeze=False)
+    for ax, res in zip(axes[0], results):
+        tol = res.get("targets", {}).get("tolerance", 5e-4)
+        for name, s in res["summary"].items():
+            if s["auc_diff_mean"] is None:
+                continue
+            lib = name.startswith("jlc")
+            ax.errorbar(
+                s["moved_bytes_per_step"] / 2**20,
+                s["auc_diff_mean"],
+                yerr=[
+                    [s["auc_diff_mean"] - s["auc_diff_min"]],
+                    [s["auc_diff_max"] - s["auc_diff_mean"]],
+                ],
+                fmt="o" if lib else "s",
+                color=_FAMILY_COLORS["jax_lossy_comm" if lib else "quantization"]
+                if name != "exact"
+                else "black",
+                capsize=3,
+            )
+            ax.annotate(
+                name,
+                (s["moved_bytes_per_step"] / 2**20, s["auc_diff_mean"]),
+                fontsize=7,
+                xytext=(4, 3),
+                textcoords="offset points",
+            )
+        ax.axhspan(-tol, tol, color="tab:green", alpha=0.1, lw=0)
+        ax.axhline(0.0, color="black", lw=0.5)
+        ax.set_xscale("log")
+        ax.set_xlabel("bytes moved per step, all devices (MiB, log)")
+        ax.set_ylabel("AUC - exact, paired per seed (mean, min..max)")
+        p = res["params"]
+        ax.set_title(f"{p['preset']}: {p['steps']} steps, {len(p['seeds'])} seeds", fontsize=10)
+        ax.grid(True, lw=0.3)
+    fig.suptitle(
+        f"Embedding all-to-all: AUC against bytes (shaded: within ±{tol:g} of exact)", fontsize=10
     )
     fig.tight_layout()
     path = Path(path)
