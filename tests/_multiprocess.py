@@ -70,6 +70,19 @@ def start_trainers(args, nproc: int = 2, port: int | None = None, **popen):
     ]
 
 
+def run_trainers(args, nproc: int = 2, timeout_s: float = 240) -> list[tuple[int, str]]:
+    """Runs ``start_trainers(args, nproc)`` to the end with stderr in stdout; returns each
+    process's ``(returncode, output)``. A process still running after ``timeout_s`` (or a
+    failure while waiting) kills them all."""
+    procs = start_trainers(args, nproc, stderr=subprocess.STDOUT)
+    try:
+        outs = [p.communicate(timeout=timeout_s)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [(p.returncode, out) for p, out in zip(procs, outs)]
+
+
 def run_processes(worker: str, nproc: int = 2, timeout_s: float = 55) -> list[str]:
     """Starts ``nproc`` copies of ``tests/<worker>``; returns their stdout, or fails the test
     (a timeout kills them all) with each failing process's output."""

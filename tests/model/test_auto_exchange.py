@@ -294,21 +294,17 @@ def test_one_process_two_nodes_and_a_slow_link_compress(tmp_path, capsys):
 
 
 def _two_process_run(tmp_path, gbits: str, devices: str) -> dict:
-    from _multiprocess import start_trainers
+    from _multiprocess import run_trainers
 
     out = tmp_path / f"run_{gbits}"
     args = ["--preset", "tiny", "--devices", devices, "--steps", "4", "--log-every", "2",
             "--eval-every", "0", "--checkpoint-every", "0", "--eval-rows", "64", "--no-progress",
             "--compression", "auto", "--exchange-backward", "compressed",
             "--auto-inter-gbits", gbits, "--out", str(out)]  # fmt: skip
-    procs = start_trainers(args, stderr=subprocess.STDOUT)
-    try:
-        outs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for i, (p, text) in enumerate(zip(procs, outs)):
-        assert p.returncode == 0, f"process {i}:\n{text[-3000:]}"
+    runs = run_trainers(args)
+    for i, (rc, text) in enumerate(runs):
+        assert rc == 0, f"process {i}:\n{text[-3000:]}"
+    outs = [text for _, text in runs]
     assert "auto exchange: probe" in outs[0] and "auto exchange (" in outs[0], outs[0][-3000:]
     final = json.loads((out / "final.json").read_text())
     return final["auto"]["auto_exchange"]

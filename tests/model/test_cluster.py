@@ -287,23 +287,13 @@ def test_two_processes_resume_from_a_checkpoint_at_their_own_rows(tmp_path, monk
 def test_a_workdir_not_shared_between_processes_is_a_clear_error(tmp_path):
     # Each process its own --out (hosts without a shared file system): before, one process
     # could restore a checkpoint while the other started fresh, and the job hung.
-    import subprocess
-
-    from _multiprocess import start_trainers
+    from _multiprocess import run_trainers
 
     args = ["--preset", "tiny", "--devices", "2", "--steps", "2", "--eval-every", "0"]
     args += ["--checkpoint-every", "0", "--eval-rows", "64", "--no-progress"]
-    procs = start_trainers(
-        lambda i: [*args, "--out", str(tmp_path / f"host{i}")], stderr=subprocess.STDOUT
-    )
-    outs = []
-    try:
-        outs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for i, (p, out) in enumerate(zip(procs, outs)):
-        assert p.returncode != 0, f"process {i} ran on an unshared workdir:\n{out[-2000:]}"
+    runs = run_trainers(lambda i: [*args, "--out", str(tmp_path / f"host{i}")])
+    for i, (rc, out) in enumerate(runs):
+        assert rc != 0, f"process {i} ran on an unshared workdir:\n{out[-2000:]}"
         assert "is not one folder shared by all processes" in out, out[-3000:]
         assert "processes [1] see no file process 0 wrote there" in out, out[-3000:]
 
@@ -313,23 +303,15 @@ def test_two_processes_resume_with_another_grad_allreduce(tmp_path):
     # The saved error-feedback residuals are split over 2 processes x 2 devices; a rerun
     # with the exact all-reduce has none, so restore reads them into throwaway arrays on each
     # process's own device and starts grad_ef fresh: both processes resume at step 2.
-    import subprocess
-
-    from _multiprocess import start_trainers
+    from _multiprocess import run_trainers
 
     args = ["--preset", "tiny", "--devices", "2", "--eval-every", "0", "--eval-rows", "64"]
     args += ["--checkpoint-every", "2", "--no-progress", "--out", str(tmp_path / "run")]
     for steps, allreduce in (("2", "compressed"), ("4", "exact")):
-        procs = start_trainers(
-            [*args, "--steps", steps, "--grad-allreduce", allreduce], stderr=subprocess.STDOUT
-        )
-        try:
-            outs = [p.communicate(timeout=240)[0] for p in procs]
-        finally:
-            for p in procs:
-                p.kill()
-        for i, (p, out) in enumerate(zip(procs, outs)):
-            assert p.returncode == 0, f"process {i}, --grad-allreduce {allreduce}:\n{out[-3000:]}"
+        runs = run_trainers([*args, "--steps", steps, "--grad-allreduce", allreduce])
+        for i, (rc, out) in enumerate(runs):
+            assert rc == 0, f"process {i}, --grad-allreduce {allreduce}:\n{out[-3000:]}"
+        outs = [out for _, out in runs]
     assert "resumed from step 2" in outs[0], outs[0][-3000:]
     assert "checkpoint 2: grad_ef re-initialized to a new run's value" in outs[0]
     steps = [d for d in os.listdir(tmp_path / "run" / "checkpoints") if d.isdigit()]
