@@ -5,7 +5,11 @@ bytes, the int32 offset limit, and the size precondition checked by the CPU emul
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -67,40 +71,58 @@ def _smap(mesh, f, n_in):
     return jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"),) * n_in, out_specs=P("i")))
 
 
-def test_emulation_checks_send_sizes_against_what_the_peers_expect(mesh):
-    # one slice per peer, rows of 2 bytes; device d sends d % 3 + 1 rows to every peer
-    rows, row = 4, 2
-    operand = np.arange(NDEV * NDEV * rows * row, dtype=np.uint8).reshape(-1, row)
-    sizes = np.repeat(np.arange(NDEV) % 3 + 1, NDEV).astype(np.int32)  # [d * NDEV + peer]
+ROWS, ROW = 4, 2  # one slice of at most 4 rows of 2 bytes per peer
+OPERAND = np.arange(NDEV * NDEV * ROWS * ROW, dtype=np.uint8).reshape(-1, ROW)
+SEND = np.repeat(np.arange(NDEV) % 3 + 1, NDEV).astype(np.int32)  # d sends d % 3 + 1 rows
+RECV = SEND.reshape(NDEV, NDEV).T.reshape(-1)  # what device d gets from each peer
 
-    def run(send, recv):
-        def local(op, s, r):
-            me = jax.lax.axis_index("i")
-            slot = jnp.arange(NDEV, dtype=jnp.int32) * rows
-            out_off = jnp.full((NDEV,), me * rows, jnp.int32)
-            return wire.emulated_ragged_all_to_all(
-                op, jnp.zeros_like(op), slot, s, out_off, r, axis_name="i", max_size=rows
-            )
 
-        return np.asarray(_smap(mesh, local, 3)(operand, send, recv))
+def _emulated(send, recv):
+    """``emulated_ragged_all_to_all`` of ``OPERAND`` over every device, one slice per peer."""
 
-    recv = sizes.reshape(NDEV, NDEV).T.reshape(-1)  # what device d gets from each peer
-    got = run(sizes, recv).reshape(NDEV, NDEV, rows, row)  # [receiver, source, rows, row]
-    src = operand.reshape(NDEV, NDEV, rows, row)  # [sender, dest, rows, row]
+    def local(op, s, r):
+        me = jax.lax.axis_index("i")
+        slot = jnp.arange(NDEV, dtype=jnp.int32) * ROWS
+        out_off = jnp.full((NDEV,), me * ROWS, jnp.int32)
+        return wire.emulated_ragged_all_to_all(
+            op, jnp.zeros_like(op), slot, s, out_off, r, axis_name="i", max_size=ROWS
+        )
+
+    mesh = jax.make_mesh((NDEV,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+    return np.asarray(_smap(mesh, local, 3)(OPERAND, send, recv))
+
+
+def test_emulation_moves_each_slice_to_its_peer():
+    got = _emulated(SEND, RECV).reshape(NDEV, NDEV, ROWS, ROW)  # [receiver, source, ...]
+    src = OPERAND.reshape(NDEV, NDEV, ROWS, ROW)  # [sender, dest, rows, row]
     for d in range(NDEV):
         for s in range(NDEV):
             n = s % 3 + 1
             np.testing.assert_array_equal(got[d, s, :n], src[s, d, :n])
             assert not got[d, s, n:].any()
-    bad = recv.copy()
-    bad[3] += 1  # device 0 expects one row more from device 3 than device 3 sends
-    with pytest.raises(Exception, match="ragged_all_to_all precondition broken"):
-        run(sizes, bad)
-    # Every device's check failed; the runtime raised the first and keeps the others, which
-    # its exit handler would print after the session. Drop them (jax has no public call).
-    from jax._src import dispatch
 
-    dispatch.runtime_tokens.clear()
+
+def test_emulation_checks_send_sizes_against_what_the_peers_expect():
+    # Device 0 expects one row more from device 3 than device 3 sends. Run in a process of
+    # its own: each device's failed check is kept by the runtime (jax has no public call to
+    # drop them) and would be printed at this session's exit.
+    code = (
+        f"import sys; sys.path[:0] = [{str(Path(__file__).parent)!r}, "
+        f"{str(Path(__file__).parents[1])!r}]\n"
+        "from test_exchange_ragged import RECV, SEND, _emulated\n"
+        "bad = RECV.copy(); bad[3] += 1\n"
+        "_emulated(SEND, bad)\n"
+    )
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={NDEV}"}
+    p = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert (
+        "ragged_all_to_all precondition broken: this device's send_sizes "
+        "[1, 1, 1, 1, 1, 1, 1, 1] differ from the recv_sizes its peers expect "
+        "[2, 1, 1, 1, 1, 1, 1, 1]"
+    ) in p.stderr, p.stderr[-3000:]
 
 
 def test_offsets_past_int32_are_refused_with_a_clear_error(mesh):
