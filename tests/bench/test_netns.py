@@ -172,7 +172,7 @@ def test_two_node_markdown():
     assert "| 1gbit | torchrec-bf16 | error |" in md
     assert "CPU speed is not GPU speed" in md and "in-process bytes / step" in md
     assert "hierarchical compressed 2.00x our exact at 1gbit (target >= 1.5x: met)" in md
-    assert "best TorchRec quantized comm torchrec-int8 2.00x TorchRec fp32" in md
+    assert "best TorchRec quantized comm torchrec-int8 2.00x torchrec-fp32" in md
     # speedups equal: met; AUC change vs own baseline: +0.0005 ours, -0.001 TorchRec int8
     assert "(hierarchical >= best TorchRec quantized): met" in md
     assert "hierarchical +0.00050, torchrec-int8 -0.00100" in md
@@ -185,6 +185,27 @@ def test_two_node_markdown():
         {"runs": [_run("1gbit", "exact", 0, 0.5, moved_bytes_per_step=1)]}
     )
     assert "in-process" not in loop
+
+
+def test_two_node_markdown_of_a_dcn_preset():
+    """A dcn preset's run: TorchRec's DLRM_DCN modes against torchrec-dcn-fp32, the
+    preset's optimizer named."""
+    runs = [
+        _run("1gbit", "exact", 0, 0.6),
+        _run("1gbit", "compressed-hierarchical", 0, 0.5, auc=0.701),
+        _run("1gbit", "torchrec-dcn-fp32", 0, 1.0, auc=0.69),
+        _run("1gbit", "torchrec-dcn-bf16", 0, 0.8, auc=0.692),
+        _run("1gbit", "torchrec-dcn-mx4", 0, 0.5, auc=0.689),
+    ]
+    res = {"status": "ok", "params": {"preset": "dcnv2_small", "rounds": 1}, "runs": runs}
+    md = link_tables.two_node_markdown(res)
+    assert "optimizer (Adagrad; TorchRec's tables by FBGEMM's EXACT_ADAGRAD)" in md
+    assert "best TorchRec quantized comm torchrec-dcn-mx4 2.00x torchrec-dcn-fp32" in md
+    assert "torchrec-dcn-bf16 1.25x" in md
+    assert "hierarchical +0.00100, torchrec-dcn-mx4 -0.00100" in md
+    assert "optimizer (SGD)" in link_tables.two_node_markdown(
+        dict(res, params={"preset": "terabyte"})
+    )
 
 
 def test_rate_sweep_markdown():
@@ -502,6 +523,7 @@ def test_two_node_testbed_setup_and_teardown():  # pragma: no cover - root only
     [
         ("netns_two_node.json", "two_node.md", "two_node_markdown"),
         ("netns_two_node_rates.json", "two_node_rates.md", "rate_sweep_markdown"),
+        ("netns_two_node_dcnv2.json", "two_node_dcnv2.md", "two_node_markdown"),
     ],
 )
 def test_committed_two_node_results_are_rendered(result, rendered, render):
