@@ -72,6 +72,11 @@ def netns_table(netns: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _ok_modes(runs) -> set[str]:
+    """The modes with a finished run."""
+    return {r["mode"] for r in runs if r.get("status") == "ok"}
+
+
 def _two_node_targets(res: dict[str, Any], rate: str = "1gbit", target: float = 1.5) -> str:
     """The targets on the two-node testbed: hierarchical compressed >= ``target`` x
     the library's exact exchange at ``rate``, and its speedup >= the best TorchRec quantized
@@ -80,7 +85,13 @@ def _two_node_targets(res: dict[str, Any], rate: str = "1gbit", target: float = 
     sp = netns_results.paired_speedups(runs).get(rate, {})
     med = {(r["rate"], r["mode"]): r for r in netns_results.median_runs(runs)}
     hier = sp.get("compressed-hierarchical")
-    tr = {m: v for m, v in sp.items() if m.startswith("torchrec-") and "-dcn-" not in m}
+    # TorchRec's model of the run: DLRM_DCN where only its modes ran (a dcn preset), else DLRM
+    dcn = not any(m.startswith("torchrec-") and "-dcn-" not in m for m in _ok_modes(runs))
+    tr = {
+        m: v
+        for m, v in sp.items()
+        if m.startswith("torchrec-") and ("-dcn-" in m) == dcn and netns_results.baseline(m) != m
+    }
     parts = []
     if hier is None:
         parts.append(f"hierarchical compressed at {rate}: no measurement")
@@ -98,10 +109,11 @@ def _two_node_targets(res: dict[str, Any], rate: str = "1gbit", target: float = 
         auc = {m: med.get((rate, m), {}).get("auc") for m in ("compressed-hierarchical", best)}
         base_auc = {
             m: med.get((rate, b), {}).get("auc")
-            for m, b in (("compressed-hierarchical", "exact"), (best, "torchrec-fp32"))
+            for m, b in (("compressed-hierarchical", "exact"), (best, netns_results.baseline(best)))
         }
         parts.append(
-            f"best TorchRec quantized comm {best} {tr[best]:.2f}x TorchRec fp32"
+            f"best TorchRec quantized comm {best} {tr[best]:.2f}x "
+            f"{netns_results.baseline(best)}"
             + "".join(f"; {m} {v:.2f}x" for m, v in tr.items() if m != best)
         )
         if hier is not None:
@@ -127,6 +139,20 @@ def _two_node_targets(res: dict[str, Any], rate: str = "1gbit", target: float = 
     return "Targets: " + "; ".join(parts) + "."
 
 
+def _optimizer(preset: str | None) -> str:
+    """The optimizer of a trainer preset, as the TorchRec peer reproduces it."""
+    from models.dlrm import configs
+
+    try:
+        opt = configs.get_config(preset).optimizer if preset else None
+    except ValueError:
+        opt = None
+    return {
+        "sgd": "SGD",
+        "adagrad": "Adagrad; TorchRec's tables by FBGEMM's EXACT_ADAGRAD",
+    }.get(opt, str(opt))
+
+
 def two_node_markdown(res: dict[str, Any]) -> str:
     """bench/results/two_node.md from a ``--testbed two-node`` netns result."""
     if res.get("status") == "skipped":
@@ -145,12 +171,12 @@ def two_node_markdown(res: dict[str, Any]) -> str:
         + qdisc.split(" |")[0].split("\n")[0][:90]
         + "); in-process traffic on each namespace's own loopback. Gloo pinned to the veth: "
         + str(info.get("gloo_address", "-"))
-        + ". Same synthetic data (shards written once), table sizes, dims, MLPs, batch and "
-        "SGD for the library's trainer and TorchRec (DistributedModelParallel, table-wise, "
-        "gloo). Link bytes: what crossed the veth per step (both directions); in-process: "
+        + ". Same synthetic data (shards written once), table sizes, bags, dims, MLPs, "
+        f"interaction, batch and optimizer ({_optimizer(p.get('preset'))}) for the library's "
+        "trainer and TorchRec (DistributedModelParallel, table-wise, gloo). Link bytes: what crossed the veth per step (both directions); in-process: "
         "what the two loopbacks carried. Speedup: median over rounds of the baseline's / "
         "the mode's step time in the same round (our modes vs `exact`, TorchRec's vs "
-        "`torchrec-fp32`). **CPU speed is not GPU speed**: both stacks run on 2 shared CPU "
+        "`torchrec-fp32` or `torchrec-dcn-fp32`). **CPU speed is not GPU speed**: both stacks run on 2 shared CPU "
         "cores here, so the absolute samples/s say nothing of a GPU cluster; the ratios show "
         "what each stack's exchange saves on a limited link."
         + (f" {res['note'][:1].upper() + res['note'][1:]}." if res.get("note") else ""),

@@ -4,19 +4,34 @@ One process of a 2-process TorchRec run: ``torchrec.models.dlrm.DLRM`` (or ``DLR
 ``DistributedModelParallel`` with table-wise sharding (the planner's only allowed sharding
 type; each rank is its own host: ``local_world_size=1``), ``torch.distributed`` with gloo on
 the CPU, and the pooled-embedding all-to-all in fp32 or through TorchRec's quantized comms
-(``QCommsConfig``: FP16, BF16, INT8 forward; FBGEMM's codecs; BF16 really BF16, see
-``qcomm_registry``). The model, batch, optimizer
-and data are the library trainer's (``python -m models.dlrm.main``) for the same preset:
+(``QCommsConfig``: FP16, BF16, INT8 forward, FP8 row-wise, MX4; FBGEMM's codecs; BF16 really
+BF16, see ``qcomm_registry``). FBGEMM 1.9.0 has no CPU kernel of FP8 row-wise ("fp8 is not
+supported by CPU"): that mode fails on the CPU and the benchmark records the error. The
+model, batch, optimizer and data are the library trainer's (``python -m models.dlrm.main``)
+for the same preset:
 
-* tables, embedding dim, bottom and top MLP, global batch, learning rate, seed and shard
-  settings come from ``--config`` (a JSON that ``bench.netns_bench`` writes once from the
-  preset's ``Config``; see ``peer_config``);
-* MLP init as the library's model (Glorot normal kernels, N(0, sqrt(1/fan_out)) biases);
-  tables uniform(-1/sqrt(rows), 1/sqrt(rows)) (TorchRec's default, as the library's);
+* tables, bags, embedding dim, bottom and top MLP, interaction (dot for ``DLRM``; DCN-v2 for
+  ``DLRM_DCN``, its ``dcn_num_layers`` / ``dcn_low_rank_dim``), global batch, optimizer,
+  learning rate, seed and shard settings come from ``--config`` (a JSON that
+  ``bench.netns_bench`` writes once from the preset's ``Config``; see ``peer_config``);
+* multi-hot bags (``bag_sizes``, the shard's fixed ids per bag) as a ``KeyedJaggedTensor``
+  with sum pooling (``EmbeddingBagConfig``'s default), as the library's pooled lookup;
+* init as the library's model (Glorot normal, truncated at 2 sigma as Flax's, for MLP and
+  cross kernels; MLP biases N(0, sqrt(1/fan_out)); cross biases 0); tables uniform(-1/sqrt(rows),
+  1/sqrt(rows)) (TorchRec's default, as the library's); the distributions, not the numbers;
 * SGD: the dense part through DDP (which averages the ranks' gradients: the gradient of the
   global mean loss) and the tables by FBGEMM's fused exact SGD in the backward pass at
   ``lr / world_size`` (each rank's loss is the mean over its local batch, so its row
   gradients are ``world_size`` times those of the global mean loss the library uses);
+* Adagrad (the library's ``optax.adagrad``, accumulator 0, per element on the head and on
+  the table rows): the dense part by ``LibraryAdagrad`` (optax's arithmetic: eps under the
+  square root), the tables by FBGEMM's fused ``EXACT_ADAGRAD`` (per element, as optax on the
+  rows; not ``EXACT_ROWWISE_ADAGRAD``, one accumulator per row) at the same lr (Adagrad is
+  invariant to the gradient scale) with eps ``adagrad_eps * world_size`` (the scale);
+  FBGEMM adds eps outside the square root, with no option otherwise: a table element's
+  update is ``lr * g / (sqrt(acc) + eps)`` where the library's is ``lr * g / sqrt(acc +
+  eps)``, the same to float32 rounding once ``sqrt(acc) >> sqrt(eps)`` (1e-5 at eps 1e-10);
+  the optimizer read back from FBGEMM's modules is in the output (``table_optimizer``);
 * batches from the same shard folders (``--data``, ``--eval-data``, written once by the
   benchmark with ``models.dlrm.preprocess``), memory-mapped per their manifest
   (``ShardReader``: the rows per step and process of the trainer's ``ShardStream`` in file
@@ -71,60 +86,89 @@ QCOMMS = {
     "fp16": ("FP16", "FP16"),
     "bf16": ("BF16", "BF16"),
     "int8": ("INT8", "BF16"),
+    "fp8": ("FP8", "FP8"),
+    "mx4": ("MX4", "MX4"),
 }
-MODELS = ("dlrm", "dlrm-dcn")
-#: DLRM-DCN's cross network (TorchRec's ``DLRM_DCN`` defaults in its examples).
-DCN_NUM_LAYERS, DCN_LOW_RANK_DIM = 3, 512
+#: ``--model`` -> the library's ``Config.interaction`` it reproduces (``DLRM``: dot
+#: interaction; ``DLRM_DCN``: DCN-v2 low-rank cross network).
+MODELS = {"dlrm": "dot", "dlrm-dcn": "dcn"}
+OPTIMIZERS = ("sgd", "adagrad")
 
 
 # ----------------------------------------------------------------------------------- data
 def peer_config(config: Any) -> dict[str, Any]:
     """What the peer needs of the library trainer's ``Config`` (JSON-able): table rows,
-    dims, MLPs, batch, optimizer, seed, evaluation rows.
+    dims, bags, MLPs, interaction, batch, optimizer, seed, evaluation rows.
 
     Raises:
-      ValueError: a setting the peer does not reproduce (not SGD, multi-hot, a learning-rate
-        schedule, a dtype other than float32).
+      ValueError: a setting the peer does not reproduce (an optimizer other than SGD or
+        Adagrad, a learning-rate schedule, a dtype other than float32).
     """
-    if config.optimizer != "sgd":
-        raise ValueError(f"the TorchRec peer runs SGD only, the config has {config.optimizer!r}")
+    if config.optimizer not in OPTIMIZERS:
+        raise ValueError(
+            f"the TorchRec peer runs {' or '.join(OPTIMIZERS)}, the config has {config.optimizer!r}"
+        )
     if config.warmup_steps or config.decay_steps or config.decay_start_step:
         raise ValueError("the TorchRec peer has no learning-rate schedule: warmup/decay must be 0")
     if config.embedding_dtype != "float32":
         raise ValueError(f"embedding_dtype must be float32, got {config.embedding_dtype!r}")
     return {
         "table_rows": list(config.table_rows()),
+        "bag_sizes": list(config.bag_sizes()),
         "embedding_dim": config.embedding_dim,
         "bottom_mlp": list(config.bottom_mlp),
         "top_mlp": list(config.top_mlp),
+        "interaction": config.interaction,
+        "dcn_num_layers": config.dcn_num_layers,
+        "dcn_low_rank_dim": config.dcn_low_rank_dim,
         "num_dense": config.num_dense,
         "batch_size": config.batch_size,
         "eval_batch_size": config.eval_batch_size,
         "eval_rows": config.eval_rows,
+        "optimizer": config.optimizer,
         "learning_rate": config.learning_rate,
+        "adagrad_eps": config.adagrad_eps,
         "seed": config.seed,
     }
 
 
-def kjt_arrays(ids: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """A batch's ids as the flat arrays of a TorchRec ``KeyedJaggedTensor``.
+def kjt_arrays(
+    ids: np.ndarray, bag_sizes: Sequence[int]
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """A batch's ids as the flat arrays of a TorchRec ``KeyedJaggedTensor`` (sum pooling).
 
     Args:
-      ids: int32[b, T, 1], one id per (row, table), as ``ShardStream`` gives them.
+      ids: int32[b, sum(bag_sizes)], the bags back to back in table order, as a shard folder
+        stores them (``ShardReader.rows``; one-hot: one column per table). A negative id is
+        an empty slot (-1 pads a short bag in the trainer's ``[b, T, H]`` layout; the
+        library's lookup skips it): it is left out of the bag.
+      bag_sizes: T ints >= 1, the ids per bag of each table (the shard's ``bag_sizes``).
 
     Returns:
       ``(keys, values, lengths)``: keys ``f0 .. f{T-1}`` (feature t = table t), values
-      int64[T * b] key-major (all rows of feature 0, then feature 1, ...), lengths
-      int32[T * b] (ones: one id per bag).
+      int64[n] key-major (every row's bag of feature 0 in row order, then feature 1, ...;
+      n the non-negative ids), lengths int32[T * b] (the ids of each (feature, row) bag).
 
     Raises:
-      ValueError: ``ids`` is not ``[b, T, 1]``.
+      ValueError: ``ids`` is not ``[b, sum(bag_sizes)]``, a bag size is below 1, or an id
+        is below -1.
     """
-    if ids.ndim != 3 or ids.shape[2] != 1:
-        raise ValueError(f"ids must be [batch, tables, 1] (one-hot), got shape {ids.shape}")
-    b, t, _ = ids.shape
-    values = np.ascontiguousarray(ids[:, :, 0].T, dtype=np.int64).reshape(-1)
-    return [f"f{i}" for i in range(t)], values, np.ones(t * b, np.int32)
+    bag_sizes = [int(h) for h in bag_sizes]
+    if not bag_sizes or min(bag_sizes) < 1:
+        raise ValueError(f"bag_sizes must be ints >= 1, got {bag_sizes}")
+    if ids.ndim != 2 or ids.shape[1] != sum(bag_sizes):
+        raise ValueError(
+            f"ids must be [batch, sum(bag_sizes) = {sum(bag_sizes)}], got shape {ids.shape}"
+        )
+    if ids.size and ids.min() < -1:
+        raise ValueError(f"ids must be >= 0 (or -1, an empty slot), got {int(ids.min())}")
+    values, lengths = [], []
+    for lo, h in zip(np.cumsum([0, *bag_sizes[:-1]]), bag_sizes):
+        bag = ids[:, lo : lo + h]
+        values.append(bag[bag >= 0])  # row-major: row 0's bag, then row 1's, ...
+        lengths.append((bag >= 0).sum(axis=1))
+    keys = [f"f{i}" for i in range(len(bag_sizes))]
+    return keys, np.concatenate(values).astype(np.int64), np.concatenate(lengths).astype(np.int32)
 
 
 SHARD_FORMAT, SHARD_VERSION = "jax_lossy_comm.criteo_shards", 1
@@ -138,6 +182,11 @@ class ShardReader:
     ``--shuffle-block-rows 0`` and no held-out rows (``--eval-data`` given): global batch
     ``g`` is stream positions ``[g * B, (g + 1) * B)`` modulo the rows (epochs wrap), process
     ``p`` takes ``[g * B + p * b, g * B + (p + 1) * b)`` (``b = B / processes``).
+
+    Attributes:
+      table_rows: rows of each table the ids were hashed into.
+      bag_sizes: ids per bag of each table (the manifest's ``bag_sizes`` of a multi-hot
+        folder, ``shards.write_multi_hot``; ones for a one-hot folder).
 
     Args:
       directory: the shard folder.
@@ -161,6 +210,7 @@ class ShardReader:
         if not shards:
             raise ValueError(f"{directory}: no rows")
         self.table_rows = tuple(man["settings"]["table_rows"])
+        self.bag_sizes = tuple(man["settings"].get("bag_sizes") or (1,) * len(self.table_rows))
         self.starts = np.cumsum([0] + [s["rows"] for s in shards]).astype(np.int64)
         self.num_rows = int(self.starts[-1])
         self.maps: dict[str, list[np.ndarray]] = {}
@@ -175,8 +225,9 @@ class ShardReader:
                 self.maps[name].append(np.memmap(f, dtype=col["dtype"], mode="r", shape=shape))
 
     def rows(self, start: int, stop: int) -> dict[str, np.ndarray]:
-        """Rows ``[start, stop)`` as the trainer's batch dict: ``dense`` float32[n, 13],
-        ``ids`` int32[n, 26, 1], ``label`` float32[n]; positions past the end wrap."""
+        """Rows ``[start, stop)``: ``dense`` float32[n, 13], ``ids`` int32[n,
+        sum(bag_sizes)] (the bags back to back in table order, as stored; ``kjt_arrays``),
+        ``label`` float32[n]; positions past the end wrap."""
         idx = np.arange(start, stop, dtype=np.int64) % self.num_rows
         shard = np.searchsorted(self.starts, idx, side="right") - 1
         out = {}
@@ -185,7 +236,7 @@ class ShardReader:
             for k in np.unique(shard):
                 at = shard == k
                 out[name][at] = maps[k][idx[at] - self.starts[k]]
-        return {"dense": out["dense"], "ids": out["ids"][:, :, None], "label": out["label"][:, 0]}
+        return {"dense": out["dense"], "ids": out["ids"], "label": out["label"][:, 0]}
 
     def batch(self, index: int, global_batch: int, rank: int, world_size: int):
         """Process ``rank``'s share of global batch ``index`` (see the class doc)."""
@@ -195,24 +246,105 @@ class ShardReader:
 
 
 # ---------------------------------------------------------------------------------- model
-def _init_mlps(module, seed: int) -> None:
-    """Re-initializes every ``nn.Linear`` of ``module`` as the library's MLPs (Glorot normal
-    kernel, bias N(0, sqrt(1 / fan_out))), seeded (the same on every rank)."""
+#: ``jax.nn.initializers.variance_scaling``'s stddev of a unit normal truncated to [-2, 2]
+_TRUNCATED_STD = 0.87962566103423978
+
+
+def _glorot_normal_(weight, generator) -> None:
+    """Flax's ``glorot_normal`` (``variance_scaling(1, "fan_avg", "truncated_normal")``) in
+    place: a normal truncated at two standard deviations, variance ``2 / (fan_in + fan_out)``
+    (a 2-D weight's fans are its two sizes, in either order)."""
     import torch
 
+    std = (2.0 / sum(weight.shape)) ** 0.5 / _TRUNCATED_STD
+    torch.nn.init.trunc_normal_(weight, 0.0, std, -2 * std, 2 * std, generator=generator)
+
+
+def _init_like_library(net, seed: int) -> None:
+    """Re-initializes the dense part of ``net`` as the library's model does (seeded, the
+    same on every rank): every ``nn.Linear`` kernel Glorot normal, its bias N(0, sqrt(1 /
+    fan_out)) (``models.dlrm.models.MLP``); DCN-v2 cross kernels ``W`` / ``V`` Glorot normal,
+    bias 0 (``models.dlrm.models.LowRankCrossNet``). The distributions, not the values:
+    torch and JAX draw different numbers."""
+    import torch
+    from torchrec.modules.crossnet import LowRankCrossNet
+
     g = torch.Generator().manual_seed(seed)
-    for m in module.modules():
-        if isinstance(m, torch.nn.Linear):
-            fan_out, fan_in = m.weight.shape
-            with torch.no_grad():
-                std = (2.0 / (fan_in + fan_out)) ** 0.5
-                m.weight.copy_(torch.randn(m.weight.shape, generator=g) * std)
-                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * (1.0 / fan_out) ** 0.5)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.Linear):
+                _glorot_normal_(m.weight, g)
+                m.bias.copy_(torch.randn(m.bias.shape, generator=g) * (1.0 / m.out_features) ** 0.5)
+            elif isinstance(m, LowRankCrossNet):
+                for w in (*m.W_kernels, *m.V_kernels):
+                    _glorot_normal_(w, g)
+                for b in m.bias:
+                    b.zero_()
 
 
-def qcomm_registry(qcomm: str):
+class LibraryAdagrad:
+    """The library's dense Adagrad (``optax.adagrad(lr, initial_accumulator_value=0,
+    eps)``) on torch parameters: ``acc += g**2; p -= lr * g / sqrt(acc + eps)`` per element
+    (optax adds ``eps`` under the square root; ``torch.optim.Adagrad`` outside it).
+
+    Args:
+      params: the parameters (float32 tensors).
+      lr: learning rate; eps: added to the accumulator under the square root.
+    """
+
+    def __init__(self, params, lr: float, eps: float):
+        import torch
+
+        self.params = list(params)
+        self.lr, self.eps = float(lr), float(eps)
+        self.acc = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for p, acc in zip(self.params, self.acc):
+                if p.grad is not None:
+                    acc.addcmul_(p.grad, p.grad)
+                    p.addcdiv_(p.grad, (acc + self.eps).sqrt(), value=-self.lr)
+
+
+def table_optimizer(dmp) -> list[dict[str, Any]]:
+    """FBGEMM's fused optimizer of every table batch of ``dmp`` (its ``optimizer`` type,
+    learning rate and eps), read back from ``dmp.fused_optimizer`` (TorchRec's
+    ``EmbeddingFusedOptimizer`` holds FBGEMM's module): what really updates the tables."""
+    out, todo = [], [dmp.fused_optimizer]
+    while todo:
+        o = todo.pop()
+        todo += [x[1] if isinstance(x, tuple) else x for x in getattr(o, "optimizers", [])]
+        m = getattr(o, "_emb_module", None)
+        if m is None or not hasattr(m, "optimizer_args"):
+            continue
+        lr = getattr(m, "learning_rate_tensor", None)
+        out.append(
+            {
+                "optimizer": str(m.optimizer.value),
+                "learning_rate": float(lr) if lr is not None else None,
+                "eps": float(m.optimizer_args.eps),
+                "tables": len(m.embedding_specs),
+            }
+        )
+    return out
+
+
+def qcomm_registry(qcomm: str, embedding_dim: int):
     """TorchRec's codec registry for ``--qcomm`` (None for fp32) and the effective
     (forward, backward) precisions of the pooled all-to-all.
+
+    FP8 is FBGEMM's row-wise FP8 (``FloatToFP8RowwiseQuantized``: e4m3 codes and a float32
+    scale per row) with a row of ``embedding_dim`` values, one pooled vector
+    (``QCommsConfig.fp8_quantize_dim``; unset, FBGEMM's CPU path calls a 2-D kernel on the
+    flat buffer and fails). MX4 keeps FBGEMM's default group of 32 values per shared
+    exponent (``mx4_quantize_dim`` unset).
 
     Built as ``get_qcomm_codecs_registry`` builds it (one ``get_qcomm_codecs`` per comm op,
     same ``QCommsConfig``) but without its CPU rule, which replaces BF16 by FP16 on a CPU
@@ -225,7 +357,10 @@ def qcomm_registry(qcomm: str):
     fwd, bwd = QCOMMS[qcomm]
     if (fwd, bwd) == ("FP32", "FP32"):
         return None, ("FP32", "FP32")
-    cfg = QCommsConfig(forward_precision=CommType[fwd], backward_precision=CommType[bwd])
+    fp8_dim = embedding_dim if "FP8" in (fwd, bwd) else None
+    cfg = QCommsConfig(
+        forward_precision=CommType[fwd], backward_precision=CommType[bwd], fp8_quantize_dim=fp8_dim
+    )
     ops = (
         CommOp.POOLED_EMBEDDINGS_ALL_TO_ALL,
         CommOp.POOLED_EMBEDDINGS_REDUCE_SCATTER,
@@ -269,17 +404,37 @@ def build(cfg: dict[str, Any], model: str, qcomm: str, world_size: int):
         over_arch_layer_sizes=list(cfg["top_mlp"]),
         dense_device=torch.device("cpu"),
     )
+    interaction = cfg.get("interaction", "dot")
+    if MODELS[model] != interaction:
+        raise ValueError(
+            f"--model {model} is the library's interaction {MODELS[model]!r}, the config has "
+            f"{interaction!r} (torchrec-dcn-* modes need a dcn preset: dcnv2, dcnv2_small)"
+        )
     if model == "dlrm":
         net = DLRM(**common)
     else:
-        net = DLRM_DCN(**common, dcn_num_layers=DCN_NUM_LAYERS, dcn_low_rank_dim=DCN_LOW_RANK_DIM)
-    _init_mlps(net.dense_arch, cfg["seed"])
-    _init_mlps(net.over_arch, cfg["seed"] + 1)
+        net = DLRM_DCN(
+            **common,
+            dcn_num_layers=int(cfg["dcn_num_layers"]),
+            dcn_low_rank_dim=int(cfg["dcn_low_rank_dim"]),
+        )
+    _init_like_library(net.dense_arch, cfg["seed"])
+    _init_like_library(net.inter_arch, cfg["seed"] + 2)
+    _init_like_library(net.over_arch, cfg["seed"] + 1)
     lr = float(cfg["learning_rate"])
-    _apply_optimizer_in_backward(
-        torch.optim.SGD, net.sparse_arch.parameters(), {"lr": lr / world_size}
-    )
-    registry, effective = qcomm_registry(qcomm)
+    optimizer = cfg.get("optimizer", "sgd")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, the config has {optimizer!r}")
+    # A rank's loss is the mean over its local batch: its row gradients are world_size times
+    # those of the global mean loss the library differentiates. SGD: lr / world_size. Adagrad
+    # is invariant to the scale but for eps, which FBGEMM adds outside the root: eps scaled too.
+    if optimizer == "sgd":
+        table_opt, table_kw = torch.optim.SGD, {"lr": lr / world_size}
+    else:  # FBGEMM EXACT_ADAGRAD: per element, as optax on the table rows
+        eps = float(cfg["adagrad_eps"])
+        table_opt, table_kw = torch.optim.Adagrad, {"lr": lr, "eps": eps * world_size}
+    _apply_optimizer_in_backward(table_opt, net.sparse_arch.parameters(), table_kw)
+    registry, effective = qcomm_registry(qcomm, int(cfg["embedding_dim"]))
     sharder = EmbeddingBagCollectionSharder(qcomm_codecs_registry=registry)
     planner = EmbeddingShardingPlanner(
         topology=Topology(world_size=world_size, compute_device="cpu", local_world_size=1),
@@ -294,8 +449,11 @@ def build(cfg: dict[str, Any], model: str, qcomm: str, world_size: int):
     dmp = DistributedModelParallel(
         module=net, device=torch.device("cpu"), plan=plan, sharders=[sharder]
     )
-    dense = dict(in_backward_optimizer_filter(dmp.named_parameters()))
-    opt = torch.optim.SGD(list(dense.values()), lr=lr)
+    dense = list(dict(in_backward_optimizer_filter(dmp.named_parameters())).values())
+    if optimizer == "sgd":
+        opt = torch.optim.SGD(dense, lr=lr)
+    else:
+        opt = LibraryAdagrad(dense, lr, float(cfg["adagrad_eps"]))
     owners: dict[str, int] = {}
     for _, mod_plan in plan.plan.items():
         for name, ps in mod_plan.items():
@@ -310,15 +468,17 @@ def build(cfg: dict[str, Any], model: str, qcomm: str, world_size: int):
         "compute_kernels": sorted(
             {ps.compute_kernel for m in plan.plan.values() for ps in m.values()}
         ),
+        "dense_optimizer": type(opt).__name__,
+        "table_optimizer": table_optimizer(dmp),
     }
     return dmp, opt, info
 
 
-def _batch_tensors(batch: dict[str, np.ndarray]):
+def _batch_tensors(batch: dict[str, np.ndarray], bag_sizes: Sequence[int]):
     import torch
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-    keys, values, lengths = kjt_arrays(batch["ids"])
+    keys, values, lengths = kjt_arrays(batch["ids"], bag_sizes)
     kjt = KeyedJaggedTensor.from_lengths_sync(
         keys=keys, values=torch.from_numpy(values), lengths=torch.from_numpy(lengths)
     )
@@ -329,7 +489,9 @@ def _batch_tensors(batch: dict[str, np.ndarray]):
     )
 
 
-def evaluate(dmp, eval_set: dict[str, np.ndarray], eval_batch: int, rank: int, world_size: int):
+def evaluate(
+    dmp, eval_set: dict[str, np.ndarray], bag_sizes, eval_batch: int, rank: int, world_size: int
+):
     """Logits of every evaluation row (rank 0 gets them all, in row order; others None).
 
     Each global evaluation batch is split into equal rank shares (the last one padded with
@@ -352,7 +514,7 @@ def evaluate(dmp, eval_set: dict[str, np.ndarray], eval_batch: int, rank: int, w
                 }
             lb = eval_batch // world_size
             local = {k: v[rank * lb : (rank + 1) * lb] for k, v in chunk.items()}
-            dense, kjt, _ = _batch_tensors(local)
+            dense, kjt, _ = _batch_tensors(local, bag_sizes)
             logits = dmp(dense_features=dense, sparse_features=kjt).reshape(-1).contiguous()
             parts = [torch.empty_like(logits) for _ in range(world_size)]
             dist.all_gather(parts, logits)
@@ -375,7 +537,14 @@ def train(args) -> dict[str, Any]:
                 f"{args.data} holds ids hashed into {list(data.table_rows)} rows, the config "
                 f"has {cfg['table_rows']}"
             )
+        if data.bag_sizes != tuple(cfg["bag_sizes"]):
+            raise ValueError(
+                f"{args.data} holds bags of {list(data.bag_sizes)} ids, the config has "
+                f"{cfg['bag_sizes']}"
+            )
         ev = ShardReader(args.eval_data)
+        if ev.bag_sizes != data.bag_sizes:
+            raise ValueError(f"{args.eval_data} holds bags of {list(ev.bag_sizes)} ids")
         eval_set = ev.rows(0, min(cfg["eval_rows"], ev.num_rows))  # the trainer's eval_set
         loss_fn = torch.nn.BCEWithLogitsLoss()
         gb = cfg["batch_size"]
@@ -383,7 +552,7 @@ def train(args) -> dict[str, Any]:
         t0 = time.perf_counter()
         for step in range(1, args.steps + 1):
             batch = data.batch(step - 1, gb, args.rank, args.world_size)
-            dense, kjt, label = _batch_tensors(batch)
+            dense, kjt, label = _batch_tensors(batch, data.bag_sizes)
             logits = dmp(dense_features=dense, sparse_features=kjt).reshape(-1)
             loss = loss_fn(logits, label)
             opt.zero_grad()
@@ -411,7 +580,9 @@ def train(args) -> dict[str, Any]:
                     print(f"step {step}: loss {intervals[-1]['loss']:.5f} "
                           f"{intervals[-1]['samples_per_s']:.0f} samples/s", flush=True)  # fmt: skip
                 losses, seen, t0 = [], [], time.perf_counter()
-        logits = evaluate(dmp, eval_set, cfg["eval_batch_size"], args.rank, args.world_size)
+        logits = evaluate(
+            dmp, eval_set, data.bag_sizes, cfg["eval_batch_size"], args.rank, args.world_size
+        )
         if not np.isfinite(np.asarray(intervals[-1]["loss"])):
             raise RuntimeError(f"TorchRec training diverged (loss {intervals[-1]['loss']})")
     finally:
@@ -465,7 +636,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="peer config JSON (bench.netns_bench)")
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--model", choices=MODELS, default="dlrm")
+    ap.add_argument("--model", choices=list(MODELS), default="dlrm")
     ap.add_argument("--qcomm", choices=list(QCOMMS), default="fp32")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--log-every", type=int, default=5)

@@ -35,6 +35,21 @@ class Data(NamedTuple):
     eval_bad_lines: int = 0
 
 
+def synthetic_generator(config: Config) -> synthetic.SyntheticCriteo:
+    """The synthetic generator a ``Config`` without ``--data`` trains on: its capped table
+    rows, dense features, bags (``Config.bag_sizes``, ``synthetic_multi_hot_rule``), Zipf
+    exponent and seed."""
+    return synthetic.SyntheticCriteo(
+        config.table_rows(),
+        config.num_dense,
+        config.synthetic_multi_hot,
+        config.synthetic_zipf_a,
+        config.seed,
+        bag_sizes=config.bag_sizes(),
+        multi_hot_rule=config.synthetic_multi_hot_rule,
+    )
+
+
 def make_data(
     config: Config,
     local_batch: int,
@@ -72,15 +87,7 @@ def make_data(
         )
         return Data(stream, eval_set, desc)
     if not config.data:
-        gen = synthetic.SyntheticCriteo(
-            rows,
-            config.num_dense,
-            config.synthetic_multi_hot,
-            config.synthetic_zipf_a,
-            config.seed,
-            bag_sizes=config.bag_sizes(),
-            multi_hot_rule=config.synthetic_multi_hot_rule,
-        )
+        gen = synthetic_generator(config)
         stream = input_pipeline.SyntheticStream(
             gen, local_batch * nproc, process_index=pid, num_processes=nproc, position=position
         )

@@ -172,7 +172,7 @@ def test_two_node_markdown():
     assert "| 1gbit | torchrec-bf16 | error |" in md
     assert "CPU speed is not GPU speed" in md and "in-process bytes / step" in md
     assert "hierarchical compressed 2.00x our exact at 1gbit (target >= 1.5x: met)" in md
-    assert "best TorchRec quantized comm torchrec-int8 2.00x TorchRec fp32" in md
+    assert "best TorchRec quantized comm torchrec-int8 2.00x torchrec-fp32" in md
     # speedups equal: met; AUC change vs own baseline: +0.0005 ours, -0.001 TorchRec int8
     assert "(hierarchical >= best TorchRec quantized): met" in md
     assert "hierarchical +0.00050, torchrec-int8 -0.00100" in md
@@ -185,6 +185,27 @@ def test_two_node_markdown():
         {"runs": [_run("1gbit", "exact", 0, 0.5, moved_bytes_per_step=1)]}
     )
     assert "in-process" not in loop
+
+
+def test_two_node_markdown_of_a_dcn_preset():
+    """A dcn preset's run: TorchRec's DLRM_DCN modes against torchrec-dcn-fp32, the
+    preset's optimizer named."""
+    runs = [
+        _run("1gbit", "exact", 0, 0.6),
+        _run("1gbit", "compressed-hierarchical", 0, 0.5, auc=0.701),
+        _run("1gbit", "torchrec-dcn-fp32", 0, 1.0, auc=0.69),
+        _run("1gbit", "torchrec-dcn-bf16", 0, 0.8, auc=0.692),
+        _run("1gbit", "torchrec-dcn-mx4", 0, 0.5, auc=0.689),
+    ]
+    res = {"status": "ok", "params": {"preset": "dcnv2_small", "rounds": 1}, "runs": runs}
+    md = link_tables.two_node_markdown(res)
+    assert "optimizer (Adagrad; TorchRec's tables by FBGEMM's EXACT_ADAGRAD)" in md
+    assert "best TorchRec quantized comm torchrec-dcn-mx4 2.00x torchrec-dcn-fp32" in md
+    assert "torchrec-dcn-bf16 1.25x" in md
+    assert "hierarchical +0.00100, torchrec-dcn-mx4 -0.00100" in md
+    assert "optimizer (SGD)" in link_tables.two_node_markdown(
+        dict(res, params={"preset": "terabyte"})
+    )
 
 
 def test_rate_sweep_markdown():
@@ -271,6 +292,20 @@ def shard_data(tmp_path_factory):
     return config, nb.write_synthetic_shards(d, config, 700, 300)
 
 
+@pytest.fixture(scope="module")
+def multi_hot_data(tmp_path_factory):
+    """dcnv2_small's bags (MLPerf's sizes, up to 100 ids) on small tables."""
+    config = configs.get_config("dcnv2_small")
+    config.seed, config.max_ind_range = 5, 500
+    d = tmp_path_factory.mktemp("two_node_multi_hot")
+    return config, nb.write_synthetic_shards(d, config, 600, 200)
+
+
+def _flat(ids: np.ndarray, bag_sizes) -> np.ndarray:
+    """The trainer's int32[n, T, H] bags (-1 padded) as a shard stores them: back to back."""
+    return np.concatenate([ids[:, t, :h] for t, h in enumerate(bag_sizes)], axis=1)
+
+
 def test_synthetic_shards_hold_the_generator_rows(shard_data):
     config, dirs = shard_data
     gen = synthetic.SyntheticCriteo(
@@ -279,13 +314,49 @@ def test_synthetic_shards_hold_the_generator_rows(shard_data):
     for name, n, stream in (("train", 700, "train"), ("eval", 300, "eval")):
         got = torchrec_peer.ShardReader(dirs[name]).rows(0, n)
         want = gen.batch(0, n, stream)
-        np.testing.assert_array_equal(got["ids"], want["ids"])
+        assert got["ids"].shape == (n, 26)
+        np.testing.assert_array_equal(got["ids"], want["ids"][:, :, 0])
         np.testing.assert_array_equal(got["label"], want["label"])
         np.testing.assert_allclose(got["dense"], want["dense"], rtol=1e-6, atol=0)
     # written once: a second call with the same settings keeps the folders
     before = os.stat(os.path.join(dirs["train"], "manifest.json")).st_mtime_ns
     nb.write_synthetic_shards(os.path.dirname(dirs["train"]), config, 700, 300)
     assert os.stat(os.path.join(dirs["train"], "manifest.json")).st_mtime_ns == before
+
+
+def test_multi_hot_shards_hold_the_generator_bags(multi_hot_data):
+    """The shards of a multi-hot preset hold the generator's bags (its first id, the ids
+    MLPerf's rule fixes per that id) and the labels of its teacher on those bags."""
+    from models.dlrm import data
+
+    config, dirs = multi_hot_data
+    bags = config.bag_sizes()
+    assert bags[20] == 100 and sum(bags) == 214
+    gen = data.synthetic_generator(config)
+    for name, n, stream in (("train", 600, "train"), ("eval", 200, "eval")):
+        reader = torchrec_peer.ShardReader(dirs[name])
+        assert reader.bag_sizes == bags
+        got, want = reader.rows(0, n), gen.batch(0, n, stream)
+        assert got["ids"].shape == (n, 214) and got["ids"].min() >= 0
+        np.testing.assert_array_equal(got["ids"], _flat(want["ids"], bags))
+        np.testing.assert_array_equal(got["label"], want["label"])
+    # a bag of the 100-id table: its first id, then 99 others (not all the same)
+    assert len(np.unique(got["ids"][0, 116 : 216 - 2])) > 1
+    # and the trainer reads the same folder as the same bags
+    reader = torchrec_peer.ShardReader(dirs["train"])
+    stream = shards.ShardStream(shards.ShardDataset(dirs["train"]), 128, shuffle=False,
+                                holdout_every=0, prefetch=0)  # fmt: skip
+    for g in range(5):  # batch 4 wraps around the end of the 600 rows
+        np.testing.assert_array_equal(
+            _flat(stream.next_batch()["ids"], bags), reader.batch(g, 128, 0, 1)["ids"]
+        )
+
+
+def test_multi_hot_shards_need_the_mlperf_rule(tmp_path):
+    config = configs.get_config("dcnv2_small")
+    config.synthetic_multi_hot_rule = "independent"
+    with pytest.raises(ValueError, match="'mlperf'"):
+        nb.write_synthetic_shards(tmp_path, config, 10, 10)
 
 
 @pytest.mark.parametrize("procs", [1, 2])
@@ -304,10 +375,12 @@ def test_peer_reader_gives_the_trainer_batches(shard_data, procs):
         )  # fmt: skip
         for g in range(4):  # batch 2 wraps around the end of the rows
             want = stream.next_batch()
+            want["ids"] = want["ids"][:, :, 0]
             got = reader.batch(g, 256, p, procs)
             for k in ("dense", "ids", "label"):
                 np.testing.assert_array_equal(got[k], want[k], err_msg=f"{k} batch {g} p{p}")
     ev = shards.eval_set(shards.ShardDataset(dirs["eval"]), 300)
+    ev["ids"] = ev["ids"][:, :, 0]
     got = torchrec_peer.ShardReader(dirs["eval"]).rows(0, 300)
     for k in ("dense", "ids", "label"):
         np.testing.assert_array_equal(got[k], ev[k])
@@ -328,22 +401,55 @@ def test_peer_reader_errors(tmp_path, shard_data):
         torchrec_peer.ShardReader(str(tmp_path / "absent"))
 
 
-def test_kjt_arrays_and_peer_config():
-    ids = np.arange(12, dtype=np.int32).reshape(2, 6, 1)  # 2 rows, 6 tables
-    keys, values, lengths = torchrec_peer.kjt_arrays(ids)
+def test_kjt_arrays_one_hot_and_peer_config():
+    ids = np.arange(12, dtype=np.int32).reshape(2, 6)  # 2 rows, 6 one-hot tables
+    keys, values, lengths = torchrec_peer.kjt_arrays(ids, [1] * 6)
     assert keys == ["f0", "f1", "f2", "f3", "f4", "f5"]
     assert values.dtype == np.int64 and values.tolist() == [0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11]
-    assert lengths.tolist() == [1] * 12
-    with pytest.raises(ValueError, match="one-hot"):
-        torchrec_peer.kjt_arrays(np.zeros((2, 6, 2), np.int32))
+    assert lengths.dtype == np.int32 and lengths.tolist() == [1] * 12
     c = configs.get_config("terabyte")
     pc = torchrec_peer.peer_config(c)
     assert pc["table_rows"] == list(c.table_rows()) and pc["embedding_dim"] == 64
     assert pc["bottom_mlp"] == [512, 256, 64] and pc["top_mlp"] == [512, 512, 256, 1]
     assert pc["batch_size"] == 2048 and pc["learning_rate"] == c.learning_rate
-    c.optimizer = "adagrad"
-    with pytest.raises(ValueError, match="SGD"):
-        torchrec_peer.peer_config(c)
+    assert pc["optimizer"] == "sgd" and pc["interaction"] == "dot" and pc["bag_sizes"] == [1] * 26
+
+
+def test_kjt_arrays_multi_hot():
+    """Bags back to back in table order -> key-major values with per-bag lengths; -1 slots
+    (the trainer's padding) are left out of their bag."""
+    ids = np.array([[7, 1, 2, 3, 4, -1], [8, 5, -1, 6, -1, -1]], np.int32)  # bags 1, 2, 3
+    keys, values, lengths = torchrec_peer.kjt_arrays(ids, [1, 2, 3])
+    assert keys == ["f0", "f1", "f2"]
+    assert values.tolist() == [7, 8, 1, 2, 5, 3, 4, 6]
+    assert lengths.tolist() == [1, 1, 2, 1, 2, 1]  # (f0: r0, r1), (f1: r0, r1), (f2: ...)
+    assert lengths.sum() == len(values)
+    with pytest.raises(ValueError, match=r"sum\(bag_sizes\) = 6"):
+        torchrec_peer.kjt_arrays(ids[:, :5], [1, 2, 3])
+    with pytest.raises(ValueError, match=">= 0"):
+        torchrec_peer.kjt_arrays(np.full((1, 3), -2, np.int32), [1, 2])
+    with pytest.raises(ValueError, match=">= 1"):
+        torchrec_peer.kjt_arrays(ids, [0, 3, 3])
+
+
+def test_peer_config_of_the_dcn_preset():
+    c = configs.get_config("dcnv2_small")
+    pc = torchrec_peer.peer_config(c)
+    assert pc["interaction"] == "dcn" and (pc["dcn_num_layers"], pc["dcn_low_rank_dim"]) == (2, 32)
+    assert pc["optimizer"] == "adagrad" and pc["adagrad_eps"] == 1e-10
+    assert pc["learning_rate"] == 0.01 and pc["batch_size"] == 512 and pc["embedding_dim"] == 16
+    assert pc["bag_sizes"] == list(c.bag_sizes()) and pc["bag_sizes"][20] == 100
+    assert pc["table_rows"] == [min(r, 20_000) for r in c.cardinalities]
+    json.dumps(pc)  # the benchmark writes it as JSON
+    for field, value, match in (
+        ("optimizer", "adam", "sgd or adagrad"),
+        ("warmup_steps", 10, "schedule"),
+        ("embedding_dtype", "bfloat16", "float32"),
+    ):
+        bad = configs.get_config("dcnv2_small")
+        setattr(bad, field, value)
+        with pytest.raises(ValueError, match=match):
+            torchrec_peer.peer_config(bad)
 
 
 _TORCHREC = all(importlib.util.find_spec(m) for m in ("torch", "torchrec"))
@@ -357,10 +463,21 @@ _TORCHREC = all(importlib.util.find_spec(m) for m in ("torch", "torchrec"))
 def test_peer_kjt_holds_the_batch_ids(shard_data):  # pragma: no cover - TorchRec venv only
     _, dirs = shard_data
     batch = torchrec_peer.ShardReader(dirs["train"]).batch(1, 64, 1, 2)
-    dense, kjt, label = torchrec_peer._batch_tensors(batch)
+    dense, kjt, label = torchrec_peer._batch_tensors(batch, [1] * 26)
     assert dense.shape == (32, 13) and label.shape == (32,)
     for t, key in enumerate(kjt.keys()):
-        assert kjt[key].values().tolist() == batch["ids"][:, t, 0].tolist()
+        assert kjt[key].values().tolist() == batch["ids"][:, t].tolist()
+
+
+@pytest.mark.skipif(not _TORCHREC, reason="torch/torchrec not importable here (TorchRec venv)")
+def test_peer_kjt_holds_the_bags(multi_hot_data):  # pragma: no cover - TorchRec venv only
+    config, dirs = multi_hot_data
+    reader = torchrec_peer.ShardReader(dirs["train"])
+    batch = reader.batch(0, 8, 0, 1)
+    _, kjt, _ = torchrec_peer._batch_tensors(batch, reader.bag_sizes)
+    lo = sum(reader.bag_sizes[:20])
+    assert kjt["f20"].lengths().tolist() == [100] * 8
+    assert kjt["f20"].values().tolist() == batch["ids"][:, lo : lo + 100].reshape(-1).tolist()
 
 
 # ----------------------------------------------------------------- real namespaces (opt-in)
@@ -406,6 +523,7 @@ def test_two_node_testbed_setup_and_teardown():  # pragma: no cover - root only
     [
         ("netns_two_node.json", "two_node.md", "two_node_markdown"),
         ("netns_two_node_rates.json", "two_node_rates.md", "rate_sweep_markdown"),
+        ("netns_two_node_dcnv2.json", "two_node_dcnv2.md", "two_node_markdown"),
     ],
 )
 def test_committed_two_node_results_are_rendered(result, rendered, render):
