@@ -27,12 +27,15 @@ class Data(NamedTuple):
       eval_set: the whole evaluation set (dict of numpy arrays, every process holds it).
       description: one line for the log.
       eval_bad_lines: malformed lines skipped reading the evaluation set.
+      bag_sizes: ids per bag of each table in the batches (multi-hot: ``ids`` int32[b, T,
+        max bag], -1 past each bag), or None: one id per table.
     """
 
     stream: Any
     eval_set: dict[str, np.ndarray]
     description: str
     eval_bad_lines: int = 0
+    bag_sizes: tuple[int, ...] | None = None
 
 
 def synthetic_generator(config: Config) -> synthetic.SyntheticCriteo:
@@ -82,10 +85,10 @@ def make_data(
     rows = config.table_rows()
     pid, nproc = process_index, num_processes
     if config.data and os.path.isfile(os.path.join(config.data, "manifest.json")):
-        stream, eval_set, desc = shards.make_data(
+        stream, eval_set, desc, bags = shards.make_data(
             config, local_batch, position, process_index=pid, num_processes=nproc
         )
-        return Data(stream, eval_set, desc)
+        return Data(stream, eval_set, desc, bag_sizes=bags)
     if not config.data:
         gen = synthetic_generator(config)
         stream = input_pipeline.SyntheticStream(
@@ -102,7 +105,7 @@ def make_data(
             )
             + f"{config.eval_rows} held-out rows"
         )
-        return Data(stream, eval_set, desc)
+        return Data(stream, eval_set, desc, bag_sizes=tuple(gen.bag_sizes))
     paths = input_pipeline.expand_paths(config.data)
     holdout = 0 if config.eval_data else config.holdout_every
     stream = input_pipeline.CriteoFileStream(

@@ -395,7 +395,9 @@ def make_data(config: Config, local_batch, position, *, process_index=0, num_pro
     ``config.holdout_every``-th row of the shards.
 
     Returns:
-      ``(stream, eval_set, description)`` as ``data.make_data``.
+      ``(stream, eval_set, description, bag_sizes)`` as ``data.make_data``; ``bag_sizes``:
+      the shards' (None for one-hot shards, or when ``config.eval_data`` shards hold other
+      bags than the training shards).
 
     Raises:
       input_pipeline.DataError: the shards were hashed into other table rows than
@@ -414,6 +416,7 @@ def make_data(config: Config, local_batch, position, *, process_index=0, num_pro
         )
     holdout = 0 if config.eval_data else config.holdout_every
     block = config.shuffle_block_rows
+    bags = dataset.bag_sizes
     stream = ShardStream(
         dataset,
         local_batch,
@@ -428,7 +431,10 @@ def make_data(config: Config, local_batch, position, *, process_index=0, num_pro
     if not config.eval_data:
         eval_rows, where = eval_set(dataset, config.eval_rows, holdout), f"every {holdout}-th row"
     elif os.path.isfile(os.path.join(config.eval_data, preprocess.MANIFEST)):
-        eval_rows, where = eval_set(ShardDataset(config.eval_data), config.eval_rows), "shards"
+        eval_data = ShardDataset(config.eval_data)
+        eval_rows, where = eval_set(eval_data, config.eval_rows), "shards"
+        if eval_data.bag_sizes != dataset.bag_sizes:
+            bags = None  # the batches' bags are not all one layout: the ids travel padded
     else:
         eval_rows, _ = input_pipeline.read_eval_set(
             input_pipeline.expand_paths(config.eval_data), config.data_format, rows,
@@ -441,7 +447,7 @@ def make_data(config: Config, local_batch, position, *, process_index=0, num_pro
         f"eval {len(eval_rows['label'])} rows ({where}"
         f"{f' of {config.eval_data}' if config.eval_data else ''})"
     )
-    return stream, eval_rows, desc
+    return stream, eval_rows, desc, bags
 
 
 def write_multi_hot(

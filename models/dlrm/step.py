@@ -4,9 +4,10 @@ Parallelism, over all P devices of all processes (the mesh axis ``"devices"``, o
 ``("nodes", "local")`` on a two-level mesh: ``mesh.batch_axis``):
 
 1. Inputs are batch-sharded: each device gets ``b = B / P`` samples (dense, ids, labels).
-2. Ids all-to-all (int32, small): each device sends every table owner the ids of that
-   owner's tables for its ``b`` samples and receives ``int32[B, L, H]``, the ids of its L
-   local tables for the global batch (``sharding.plan_tables`` places tables).
+2. Ids all-to-all (int32): each device sends every table owner the ids of that owner's
+   tables for its ``b`` samples, each bag at its own size (``ids_wire_layout``: no padding
+   to the largest bag on the wire), and rebuilds ``int32[B, L, H]``, the ids of its L local
+   tables for the global batch, -1 padded (``sharding.plan_tables`` places tables).
 3. Local sum-pooled lookups -> pooled embeddings ``float32[B, L, dim]``.
 4. The embedding exchange (``exchange.embedding_exchange``: ``compressed_all_to_all`` or
    the exact ``all_to_all``; flat or hierarchical, ``StepContext.topology``) ->
@@ -138,6 +139,9 @@ class StepContext:
     # the embedding exchange, built once from the config (exchange.exchange_config); None:
     # the exact all_to_all
     exchange: ExchangeConfig | None = None
+    # ids per bag of each table in the batches (data.Data.bag_sizes); None: every table
+    # fills the batch's bag axis
+    bag_sizes: tuple[int, ...] | None = None
 
     @property
     def sparse_update(self) -> bool:
@@ -160,6 +164,77 @@ def _slots_from_tables(ctx: StepContext, x_t, fill):
 def _tables_from_slots(ctx: StepContext, x_slots):
     """[P * L, ...] slot order -> [T, ...] table order (a split table: its first piece)."""
     return x_slots[ctx.placement.gather_index]
+
+
+def ids_wire_layout(
+    slot_table: np.ndarray, num_devices: int, bag_sizes, bag_axis: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Where each id goes in the ids all-to-all, with bags at their own sizes.
+
+    The batch holds every bag padded to the largest (``bag_axis`` ids, -1 past the bag's
+    end): MLPerf DLRM-DCNv2's bags are 1-100 ids, 214 in all per sample, but 26 x 100 padded.
+    On the wire each owner's block holds only its tables' ids, bag after bag, padded to the
+    widest owner's ``W`` ids.
+
+    Args:
+      slot_table: int[P * L], the table of each slot (-1: a dummy slot), device-major
+        (``TablePlacement.slot_table_flat``).
+      num_devices: P.
+      bag_sizes: ids per bag of each table (each in ``1..bag_axis``).
+      bag_axis: H, the batch's bag axis.
+
+    Returns:
+      ``(send, recv, W)``: ``send`` int32[P * W] indexes a sender's slot ids flattened to
+      ``[P * L * H]`` with one -1 appended (index ``P * L * H``: padding), giving its
+      ``[P * W]`` wire ids (owner ``p``: ``[p * W, (p + 1) * W)``); ``recv`` int32[P, L * H]
+      indexes an owner's ``[W]`` received ids of one sample with one -1 appended (index
+      ``W``), row ``p`` for owner ``p``, giving its ``[L, H]`` ids back.
+
+    Raises:
+      ValueError: ``bag_sizes`` is not one size in ``1..H`` per table of ``slot_table``.
+    """
+    st = np.asarray(slot_table)
+    tables = int(st.max()) + 1 if st.size else 0
+    sizes = np.asarray(bag_sizes, np.int64)
+    if sizes.shape != (tables,):
+        raise ValueError(f"bag_sizes must hold one size per table ({tables}), got {list(sizes)}")
+    if sizes.size and (sizes.min() < 1 or sizes.max() > bag_axis):
+        raise ValueError(
+            f"bag sizes must be in 1..{bag_axis} (the batch's bag axis), got {list(sizes)}"
+        )
+    slots = len(st) // num_devices
+    h = np.where(st >= 0, sizes[np.maximum(st, 0)], 0).reshape(num_devices, slots)
+    start = np.cumsum(h, axis=1) - h  # each slot's first column in its owner's block
+    width = max(int(h.sum(axis=1).max()), 1)
+    send = np.full((num_devices, width), num_devices * slots * bag_axis, np.int32)
+    recv = np.full((num_devices, slots * bag_axis), width, np.int32)
+    for d in range(num_devices):
+        for l in range(slots):
+            k = np.arange(h[d, l])
+            send[d, start[d, l] + k] = (d * slots + l) * bag_axis + k
+            recv[d, l * bag_axis + k] = start[d, l] + k
+    return send.reshape(-1), recv, width
+
+
+def _all_to_all_ids(ids_slots, ax, slot_table, num_devices, bag_sizes, me):
+    """``all_to_all(ids_slots, ax, 1, 0, tiled=True)`` of int32[b, P * L, H] -> [B, L, H],
+    sending each bag at its own size (``ids_wire_layout``); the plain all-to-all when
+    that saves nothing (one-hot ids, or bags that fill the bag axis)."""
+    b, ps, hh = ids_slots.shape
+    tables = int(np.max(slot_table)) + 1
+    if bag_sizes is None or hh > max(bag_sizes):  # not the data's layout: send all H
+        sizes = (hh,) * tables
+    else:  # a one-hot evaluation set of a multi-hot run: min(bag, 1) ids per bag
+        sizes = tuple(min(h, hh) for h in bag_sizes)
+    send, recv, width = ids_wire_layout(slot_table, num_devices, sizes, hh)
+    if width * num_devices >= ps * hh:  # nothing saved: the padded ids as they are
+        return jax.lax.all_to_all(ids_slots, ax, 1, 0, tiled=True)
+    pad = jnp.full((b, 1), -1, ids_slots.dtype)
+    wire = jnp.concatenate([ids_slots.reshape(b, -1), pad], axis=1)[:, send]  # [b, P * W]
+    got = jax.lax.all_to_all(wire, ax, 1, 0, tiled=True)  # [B, W]
+    got = jnp.concatenate([got, jnp.full((got.shape[0], 1), -1, got.dtype)], axis=1)
+    rows = jnp.asarray(recv)[me]  # this owner's [L * H] positions in its block
+    return jnp.take(got, rows, axis=1).reshape(got.shape[0], ps // num_devices, hh)
 
 
 def _distinct_fraction(ids):
@@ -233,7 +308,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             -1,
             ids_src - slot_lo[None, :, None],
         )
-        ids_local = jax.lax.all_to_all(ids_slots, ax, 1, 0, tiled=True)  # [B, L, H]
+        ids_local = _all_to_all_ids(ids_slots, ax, st, p, ctx.bag_sizes, di)  # [B, L, H]
 
         def local_loss(head_p, table, probe):
             emb = nnx.merge(emb_gd, {"table": table})

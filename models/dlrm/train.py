@@ -509,13 +509,16 @@ def train_and_evaluate(
     state, meta = restore_latest(config, mngr, init_state, shard)
     position = meta["data_position"] if meta else None
     # Data first: a bad file is reported before anything is compiled.
-    stream, eval_set, data_desc, eval_bad_lines = data.make_data(
+    run_data = data.make_data(
         config,
         config.batch_size // nproc,
         position,
         process_index=jax.process_index(),
         num_processes=nproc,
     )
+    stream, eval_set, data_desc, eval_bad_lines = run_data[:4]
+    # the ids all-to-all sends each bag at the data's own sizes
+    ctx = dataclasses.replace(ctx, bag_sizes=run_data.bag_sizes)
     if state is None:
         state = jax.jit(init_state, out_shardings=shard)()
     start = int(mesh_lib.to_host(state.step))

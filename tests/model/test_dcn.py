@@ -182,3 +182,92 @@ def test_dcn_compressed_step_reports_per_table_stats_and_stays_close():
     assert ratio.shape == (26,) and (ratio > 1.0).all()
     assert float(m_on["moved_bytes"]) < float(m_on["raw_bytes"]) == float(m_off["raw_bytes"])
     assert float(m_on["fallback"]) == 0.0
+
+
+def _emulated_ids_all_to_all(ids, slot_table, num_devices, bag_sizes):
+    """What every owner rebuilds from ``ids_wire_layout``'s wire: int32[P, b, P*L, H] per
+    sender -> [P, P*b, L, H] per owner, the all-to-all done in NumPy."""
+    send, recv, w = step_lib.ids_wire_layout(slot_table, num_devices, bag_sizes, ids.shape[-1])
+    p, b = ids.shape[:2]
+    flat = np.concatenate([ids.reshape(p, b, -1), np.full((p, b, 1), -1)], axis=2)
+    wire = flat[:, :, send].reshape(p, b, p, w)  # [sender, b, owner, W]
+    got = wire.transpose(2, 0, 1, 3).reshape(p, p * b, w)  # [owner, sender * b, W]
+    got = np.concatenate([got, np.full((p, p * b, 1), -1)], axis=2)
+    out = np.stack([got[d][:, recv[d]] for d in range(p)])
+    return out.reshape(p, p * b, -1, ids.shape[-1]), w
+
+
+def test_ids_wire_layout_sends_each_bag_at_its_size_and_rebuilds_the_padded_ids():
+    # 3 devices, 2 slots each: tables 0..4 and one dummy slot; bags 3, 1, 2, 1, 3 (H = 3)
+    slot_table = np.array([0, 1, 2, 3, 4, -1])
+    bags = (3, 1, 2, 1, 3)
+    rng = np.random.default_rng(0)
+    p, b, h = 3, 4, 3
+    ids = np.full((p, b, 6, h), -1, np.int64)
+    for s, t in enumerate(slot_table):
+        if t >= 0:
+            ids[:, :, s, : bags[t]] = rng.integers(0, 100, (p, b, bags[t]))
+    got, w = _emulated_ids_all_to_all(ids, slot_table, p, bags)
+    assert w == 4  # owners hold 3+1, 2+1, 3 ids per sample: the widest is 4, not 2 x 3
+    # the plain all-to-all of the padded ids: owner d gets slots [2d, 2d+2) of every sender
+    want = np.stack([ids[:, :, 2 * d : 2 * d + 2].reshape(p * b, 2, h) for d in range(p)])
+    np.testing.assert_array_equal(got, want)
+    send, recv, _ = step_lib.ids_wire_layout(slot_table, p, bags, h)
+    assert send.shape == (p * w,) and recv.shape == (p, 2 * h)
+    assert send[-1] == p * 2 * h  # the last owner holds 3 of its 4: one padding id
+    # full bags everywhere and no dummy slot: the wire is the padded ids in their own order
+    full, _, wf = step_lib.ids_wire_layout(np.arange(6), 3, (2,) * 6, 2)
+    np.testing.assert_array_equal(full, np.arange(12))
+    assert wf == 4
+
+
+def test_ids_wire_layout_errors():
+    with pytest.raises(ValueError, match="one size per table"):
+        step_lib.ids_wire_layout(np.array([0, 1]), 2, (1,), 1)
+    with pytest.raises(ValueError, match=r"in 1\.\.2"):
+        step_lib.ids_wire_layout(np.array([0, 1]), 2, (1, 3), 2)
+
+
+def test_mlperf_bags_cross_in_under_a_third_of_the_padded_ids():
+    """The MLPerf DCNv2 bags on 8 devices: 214 ids per sample, padded to 100 per slot. An
+    equal-split all-to-all sends each owner the widest owner's ids (at least the 100-id bag):
+    8 x 116 instead of 32 slots x 100."""
+    cfg = get_config("dcnv2")
+    pl = sharding.plan_tables(cfg.table_rows(), cfg.embedding_dim, 8, None)
+    st = pl.slot_table_flat
+    _, _, w = step_lib.ids_wire_layout(st, 8, cfg.bag_sizes(), 100)
+    padded = len(st) * 100
+    assert sum(cfg.bag_sizes()) == 214
+    assert w == 116 and 3 * 8 * w <= padded == 3200
+
+
+@pytest.mark.slow
+def test_bag_sized_ids_all_to_all_trains_the_same_step_with_fewer_bytes():
+    """The train step with the data's bag sizes equals the padded one exactly (loss, every
+    parameter), and its ids all-to-all carries [b, P * W] instead of [b, P * L * H]; a one-hot
+    evaluation batch of the multi-hot run still evaluates."""
+    cfg, mesh, ctx, shard, state, batch = _built()
+    ctx_bags = dataclasses.replace(ctx, bag_sizes=cfg.bag_sizes())
+    gbatch = mesh_lib.to_global(batch, mesh, cfg.batch_size)
+    outs = {}
+    for name, c in (("padded", ctx), ("bags", ctx_bags)):
+        fn = jax.jit(step_lib.make_train_step(c), in_shardings=(shard, None))
+        text = fn.lower(jax.tree.map(jnp.copy, state), gbatch).as_text()
+        new, m = fn(jax.tree.map(jnp.copy, state), gbatch)
+        ids_a2a = [ln for ln in text.splitlines() if "all_to_all" in ln and "xi32>" in ln]
+        outs[name] = (jax.device_get(new.params), float(m["loss"]), ids_a2a)
+    assert outs["bags"][1] == outs["padded"][1]
+    jax.tree.map(np.testing.assert_array_equal, outs["bags"][0], outs["padded"][0])
+    _, _, w = step_lib.ids_wire_layout(
+        ctx.placement.slot_table_flat, 8, cfg.bag_sizes(), batch["ids"].shape[2]
+    )
+    b = cfg.batch_size // 8
+    assert len(outs["bags"][2]) == 1 and f"tensor<{b}x{8 * w}xi32>" in outs["bags"][2][0]
+    ps, h = ctx.placement.slot_table_flat.size, batch["ids"].shape[2]  # P * L, H
+    assert len(outs["padded"][2]) == 1 and f"tensor<{b}x{ps}x{h}xi32>" in outs["padded"][2][0]
+    assert 8 * w * 3 < ps * h
+    one_hot = {**batch, "ids": batch["ids"][:, :, :1]}
+    ev = jax.jit(step_lib.make_eval_step(ctx_bags), in_shardings=(shard, None))
+    ref = jax.jit(step_lib.make_eval_step(ctx), in_shardings=(shard, None))
+    g1 = mesh_lib.to_global(one_hot, mesh, cfg.batch_size)
+    np.testing.assert_array_equal(np.asarray(ev(state, g1)), np.asarray(ref(state, g1)))

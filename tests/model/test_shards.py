@@ -318,3 +318,30 @@ def test_multi_hot_shards_carry_bags_and_one_hot_shards_read_as_before(files, tm
         shards.write_multi_hot(str(tmp_path / "mh"), str(tmp_path / "again"), SIZES)
     with pytest.raises(ValueError, match="bag_sizes: 26 ints"):
         shards.write_multi_hot(one_hot.directory, str(tmp_path / "bad"), (1, 2))
+
+
+def test_data_names_the_shards_bags_for_the_ids_all_to_all(files, tmp_path):
+    """``make_data`` hands the trainer the bag sizes the ids all-to-all sends: the shards'
+    (None for one-hot shards), and None when the evaluation shards hold other bags (then
+    the ids travel padded, which is right for any layout)."""
+    import dataclasses
+
+    from models.dlrm.configs.default import MLPERF_DCNV2_MULTI_HOT_SIZES as SIZES
+
+    _, one_hot = files
+    shards.write_multi_hot(one_hot.directory, str(tmp_path / "mh"), SIZES, seed=3)
+    other = (2,) * 26
+    shards.write_multi_hot(one_hot.directory, str(tmp_path / "mh2"), other, seed=3)
+    base = dataclasses.replace(get_config("kaggle"), eval_rows=40, holdout_every=7)
+
+    def bags(data, eval_data=None):
+        c = dataclasses.replace(base, data=data, eval_data=eval_data)
+        d = data_lib.make_data(c, 64, None)
+        d.stream.close()
+        return d.bag_sizes
+
+    assert bags(one_hot.directory) is None
+    assert bags(str(tmp_path / "mh")) == SIZES
+    assert bags(str(tmp_path / "mh"), str(tmp_path / "mh")) == SIZES
+    assert bags(str(tmp_path / "mh"), str(tmp_path / "mh2")) is None
+    assert bags(str(tmp_path / "mh2")) == other
