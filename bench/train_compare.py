@@ -445,10 +445,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     return result
 
 
-def write_fidelity_report(result: dict[str, Any], out: Path) -> tuple[Path, Path]:
-    """The rendered table (``out`` with ``.md``) and the plot (``.png``) of a seeds sweep."""
-    from bench import figures
-
+def fidelity_markdown(result: dict[str, Any]) -> str:
+    """The page of a ``--seeds`` result: its settings, ``seed_table`` and the targets."""
     p = result["params"]
     t = result["targets"]
     lines = [
@@ -456,7 +454,8 @@ def write_fidelity_report(result: dict[str, Any], out: Path) -> tuple[Path, Path
         "",
         f"{p['steps']} steps, seeds {', '.join(map(str, p['seeds']))}, {p['eval_rows']:,} "
         f"evaluation rows, {p['devices']} devices; bytes per step of all devices. "
-        f"Produced by `python -m bench.train_compare` ({result['environment'].get('git_commit', '')[:10]}).",
+        f"Produced by `python -m bench.train_compare` "
+        f"({(result['environment'].get('git_commit') or '')[:10]}).",
         "",
         seed_table(result["summary"]),
         "",
@@ -473,8 +472,15 @@ def write_fidelity_report(result: dict[str, Any], out: Path) -> tuple[Path, Path
             f"{'no worse than' if r['no_worse_than_mx4'] else 'below'} MX4's AUC, "
             f"{'?' if fewer is None else f'{fewer:.2f}x'} fewer bytes than MX4"
         )
+    return "\n".join(lines) + "\n"
+
+
+def write_fidelity_report(result: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """The rendered table (``out`` with ``.md``) and the plot (``.png``) of a seeds sweep."""
+    from bench import figures
+
     md = out.with_suffix(".md")
-    md.write_text("\n".join(lines) + "\n")
+    md.write_text(fidelity_markdown(result))
     return md, figures.plot_fidelity([result], out.with_suffix(".png"))
 
 
