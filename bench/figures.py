@@ -263,4 +263,6 @@ def plot_all(results_dir: str | Path = RESULTS_DIR) -> list[Path]:
     train = d / "train_compare.json"
     if train.is_file():
         out.append(plot_accuracy(json.loads(train.read_text()), d / "accuracy_curves.png"))
+    for sweep in sorted(d.glob("fidelity_*.json")):  # bench.train_compare --seeds
+        out.append(plot_fidelity([json.loads(sweep.read_text())], sweep.with_suffix(".png")))
     return out

@@ -72,11 +72,16 @@ def start_trainers(args, nproc: int = 2, port: int | None = None, **popen):
 
 def run_trainers(args, nproc: int = 2, timeout_s: float = 240) -> list[tuple[int, str]]:
     """Runs ``start_trainers(args, nproc)`` to the end with stderr in stdout; returns each
-    process's ``(returncode, output)``. A process still running after ``timeout_s`` (or a
-    failure while waiting) kills them all."""
+    process's ``(returncode, output)``. A process still running after ``timeout_s`` kills
+    them all and fails the test with the end of each one's output."""
     procs = start_trainers(args, nproc, stderr=subprocess.STDOUT)
     try:
         outs = [p.communicate(timeout=timeout_s)[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        tails = [p.communicate()[0][-2000:] for p in procs]
+        pytest.fail(f"trainers still running after {timeout_s} s:\n" + "\n---\n".join(tails))
     finally:
         for p in procs:
             p.kill()

@@ -41,7 +41,14 @@ class Data(NamedTuple):
 def synthetic_generator(config: Config) -> synthetic.SyntheticCriteo:
     """The synthetic generator a ``Config`` without ``--data`` trains on: its capped table
     rows, dense features, bags (``Config.bag_sizes``, ``synthetic_multi_hot_rule``), Zipf
-    exponent and seed."""
+    exponent and seed.
+
+    Returns:
+      ``synthetic.SyntheticCriteo``.
+
+    Raises:
+      ValueError: settings the generator refuses (see ``SyntheticCriteo``).
+    """
     return synthetic.SyntheticCriteo(
         config.table_rows(),
         config.num_dense,
@@ -76,7 +83,7 @@ def make_data(
       process_index, num_processes: this process and the process count (jax.distributed).
 
     Returns:
-      ``Data(stream, eval_set, description, eval_bad_lines)``.
+      ``Data(stream, eval_set, description, eval_bad_lines, bag_sizes)``.
 
     Raises:
       FileNotFoundError: no file matches ``config.data`` or ``config.eval_data``.

@@ -215,6 +215,15 @@ def test_ids_wire_layout_sends_each_bag_at_its_size_and_rebuilds_the_padded_ids(
     send, recv, _ = step_lib.ids_wire_layout(slot_table, p, bags, h)
     assert send.shape == (p * w,) and recv.shape == (p, 2 * h)
     assert send[-1] == p * 2 * h  # the last owner holds 3 of its 4: one padding id
+    # a table split row-wise over two slots (table 0 on devices 0 and 1): each piece travels
+    slot_table = np.array([0, 1, 0, 2])
+    bags = (2, 1, 2)
+    ids = rng.integers(-1, 50, (2, 3, 4, 2))
+    ids[:, :, 1, 1] = -1  # table 1's bag holds one id
+    got, w = _emulated_ids_all_to_all(ids, slot_table, 2, bags)
+    assert w == 4  # device 0: 2 + 1 ids, device 1: 2 + 2
+    want = np.stack([ids[:, :, 2 * d : 2 * d + 2].reshape(6, 2, 2) for d in range(2)])
+    np.testing.assert_array_equal(got, want)
     # full bags everywhere and no dummy slot: the wire is the padded ids in their own order
     full, _, wf = step_lib.ids_wire_layout(np.arange(6), 3, (2,) * 6, 2)
     np.testing.assert_array_equal(full, np.arange(12))
