@@ -228,9 +228,18 @@ def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+#: the testbed pages: result JSON, page, renderer
+TESTBED_PAGES = (
+    ("netns_two_node.json", "two_node.md", two_node_markdown),
+    ("netns_two_node_rates.json", "two_node_rates.md", rate_sweep_markdown),
+    ("netns_two_node_dcnv2.json", "two_node_dcnv2.md", two_node_markdown),
+)
+
+
 def render(results: Path = RESULTS) -> int:
     """Renders everything from the JSON results in ``results`` into it: the figures,
-    RESULTS.md, codec.md, two_node.md and two_node_rates.md; prints the summary.
+    RESULTS.md, codec.md, the testbed pages (``TESTBED_PAGES``) and the fidelity pages
+    (``fidelity_*.md`` of ``bench.train_compare --seeds``); prints the summary.
 
     Returns:
       0, or 1 if the figures failed (the tables are written all the same).
@@ -241,7 +250,6 @@ def render(results: Path = RESULTS) -> int:
     netns = _load(results / "netns.json")
     codec = _load(results / "codec.json")
     two_node = _load(results / "netns_two_node.json")
-    rates = _load(results / "netns_two_node_rates.json")
     try:
         for p in figures.plot_all(results):
             print(f"wrote {p}")
@@ -253,12 +261,15 @@ def render(results: Path = RESULTS) -> int:
     if codec:
         (results / "codec.md").write_text(codec_markdown(codec))
         print(f"wrote {results / 'codec.md'}")
-    if two_node:
-        (results / "two_node.md").write_text(two_node_markdown(two_node))
-        print(f"wrote {results / 'two_node.md'}")
-    if rates:
-        (results / "two_node_rates.md").write_text(rate_sweep_markdown(rates))
-        print(f"wrote {results / 'two_node_rates.md'}")
+    pages = [(results / j, results / md, f) for j, md, f in TESTBED_PAGES]
+    pages += [
+        (j, j.with_suffix(".md"), train_compare.fidelity_markdown)
+        for j in sorted(results.glob("fidelity_*.json"))
+    ]
+    for src, page, render_page in pages:
+        if src.is_file():
+            page.write_text(render_page(json.loads(src.read_text())))
+            print(f"wrote {page}")
     print()
     print(summary(peers, train, netns))
     if two_node:
