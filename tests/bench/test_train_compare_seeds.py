@@ -187,3 +187,24 @@ def test_run_one_reruns_a_kept_result_of_other_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(tc.subprocess, "run", fake_run)
     r = tc.run_one("exact", args, tmp_path, seed=0)
     assert len(calls) == 1 and r["status"] == "error" and r["log_tail"] == "boom"
+
+
+FIDELITY_RUNS = {
+    "exact", "jlc-paper", "jlc-auto", "jlc-paper-ar", "int8-rowwise", "bf16", "fp16",
+    "fp8-rowwise", "mx4",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", ["kaggle", "dcnv2_small"])
+def test_committed_fidelity_sweep_covers_every_mode_and_is_rendered(preset):
+    """The committed sweep: every mode on 3 seeds, >= 100k evaluation rows, its page the
+    rendering of its JSON (a rerun that is not re-rendered shows here)."""
+    path = tc.bu.RESULTS_DIR / f"fidelity_{preset}.json"
+    result = json.loads(path.read_text())
+    assert result["params"]["preset"] == preset and result["params"]["eval_rows"] >= 100_000
+    assert set(result["summary"]) == FIDELITY_RUNS
+    assert all(s["paired_seeds"] == [0, 1, 2] for s in result["summary"].values())
+    assert tc.seed_summary(result["runs"]) == result["summary"]
+    assert tc.fidelity_targets(result["summary"]) == result["targets"]
+    assert path.with_suffix(".md").read_text() == tc.fidelity_markdown(result)
+    assert path.with_suffix(".png").is_file()
