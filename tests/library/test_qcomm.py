@@ -410,9 +410,9 @@ def test_fp16_fp8_mx4_match_fbgemm_when_installed():
     # FP8: the per-value encoding of FBGEMM's CPU op on the scaled rows (the row-wise op
     # itself is CUDA only in FBGEMM); the whole op where a GPU is there
     _, scale, _ = np_fp8_rowwise(x)
-    v = torch.from_numpy((x.reshape(-1, 32) * scale[:, None]).reshape(-1))
+    v = torch.from_numpy(x.reshape(-1, 32) * scale[:, None])  # FBGEMM's op takes 2-D input
     got = np.asarray(qcomm.fp8_rowwise_quantize(x)).reshape(-1, 40)[:, :32]
-    np.testing.assert_array_equal(got.reshape(-1), fp32_to_hfp8_with_clamp(v, 4, 3, 15).numpy())
+    np.testing.assert_array_equal(got, fp32_to_hfp8_with_clamp(v, 4, 3, 15).numpy())
     if torch.cuda.is_available():
         ref = torch.ops.fbgemm.FloatToFP8RowwiseQuantized(
             torch.from_numpy(x.reshape(-1, 32)).cuda(), True
