@@ -36,7 +36,7 @@
 #              --maxfail=20, --timeout per test (pytest-timeout), -n 4 (pytest-xdist); a skip
 #              for "no CUDA device" or "built without the CUDA handlers" fails it
 #                                                                            TESTS 145 (~100 s)
-#   bench      python -m bench.codec_bench_gpu --quick: fixed and auto on the DLRM exchange
+#   bench      python -m bench.codecs.codec_bench_gpu --quick: fixed and auto on the DLRM exchange
 #              shape, the same chunks tiled to 512 MiB (beyond L2) and every real dump, each
 #              beside a device-to-device copy of the same buffer             BENCH 70 (~50 s)
 #   memcheck   compute-sanitizer --tool memcheck on the short fuzz run and the hot-row
@@ -299,7 +299,7 @@ s0=$(now)
 t=$(limit_of "$L_BENCH")
 started bench "$L_BENCH"
 : > "$OUT/bench.log"
-BENCH=(env PYTHONPATH="$LINKS" "$PY" -P -m bench.codec_bench_gpu --quick --json "$OUT/bench.json")
+BENCH=(env PYTHONPATH="$LINKS" "$PY" -P -m bench.codecs.codec_bench_gpu --quick --json "$OUT/bench.json")
 if [ $DRY = 1 ]; then
   run_limited "$t" "$OUT/bench.log" "${BENCH[@]}" --allow-cpu --tile-mb 0.25 --large-mb 1
   rc=$?

@@ -44,7 +44,7 @@ per destination) code one chunk per destination node. Overflow agrees over both 
 ``pmax``): every device falls back together. The gradient is the transposed hierarchical
 exchange: exact, or the backward codec across nodes only.
 
-Measured by ``bench/exchange_bench.py`` on the Terabyte dumps, 8 devices: the dense capacity
+Measured by ``bench/training/exchange_bench.py`` on the Terabyte dumps, 8 devices: the dense capacity
 is the fixed-rate size (5.33x at REL 0.01; at bounds >= ``min_error_bound`` it overflows only
 on chunks with more than ``DEFAULT_OUTLIERS`` NaN/Inf or unquantizable values). A speculative
 capacity (``FrameCodec(capacity=...)``, e.g. the largest frame seen in calibration x 1.25)

@@ -4,7 +4,7 @@ Five :class:`jax_lossy_comm.CommCodec` objects, the precisions TorchRec offers t
 same exchange (``QCommsConfig`` with ``fbgemm_gpu.quantize_comm.QuantizedCommCodec``), run
 through the same :func:`jax_lossy_comm.compressed_all_to_all` as the library's error-bounded
 frames (``ExchangeConfig(forward=Int8Rowwise())``). They are baselines for the benchmarks
-(bench/train_compare.py, bench/netns_bench.py); they make no error-bound promise. Bytes per 32
+(bench/training/train_compare.py, bench/testbed/netns_bench.py); they make no error-bound promise. Bytes per 32
 float32 values (128 raw): FP16 and BF16 64, INT8 and FP8 row-wise 40, MX4 17.
 
 * :class:`Int8Rowwise` -- ``SparseType.INT8``: FBGEMM's ``FloatToFused8BitRowwiseQuantized``

@@ -41,7 +41,7 @@ Variable-size frames take one of these paths (``ExchangeConfig.path``):
 Why ``"auto"`` means packed without ``ragged_all_to_all`` (decided in :func:`resolve_path`
 only): it never moves more than the dense path's bytes plus one fine chunk (1/64 of them),
 and on the DLRM exchange it moved about 4x fewer bytes than the dense frames for the same
-values (``bench/netns_bench.py``; repeated embedding rows make most frames much smaller than
+values (``bench/testbed/netns_bench.py``; repeated embedding rows make most frames much smaller than
 the fixed-rate capacity). It costs a pack/unpack copy (one scatter and one gather, whatever
 the device count), one more int32 in the ``pmax`` and a few more collective launches. Frames
 that fill most of their capacity (the compressed all-reduce's gradients) gain little from

@@ -33,8 +33,8 @@ def lines_of(batch) -> list[int]:
 
 def main(pid: int, nproc: int, port: int) -> None:
     from models.dlrm import checkpoints
-    from models.dlrm import data as data_lib
     from models.dlrm.configs import get_config
+    from models.dlrm.data import sources as data_lib
     from models.dlrm.step import TrainState
 
     mesh = distributed_mesh(pid, nproc, port, LOCAL_DEVICES)

@@ -1,13 +1,13 @@
-"""Embedding-parallel Flax DLRM trained with the compressed embedding all-to-all.
+"""The trainer: an embedding-parallel Flax DLRM trained with the compressed embedding all-to-all.
 
-Modules: ``configs`` (``Config``, presets, ``error_bound_presets``: the paper's tiers),
-``models`` (Flax NNX model), ``sharding`` (table placement), ``mesh`` (device mesh,
-host/device arrays), ``exchange`` (the one call site of ``compressed_all_to_all``), ``step``
-(the sharded train/eval steps; ``ErrorBoundHook``, the step's per-table bounds from the
-library's adaptive error bound), ``input_pipeline`` (Criteo readers, data
-selection), ``synthetic`` (project-made Criteo-like data), ``checkpoints`` (orbax),
-``metrics`` (the metrics.jsonl schema), ``plots``, ``netdev`` (host network counters),
-``train`` (``train_and_evaluate(config, workdir)``: setup and the loop), ``flags`` (flags
-generated from the Config fields), ``processes`` (process start-up, peer loss), ``main`` (the
-command line). Run ``python -m models.dlrm.main --help``.
+Follows the Flax examples' layout: ``main`` (the command line) and ``flags`` (generated from
+the ``Config`` fields) -> ``configs`` (``Config``, presets, the paper's error-bound tiers) ->
+``train.train_and_evaluate(config, workdir)``; ``step`` (the sharded train/eval steps),
+``models`` (Flax NNX model: dot or DCN-v2 interaction), ``sharding`` (table placement),
+``mesh`` (device mesh, host/device arrays), ``checkpoints`` (orbax), ``metrics`` (the
+metrics.jsonl schema), ``plots``, ``processes`` (process start-up, peer loss); the library's
+call sites ``pooled_all_to_all`` (``compressed_all_to_all`` of the pooled embeddings) and
+``grad_allreduce`` (``compressed_psum`` of the dense gradients). Two sub-packages hold the
+other concerns: ``data`` (readers, preprocessing, shards, synthetic data) and ``cluster``
+(the step-time model and ``--compression auto``). Run ``python -m models.dlrm.main --help``.
 """

@@ -30,7 +30,7 @@ from jax_lossy_comm import CODECS as LIBRARY_CODECS
 from jax_lossy_comm import error_bound as eb_lib
 from models.dlrm.configs import PRESETS, Config, error_bound_presets, get_config
 from models.dlrm.configs.default import FIELD_CHOICES
-from models.dlrm.exchange import QCOMM_CODECS
+from models.dlrm.pooled_all_to_all import QCOMM_CODECS
 
 PROG = "python -m models.dlrm.main"
 CODECS = (*LIBRARY_CODECS, *QCOMM_CODECS)

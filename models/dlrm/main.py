@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from models.dlrm import train
     from models.dlrm.checkpoints import CheckpointError
-    from models.dlrm.input_pipeline import DataError
+    from models.dlrm.data.input_pipeline import DataError
 
     progress = not args.no_progress
     try:

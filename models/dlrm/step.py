@@ -9,7 +9,7 @@ Parallelism, over all P devices of all processes (the mesh axis ``"devices"``, o
    to the largest bag on the wire), and rebuilds ``int32[B, L, H]``, the ids of its L local
    tables for the global batch, -1 padded (``sharding.plan_tables`` places tables).
 3. Local sum-pooled lookups -> pooled embeddings ``float32[B, L, dim]``.
-4. The embedding exchange (``exchange.embedding_exchange``: ``compressed_all_to_all`` or
+4. The embedding exchange (``pooled_all_to_all.embedding_exchange``: ``compressed_all_to_all`` or
    the exact ``all_to_all``; flat or hierarchical, ``StepContext.topology``) ->
    ``float32[b, P * L, dim]``; the backward pass sends the cotangents back through the
    transposed exchange.
@@ -40,7 +40,7 @@ from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import ExchangeConfig
 from jax_lossy_comm import error_bound as eb_lib
-from models.dlrm import exchange, grad_allreduce, sharding
+from models.dlrm import grad_allreduce, pooled_all_to_all, sharding
 from models.dlrm.configs import Config
 from models.dlrm.mesh import batch_axis
 
@@ -136,7 +136,7 @@ class StepContext:
     lr_schedule: Any = None
     # the embedding exchange's topology, resolved: "flat" or "hierarchical" (mesh.py)
     topology: str = "flat"
-    # the embedding exchange, built once from the config (exchange.exchange_config); None:
+    # the embedding exchange, built once from the config (pooled_all_to_all.exchange_config); None:
     # the exact all_to_all
     exchange: ExchangeConfig | None = None
     # ids per bag of each table in the batches (data.Data.bag_sizes); None: every table
@@ -313,7 +313,9 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         def local_loss(head_p, table, probe):
             emb = nnx.merge(emb_gd, {"table": table})
             pooled = emb.lookup(ids_local, di) + probe  # [B, L, dim]
-            y, stats = exchange.embedding_exchange(pooled, eb_slots, ctx.exchange, axis_name=ax)
+            y, stats = pooled_all_to_all.embedding_exchange(
+                pooled, eb_slots, ctx.exchange, axis_name=ax
+            )
             # The head (MLPs, interaction, loss) is float32: cast the exchanged embeddings up
             # here (a bfloat16/float16 table's cotangents go back down in its dtype).
             emb_all = gather_tables(y.astype(jnp.float32))  # [b, T, dim]

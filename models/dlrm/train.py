@@ -30,12 +30,14 @@ from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import describe_implementation
 from jax_lossy_comm.optional_deps import import_optional
-from models.dlrm import checkpoints, data, exchange_probe, grad_allreduce, models, plots, sharding
+from models.dlrm import checkpoints, grad_allreduce, models, plots, sharding
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
+from models.dlrm.cluster import exchange_probe
+from models.dlrm.cluster.netdev import net_tx_bytes
 from models.dlrm.configs import Config
-from models.dlrm.exchange import QCOMM_CODECS, exchange_config
-from models.dlrm.netdev import net_tx_bytes
+from models.dlrm.data import sources as data
+from models.dlrm.pooled_all_to_all import QCOMM_CODECS, exchange_config
 from models.dlrm.step import (
     NODE_BYTES,
     ErrorBoundHook,

@@ -16,17 +16,10 @@ import numpy as np
 import pytest
 
 from bench import bench_util as bu
-from bench import (
-    codec_bench,
-    codec_tables,
-    netns_bench,
-    netns_results,
-    netns_testbed,
-    pareto,
-    registry,
-    report,
-    train_compare,
-)
+from bench.codecs import codec_bench, pareto, registry
+from bench.reports import codec_tables, report
+from bench.testbed import netns_bench, netns_results, netns_testbed
+from bench.training import train_compare
 from models.dlrm import metrics
 
 
@@ -424,7 +417,7 @@ def test_rel_bound_within():
 
 
 def test_exchange_compile_ratios_and_markdown():
-    from bench import exchange_compile
+    from bench.training import exchange_compile
 
     def row(lib, p, variant, compile_s, hlo, stablehlo):
         return dict(

@@ -19,10 +19,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from bench import link_tables, netns_results, report, torchrec_peer
-from bench import netns_bench as nb
-from bench import netns_testbed as testbed
-from models.dlrm import configs, shards, synthetic
+from bench.reports import link_tables, report
+from bench.testbed import netns_bench as nb
+from bench.testbed import netns_results
+from bench.testbed import netns_testbed as testbed
+from bench.training import torchrec_peer
+from models.dlrm import configs
+from models.dlrm.data import shards, synthetic
 
 
 # ------------------------------------------------------------------------------- testbed
@@ -327,7 +330,7 @@ def test_synthetic_shards_hold_the_generator_rows(shard_data):
 def test_multi_hot_shards_hold_the_generator_bags(multi_hot_data):
     """The shards of a multi-hot preset hold the generator's bags (its first id, the ids
     MLPerf's rule fixes per that id) and the labels of its teacher on those bags."""
-    from models.dlrm import data
+    from models.dlrm.data import sources as data
 
     config, dirs = multi_hot_data
     bags = config.bag_sizes()

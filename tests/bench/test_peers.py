@@ -1,5 +1,5 @@
-"""Tests of the codec registry of the benchmarks (bench/registry.py, bench/quant_codes.py) and
-of the codec benchmark's measurement (bench/codec_bench.py).
+"""Tests of the codec registry of the benchmarks (bench/codecs/registry.py, bench/codecs/quant_codes.py) and
+of the codec benchmark's measurement (bench/codecs/codec_bench.py).
 
 Correctness only, no timing: error-bounded codecs that are installed (the library's forms
 included) honour |x - x_hat| <= eb_abs (checked in float64) on a real dump, the quantization +
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from bench import bench_util as bu
-from bench import codec_bench, quant_codes, registry
+from bench.codecs import codec_bench, quant_codes, registry
 
 DATA = Path(__file__).parents[3] / "shared" / "data"
 LIBRARY = tuple(f"jlc-{f}" for f in registry.LIBRARY_FORMS)

@@ -1,4 +1,4 @@
-"""bench.train_compare --seeds: the statistics over seeds, the targets, the kept runs."""
+"""bench.training.train_compare --seeds: the statistics over seeds, the targets, the kept runs."""
 
 import argparse
 import json
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench import train_compare as tc
+from bench.training import train_compare as tc
 
 
 def _run(name, seed, auc, logloss, moved, frame=None, ar=0.0):

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from support import DUMPS, load_dump
 
 import jax_lossy_comm as lc
-from bench.half_type_capacity import band_chunks
+from bench.codecs.half_type_capacity import band_chunks
 from jax_lossy_comm import frame, reference
 
 HALF = [ml_dtypes.bfloat16, np.float16]
@@ -138,7 +138,7 @@ def test_dense_half_values_need_their_own_codes(dtype, ulp):
 @pytest.mark.parametrize("min_eb", [0.01, 0.03, 0.05])
 def test_half_chunks_have_no_outlier_at_the_bare_capacity(dtype, min_eb):
     """3,000 chunks per dtype and bound at bounds min_eb, 1.5 min_eb and 3 min_eb: narrow bands
-    away from zero (bench.half_type_capacity.band_chunks) and standard normal times 10^U(-3, 3)
+    away from zero (bench.codecs.half_type_capacity.band_chunks) and standard normal times 10^U(-3, 3)
     (reconstructions on both sides of zero). No outlier, so no overflow of the fixed-rate
     capacity without outlier room, and the bound holds in float64. Before (half step floored at
     0.875 eb_abs over a binade analysis): about 10% of the narrow bands overflowed."""

@@ -1,4 +1,4 @@
-"""``--compression auto``: the decision of models/dlrm/auto_exchange.py on hand-made clusters,
+"""``--compression auto``: the decision of models/dlrm/cluster/auto_exchange.py on hand-made clusters,
 the link fit, the end-of-run comparison, and the trainer choosing and reporting (one process
 as one node and as 2 nodes of 4; two processes as two nodes of 2 devices)."""
 
@@ -12,11 +12,11 @@ import sys
 import pytest
 from support import require_eight_devices
 
-from models.dlrm import auto_exchange as ae
 from models.dlrm import metrics, train
-from models.dlrm import step_time as st
+from models.dlrm.cluster import auto_exchange as ae
+from models.dlrm.cluster import step_time as st
 from models.dlrm.configs import get_config
-from models.dlrm.exchange import exchange_config
+from models.dlrm.pooled_all_to_all import exchange_config
 
 TB = st.terabyte_spec()  # 26 tables -> 32 slots over 8 devices: X = 2048 x 4 x 64 x 4 bytes
 X = 2048 * 4 * 64 * 4
@@ -195,12 +195,12 @@ def test_auto_is_validated_and_never_reaches_the_exchange():
 
 
 def test_decision_module_does_not_import_jax():
-    code = "import sys, models.dlrm.auto_exchange; assert 'jax' not in sys.modules"
+    code = "import sys, models.dlrm.cluster.auto_exchange; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_explicit_compression_runs_no_probe(monkeypatch):
-    from models.dlrm import exchange_probe
+    from models.dlrm.cluster import exchange_probe
 
     def fail(*a, **kw):
         raise AssertionError("the probe ran")

@@ -216,7 +216,7 @@ def _line_numbers(batch) -> list[int]:
 
 
 def _stream(path, pid, nproc, position=None, **kw):
-    from models.dlrm.input_pipeline import CriteoFileStream
+    from models.dlrm.data.input_pipeline import CriteoFileStream
 
     return CriteoFileStream(
         [path], "kaggle", [1000] * 26, 8, process_index=pid, num_processes=nproc,
@@ -241,7 +241,7 @@ def test_resumed_process_one_continues_after_its_own_rows(tmp_path):
 
 @pytest.mark.parametrize("holdout", [0, 7])
 def test_each_process_parses_only_its_own_lines(tmp_path, monkeypatch, holdout):
-    from models.dlrm import input_pipeline
+    from models.dlrm.data import input_pipeline
 
     path = _numbered_file(tmp_path / "day_0", 90)
     parsed = []

@@ -227,7 +227,7 @@ def test_a_config_file_replaces_the_preset_and_flags_override_it(tmp_path, capsy
 
 def test_the_exchange_config_is_built_once_from_the_config():
     import jax_lossy_comm as jlc
-    from models.dlrm.exchange import exchange_config
+    from models.dlrm.pooled_all_to_all import exchange_config
 
     tiny = get_config("tiny")
     assert exchange_config(

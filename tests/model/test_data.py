@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from models.dlrm import input_pipeline as ip
-from models.dlrm import synthetic
 from models.dlrm.configs import get_config
+from models.dlrm.data import input_pipeline as ip
+from models.dlrm.data import synthetic
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
 KAGGLE = os.path.join(DATA, "criteo_kaggle")

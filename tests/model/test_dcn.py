@@ -13,10 +13,11 @@ import pytest
 from flax import nnx
 
 from models.dlrm import mesh as mesh_lib
-from models.dlrm import models, sharding, synthetic, train
+from models.dlrm import models, sharding, train
 from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
 from models.dlrm.configs.default import MLPERF_DCNV2_MULTI_HOT_SIZES
+from models.dlrm.data import synthetic
 
 
 def test_low_rank_cross_net_matches_numpy_formula():

@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models.dlrm import checkpoints, flags, synthetic, train
+from models.dlrm import checkpoints, flags, train
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
+from models.dlrm.data import synthetic
 
 STEPS = 12
 

@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from support import require_eight_devices
 
-from models.dlrm import exchange, flags, metrics, train
+from models.dlrm import flags, metrics, pooled_all_to_all, train
 from models.dlrm import mesh as mesh_lib
 from models.dlrm.configs import get_config
 
@@ -88,7 +88,7 @@ def test_exact_exchange_reports_raw_node_bytes():
     pooled = jnp.ones((8 * 16, 3, 8), jnp.float32)
 
     def f(x):
-        y, s = exchange.embedding_exchange(x, jnp.full(3, 0.01), None, axis_name=ax)
+        y, s = pooled_all_to_all.embedding_exchange(x, jnp.full(3, 0.01), None, axis_name=ax)
         return y, jnp.stack([s.raw_bytes, s.intra_node_bytes, s.inter_node_raw_bytes,
                              s.inter_node_moved_bytes])[None]  # fmt: skip
 

@@ -21,9 +21,9 @@ import pytest
 
 import jax_lossy_comm as jlc
 from models.dlrm import checkpoints, flags, main, plots, train
-from models.dlrm import input_pipeline as ip
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import get_config
+from models.dlrm.data import input_pipeline as ip
 from models.dlrm.step import TrainState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -460,7 +460,7 @@ def test_settings_that_do_not_fit_the_devices_exit_2_with_one_line_naming_the_fl
 
 
 def test_shards_without_training_rows_exit_2_with_one_line_naming_the_folder(tmp_path, capsys):
-    from models.dlrm import preprocess
+    from models.dlrm.data import preprocess
 
     (tmp_path / "empty.tsv").write_text("")
     shards_dir = str(tmp_path / "shards")
@@ -553,7 +553,7 @@ def test_help_shows_the_values_used_not_none_or_empty_strings():
 
 
 def test_every_codec_choice_is_one_the_exchange_accepts():
-    from models.dlrm.exchange import QCOMM_CODECS
+    from models.dlrm.pooled_all_to_all import QCOMM_CODECS
 
     assert set(flags.CODECS) == set(jlc.CODECS) | set(QCOMM_CODECS)
     for name in flags.CODECS:

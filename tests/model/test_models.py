@@ -19,9 +19,10 @@ import pytest
 from flax import nnx
 
 from models.dlrm import mesh as mesh_lib
-from models.dlrm import models, sharding, synthetic, train
+from models.dlrm import models, sharding, train
 from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
+from models.dlrm.data import synthetic
 
 
 def test_plan_tables_places_every_table_once_and_balances():

@@ -36,7 +36,8 @@ class Refuse(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Refuse())
 import models.dlrm.train  # noqa: F401  (the chain train -> data -> shards -> preprocess)
-from models.dlrm import main, preprocess
+from models.dlrm import main
+from models.dlrm.data import preprocess
 
 out, text = sys.argv[1], sys.argv[2]
 rc = main.main(

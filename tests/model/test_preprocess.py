@@ -1,4 +1,4 @@
-"""Preprocessing Criteo text into shards (models/dlrm/preprocess.py): the shards hold
+"""Preprocessing Criteo text into shards (models/dlrm/data/preprocess.py): the shards hold
 bit for bit what the text reader yields (real rows, generated rows, odd lines, chunk edges),
 bad lines and bad input give clear errors, and conversions resume file by file."""
 
@@ -11,11 +11,11 @@ import shutil
 import numpy as np
 import pytest
 
-from bench.input_bench import criteo_text
-from models.dlrm import input_pipeline as ip
-from models.dlrm import preprocess as pp
-from models.dlrm import shards
+from bench.training.input_bench import criteo_text
 from models.dlrm.configs import get_config
+from models.dlrm.data import input_pipeline as ip
+from models.dlrm.data import preprocess as pp
+from models.dlrm.data import shards
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data")
 KAGGLE = os.path.join(DATA, "criteo_kaggle")

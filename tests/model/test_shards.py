@@ -1,4 +1,4 @@
-"""The shard loader (models/dlrm/shards.py): without shuffling it yields the text
+"""The shard loader (models/dlrm/data/shards.py): without shuffling it yields the text
 reader's batches bit for bit (holdout, process shares, epoch wrap, evaluation rows); block
 shuffling is a per-epoch permutation fixed by the seed; positions resume exactly, also with
 prefetch; each process reads only its share."""
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from support import require_eight_devices
 
-from bench.input_bench import criteo_text
-from models.dlrm import data as data_lib
-from models.dlrm import input_pipeline as ip
-from models.dlrm import preprocess as pp
-from models.dlrm import shards
+from bench.training.input_bench import criteo_text
 from models.dlrm.configs import get_config
+from models.dlrm.data import input_pipeline as ip
+from models.dlrm.data import preprocess as pp
+from models.dlrm.data import shards
+from models.dlrm.data import sources as data_lib
 
 ROWS = get_config("kaggle").table_rows()
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "criteo_kaggle")
@@ -291,8 +291,8 @@ def test_multi_hot_shards_carry_bags_and_one_hot_shards_read_as_before(files, tm
     """write_multi_hot turns one-hot shards into MLPerf multi-hot bags: every batch holds the
     one-hot id first, then the rule's ids, -1 after the table's bag; labels and dense rows are
     the source's; the one-hot folder (no bag_sizes in its manifest) reads as before."""
-    from models.dlrm import synthetic
     from models.dlrm.configs.default import MLPERF_DCNV2_MULTI_HOT_SIZES as SIZES
+    from models.dlrm.data import synthetic
 
     _, one_hot = files
     assert one_hot.bag_sizes is None and "bag_sizes" not in one_hot.manifest["settings"]

@@ -1,4 +1,4 @@
-"""The step-time model (models/dlrm/step_time.py) and its testbed check (bench/step_time.py)."""
+"""The step-time model (models/dlrm/cluster/step_time.py) and its testbed check (bench/testbed/step_time_check.py)."""
 
 import dataclasses
 import json
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from bench import step_time as bst
-from models.dlrm import step_time as st
+from bench.testbed import step_time_check as bst
+from models.dlrm.cluster import step_time as st
 
 FREE = st.CodecSpec(math.inf, math.inf, 10.0)
 
@@ -168,5 +168,5 @@ def test_projections_json_regenerates_identically():
 
 
 def test_module_does_not_import_jax():
-    code = "import sys, models.dlrm.step_time; assert 'jax' not in sys.modules"
+    code = "import sys, models.dlrm.cluster.step_time; assert 'jax' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -154,7 +154,7 @@ class Config:
 
     # ---- data ----
     # File, folder or glob (absent = synthetic), or a folder of shards written by python -m
-    # models.dlrm.preprocess.
+    # models.dlrm.data.preprocess.
     #
     # "" (the default) selects the synthetic Criteo-like generator.
     data: str = ""

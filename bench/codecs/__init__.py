@@ -1,0 +1,8 @@
+"""Codec benchmarks: the library's codec in isolation, beside peer codecs on the real dumps.
+
+``codec_bench`` runs every codec of the one ``registry`` (the library's forms, zstd, SZ3-like
+quantization, TorchRec's precisions); ``codec_bench_gpu`` measures GB/s on a GPU beside a
+device-to-device copy; ``quant_codes`` is the quantization-without-prediction peer; ``pareto``
+finds the codecs no other beats; ``half_type_capacity`` and ``dcn_pooled_stats`` study the
+fixed-rate capacity of half types and the DCNv2 preset's pooled embeddings.
+"""

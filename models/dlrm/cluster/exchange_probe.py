@@ -1,0 +1,261 @@
+"""The short probe behind ``Config.compression = "auto"``, run on the trainer's mesh before the
+train step is compiled, and the choice it feeds (:mod:`models.dlrm.cluster.auto_exchange`).
+
+What is timed (every device busy at once, so a host's cores and loopback shared among its
+devices are in the figures; median of ``REPS`` runs after ``WARMUP`` warm-up runs, each a
+jitted program on the whole mesh, so every process runs the same sequence):
+
+* the link per level: an exact ``jax.lax.all_to_all`` over the intra-node mesh axis
+  (``"local"``, or ``"devices"`` on a 1-D mesh) and over the inter-node axis (``"nodes"``) at
+  two sizes per peer (``LINK_SMALL_BYTES`` and a size near the exchange's own, 64 KiB to 4 MiB),
+  fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`auto_exchange.fit_link`);
+* the codec: the run's exchange codec (``Config.codec`` at the error-bound preset's base REL
+  bound, the run's wire path) encoding and decoding one block of the forward exchange's shape
+  per device, ``[P, L, B / P, dim]`` of uniform random values in [-1, 1] (no repeated rows:
+  the ratio is below what the dedup of hot ids gives on real data); ratio = raw / frame bytes
+  (raw / capacity on the dense path);
+* compute: a jitted ``[B / P, k] x [k, n]`` matmul of the top MLP's first layer, ``MATMUL_REPS``
+  times in one program, for the dense FLOP/s; the memory bytes/s of embedding rows is not
+  measured but assumed from a machine balance (``auto_exchange.MACHINE_BALANCE``).
+
+On several processes, process 0's timings are broadcast so that every process takes the same
+decision. ``Config.auto_inter_gbits`` > 0 replaces the measured inter-node bandwidth (a what-if
+and the tests' way to put a slow link under a fast one); the latency stays measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jax_lossy_comm import resolve_path
+from models.dlrm.cluster import auto_exchange
+from models.dlrm.cluster import step_time as st
+from models.dlrm.configs import Config
+from models.dlrm.mesh import batch_axis
+from models.dlrm.pooled_all_to_all import QCOMM_CODECS, exchange_config
+from models.dlrm.step import ErrorBoundHook
+
+REPS = 5
+WARMUP = 2
+MATMUL_REPS = 16
+LINK_SMALL_BYTES = 1024
+LINK_LARGE_BYTES = (64 << 10, 4 << 20)  # the large size's range
+
+
+def _median_seconds(*calls) -> list[float]:
+    """Median wall seconds of each ``(fn, *args)`` call (blocked on) over ``REPS`` runs after
+    ``WARMUP`` warm-up runs, the calls taken in turn, so that drift and a busy moment of the
+    machine fall on all of them alike."""
+    for _ in range(WARMUP):
+        for fn, *args in calls:
+            jax.block_until_ready(fn(*args))
+    times: list[list[float]] = [[] for _ in calls]
+    for _ in range(REPS):
+        for t_list, (fn, *args) in zip(times, calls):
+            t = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            t_list.append(time.perf_counter() - t)
+    return [statistics.median(t) for t in times]
+
+
+def _levels(mesh) -> tuple[tuple[str, str, int], tuple[str, str, int]]:
+    """((level, axis, axis size), ...) of the intra- and the inter-node level of ``mesh``."""
+    if len(mesh.axis_names) == 1:
+        return ("intra-node", mesh.axis_names[0], mesh.size), ("inter-node", "-", 1)
+    nodes, local = mesh.devices.shape
+    return ("intra-node", mesh.axis_names[1], local), ("inter-node", mesh.axis_names[0], nodes)
+
+
+def _sharded(mesh, shape, fill=np.ones, dtype=np.float32):
+    """A global array of ``shape`` sharded on its first axis over the batch axis, each
+    device's block ``fill(block shape)`` (numpy; no program to compile)."""
+    sh = NamedSharding(mesh, P(batch_axis(mesh)))
+
+    def block(index):
+        return np.asarray(fill(tuple(len(range(*i.indices(n))) for i, n in zip(index, shape))))
+
+    return jax.make_array_from_callback(shape, sh, lambda i: block(i).astype(dtype))
+
+
+def _smap(mesh, fn, out_specs):
+    bax = batch_axis(mesh)
+    return jax.jit(
+        jax.shard_map(fn, mesh=mesh, in_specs=P(bax), out_specs=out_specs, check_vma=False)
+    )
+
+
+def time_all_to_all(mesh, axis: str, size: int, sizes: tuple[int, ...]) -> list[float]:
+    """Median seconds of an exact all-to-all over mesh axis ``axis`` (``size`` devices) with
+    each of ``sizes`` float32 bytes to every peer, every device of the mesh at once."""
+    f = _smap(mesh, lambda b: jax.lax.all_to_all(b, axis, 0, 0, tiled=True), P(batch_axis(mesh)))
+    xs = [_sharded(mesh, (mesh.size * size, max(1, n // 4))) for n in sizes]
+    return _median_seconds(*[(f, x) for x in xs])
+
+
+def time_matmul(mesh, rows: int, k: int, n: int) -> float:
+    """Dense FLOP/s per device of a ``float32[rows, k] x [k, n]`` matmul, ``MATMUL_REPS`` in one
+    jitted program on every device at once."""
+    x = _sharded(mesh, (mesh.size * rows, k))
+
+    def body(xb):
+        w = jnp.full((k, n), 0.5, jnp.float32)
+
+        def one(i, acc):
+            return acc + jnp.dot(xb * (i + 1).astype(xb.dtype), w)
+
+        return jax.lax.fori_loop(0, MATMUL_REPS, one, jnp.zeros((xb.shape[0], n), xb.dtype))
+
+    [t] = _median_seconds((_smap(mesh, body, P(batch_axis(mesh))), x))
+    return 2.0 * rows * k * n * MATMUL_REPS / t
+
+
+def time_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.CodecSpec, str]:
+    """The exchange codec's compress / decompress throughput (raw bytes/s per device) and its
+    ratio on one random block of the forward exchange's shape per device (module docstring).
+
+    Returns:
+      ``(CodecSpec, note)``: the note says what was timed, for the log.
+    """
+    p = mesh.size
+    slots, rows, dim = model.table_slots(p) // p, model.global_batch // p, model.embedding_dim
+    eb_hook = ErrorBoundHook(config.error_bound)
+    ex = exchange_config(
+        dataclasses.replace(config, compression="on"),
+        topology="flat",
+        min_error_bound=eb_hook.min_error_bound(),
+    )
+    codec, dtype = ex.forward, jnp.dtype(config.embedding_dtype)
+    path = resolve_path(config.exchange_path)
+    chunk = (rows, dim) if codec.per_table else (slots * rows, dim)
+    grid = (p, slots) if codec.per_table else (p,)
+    cap = codec.capacity_bytes(chunk, dtype, dense=path in ("dense", "packed"))
+    base = float(config.error_bound.base)
+
+    rng = np.random.default_rng(config.seed)
+    x = _sharded(mesh, (p * p, slots, rows, dim), lambda s: rng.uniform(-1, 1, s), dtype)
+
+    def encode(xb):
+        eb = jnp.full(grid, base, jnp.float32) if codec.variable_size else None
+        return codec.encode(xb.reshape(grid + chunk), eb, cap)
+
+    bax = P(batch_axis(mesh))
+    enc = _smap(mesh, encode, (bax, bax))
+    dec = jax.jit(
+        jax.shard_map(
+            lambda w, nb: codec.decode(w, nb, shape=chunk, dtype=dtype),
+            mesh=mesh,
+            in_specs=(bax, bax),
+            out_specs=bax,
+            check_vma=False,
+        )
+    )
+    wire, nbytes = enc(x)
+    t_enc, t_dec = _median_seconds((enc, x), (dec, wire, nbytes))
+    raw = float(p * slots * rows * dim * dtype.itemsize)  # per device
+    if not codec.variable_size:  # this process's first device's block
+        wire_bytes = float(wire.addressable_shards[0].data.size * wire.dtype.itemsize)
+    elif path == "dense":
+        wire_bytes = float(cap * np.prod(grid))
+    else:
+        wire_bytes = float(np.abs(np.asarray(nbytes.addressable_shards[0].data)).sum())
+    name = config.codec if config.codec in QCOMM_CODECS else f"{config.codec} at REL {base}"
+    note = (
+        f"codec: {name}, {path} path, on a uniform random block {dtype.name}[{p}, {slots}, "
+        f"{rows}, {dim}] per device (every device at once)"
+    )
+    spec = st.CodecSpec(raw / t_enc, raw / t_dec, raw / max(wire_bytes, 1.0))
+    return spec, note
+
+
+def measure(config: Config, mesh, model: st.ModelSpec) -> auto_exchange.Probe:
+    """Runs the probe on ``mesh`` (every process the same programs; process 0's figures for
+    all) and returns what it measured, ``Config.auto_inter_gbits`` applied."""
+    t0 = time.perf_counter()
+    p = mesh.size
+    per_peer = model.exchange_bytes(p) / p
+    large = int(min(max(4 * per_peer, LINK_LARGE_BYTES[0]), LINK_LARGE_BYTES[1]))
+    sizes = (LINK_SMALL_BYTES, large)
+    times = []
+    for _, axis, size in _levels(mesh):
+        times += time_all_to_all(mesh, axis, size, sizes) if size > 1 else [0.0, 0.0]
+    k, n = model.interaction_width(), model.top_mlp[0]
+    flops = time_matmul(mesh, model.global_batch // p, k, n)
+    codec, codec_note = time_codec(mesh, config, model)
+    values = np.array(
+        [*times, flops, codec.compress_bytes_per_s, codec.decompress_bytes_per_s, codec.ratio],
+        np.float32,
+    )
+    if jax.process_count() > 1:  # one decision for all: process 0's figures
+        from jax.experimental import multihost_utils
+
+        values = np.asarray(multihost_utils.broadcast_one_to_all(values), np.float64)
+    values = [float(v) for v in values]
+    links = []
+    for i, (level, axis, size) in enumerate(_levels(mesh)):
+        links.append(
+            auto_exchange.fit_link(level, axis, size - 1, sizes, values[2 * i : 2 * i + 2])
+        )
+    intra, inter = links
+    if config.auto_inter_gbits > 0 and inter.peers:
+        inter = dataclasses.replace(
+            inter, bandwidth=config.auto_inter_gbits * 1e9 / 8, override=True
+        )
+    platform = mesh.devices.flat[0].platform
+    balance = auto_exchange.MACHINE_BALANCE["cpu" if platform == "cpu" else "gpu"]
+    flops = values[4]
+    notes = (
+        f"compute: a [{model.global_batch // p}, {k}] x [{k}, {n}] float32 matmul (the top MLP's "
+        f"first layer) {MATMUL_REPS} times per device; memory bytes/s assumed at "
+        f"{balance:g} FLOP per byte (not measured)",
+        codec_note,
+    )
+    probe = auto_exchange.Probe(
+        intra=intra,
+        inter=inter,
+        codec=st.CodecSpec(values[5], values[6], values[7]),
+        compute=st.Compute(flops, flops / balance),
+        notes=notes,
+        seconds=time.perf_counter() - t0,
+    )
+    return probe
+
+
+def choose_exchange(config: Config, mesh) -> tuple[Config, auto_exchange.AutoChoice | None]:
+    """``config`` with ``compression`` and ``exchange_topology`` decided when
+    ``config.compression == "auto"`` (module docstring; :func:`auto_exchange.decide`), and the
+    :class:`auto_exchange.AutoChoice` for the logs; ``(config, None)`` otherwise (no probe).
+
+    An explicit ``exchange_topology`` ("flat" / "hierarchical") is kept: only that compressed
+    candidate competes with exact.
+    """
+    if config.compression != "auto":
+        return config, None
+    model = st.ModelSpec.from_config(config)
+    probe = measure(config, mesh, model)
+    nodes, local = (1, mesh.size) if len(mesh.axis_names) == 1 else mesh.devices.shape
+    platform = mesh.devices.flat[0].platform
+    cluster = probe.cluster(nodes, local, tree_allreduce=platform != "cpu")
+    codecs = auto_exchange.codecs_for(
+        probe.codec, backward_compressed=config.exchange_backward == "compressed"
+    )
+    decision = auto_exchange.decide(
+        model,
+        cluster,
+        probe.compute,
+        codecs,
+        modes=auto_exchange.candidates(cluster, config.exchange_topology),
+        margin=config.auto_margin,
+        topology=config.exchange_topology,
+    )
+    chosen = dataclasses.replace(
+        config, compression=decision.compression, exchange_topology=decision.topology
+    )
+    return chosen, auto_exchange.AutoChoice(probe, decision, model, cluster, codecs)

@@ -1,0 +1,694 @@
+"""A step-time model of embedding-parallel DLRM training: compute, exchange, all-reduce, codec.
+
+Pure Python + numpy (no jax import), so a trainer, a benchmark or a notebook can ask "what does
+a step cost on this cluster, in this mode" before compiling anything. Every number it returns is
+a prediction of a cost model, not a measurement.
+
+Layout. ``P = N * G`` devices: ``N`` nodes (``Cluster.nodes``) of ``G`` devices
+(``Cluster.devices_per_node``), node-major (devices ``n*G .. n*G+G-1`` are node ``n``). Each
+device owns ``slots / P`` embedding-table slots (table-wise sharding; ``slots`` is the table count
+rounded up to a multiple of ``P``, as ``models.dlrm.sharding`` pads) and runs the data-parallel
+head (bottom MLP, interaction, top MLP) on ``B / P`` samples of the global batch ``B``.
+
+Bytes (per device, per step):
+
+* forward exchange: ``X = B * (slots / P) * dim * value_bytes`` (the pooled embeddings of the
+  device's tables for the whole batch; ``X / P`` to each device, its own block included). The
+  backward exchange moves the same shapes back (the cotangents).
+* gradient all-reduce: ``S = dense_params * 4`` (float32 head gradients).
+* a codec of compression ratio ``r`` (raw / wire bytes) divides the bytes it covers by ``r``;
+  fixed-precision codecs have ``r = value_bytes / bytes_per_value`` (``FIXED_BYTES_PER_VALUE``:
+  FP16 and BF16 2, FP8 1, INT8 row-wise ``1 + 8 / dim`` (fp32 scale and bias per row, FBGEMM's
+  fused row-wise layout), MX4 ``0.5 + 1 / 32`` (4-bit values, one 8-bit shared exponent per 32,
+  OCP Microscaling v1.0)).
+
+Collective costs (``alpha`` = latency per message, ``beta`` = 1 / bandwidth, ``n`` = bytes):
+
+* pairwise-exchange all-to-all (Thakur, Rabenseifner & Gropp 2005, sec. 4.5): ``(p - 1) *
+  alpha + (p - 1) / p * n * beta`` for ``n`` bytes per rank, ``n / p`` to each peer.
+  :func:`pairwise_all_to_all_time` takes the bytes per peer and the peer count.
+* ring all-reduce (ibid. sec. 4.4, reduce-scatter + all-gather; Patarasuk & Yuan 2009):
+  ``2 (p - 1) alpha + 2 (p - 1) / p * n * beta`` (:func:`ring_all_reduce_time`).
+* ring all-gather (ibid. sec. 4.1): ``(p - 1) alpha + (p - 1) / p * n * beta``, ``n`` the
+  gathered size (:func:`ring_all_gather_time`).
+* NCCL's bus bandwidth (nccl-tests ``doc/PERFORMANCE.md``): ``algbw = n / t``; ``busbw = algbw
+  * 2 (p - 1) / p`` (all-reduce), ``* (p - 1) / p`` (all-to-all, all-gather, reduce-scatter):
+  the factors above, so ``t = n * factor / busbw`` (:func:`bus_bandwidth`).
+
+Two levels. Intra-node links have ``Cluster.intra_bandwidth`` per device and direction (NVLink:
+NVIDIA's 900 GB/s per H100 is both directions together, 450 GB/s each), inter-node links
+``Cluster.inter_bandwidth`` per device and direction (one NIC per GPU; the node's NICs together
+carry ``G * inter_bandwidth``). Per mode:
+
+* ``exact``, flat all-to-all (``jax.lax.all_to_all``, NCCL's send/recv all-to-all): every
+  device sends ``X / P`` to ``G - 1`` node peers and ``P - G`` remote peers at once; time
+  ``max(t_intra, t_inter)`` with ``t_intra = pairwise(X / P, G - 1, intra)``, ``t_inter =
+  pairwise(X / P, P - G, inter)``.
+* ``flat`` (compressed): the same with ``X / P / r`` per peer; compress ``X``, decompress ``X``.
+* ``hierarchical``: an exact intra-node stage ``pairwise(X / G, G - 1, intra)`` (the node's
+  blocks regrouped by destination local rank), then a compressed inter-node stage among the
+  ``N`` devices of the same local rank ``pairwise(X / N / r, N - 1, inter)``; the stages are
+  sequential. Compress and decompress ``X (N - 1) / N``.
+* ``hierarchical-exact``: the same two stages without a codec (``r = 1``): what the topology
+  alone gives (fewer inter-node messages: ``N - 1`` instead of ``P - G``).
+* ``hierarchical-ar``: ``hierarchical`` plus the compressed gradient all-reduce of the library
+  (``jax_lossy_comm.compressed_psum``): a reduce-scatter as an all-to-all of frames (``S / r_g``
+  per device) then a ring all-gather of the reduced frames (``S / r_g`` gathered); compress
+  ``S (1 + 1 / P)``, decompress ``2 S (P - 1) / P``.
+* ``fp16``, ``bf16``, ``fp8``, ``int8``, ``mx4``: the flat exchange, forward and backward, at the
+  codec's bytes per value (TorchRec's quantized comms); cast cost ``2 X`` (encode + decode of
+  every block) at ``Codecs.cast_bytes_per_s`` per direction.
+* The gradient all-reduce is the exact ring in every mode but ``hierarchical-ar``:
+  ``t = 2 (p - 1) alpha + max(ring_intra, ring_inter)``; on a node-major ring (one ring per NIC,
+  as NCCL lays out its channels) each node's NICs carry ``2 (p - 1) / p * S`` in each direction,
+  so ``ring_inter = 2 (p - 1) / p * S / (G * inter)``; ``ring_intra = 2 (p - 1) / p * S /
+  intra`` (``intra_shared``: ``(G - 1) / G`` of it, one link shared by the node's devices, as a
+  host's loopback). With ``Cluster.tree_allreduce`` (NCCL, which picks ring or tree by size;
+  Sanders, Speck & Traeff 2009, double binary trees): ``min(ring, tree)``, ``tree = 2
+  ceil(log2 p) alpha + max(2 S / intra, 2 S / (G * inter))`` (reduce up, broadcast down; each
+  node's NICs carry ``S`` each way per phase).
+
+Compute (per device, ``b = B / P`` samples, ``F`` = forward FLOPs per sample, two per MAC; the
+backward pass is twice the forward's FLOPs):
+
+* bottom MLP ``b F_bottom / flops``; interaction + top MLP ``b F_top / flops`` (dot interaction
+  ``(T + 1)^2 dim``; DCN-v2 low-rank cross layers ``4 in rank + 3 in`` each);
+* embedding lookup ``B (T / P) bag dim value_bytes / mem`` (``bag``: mean ids per bag, sum
+  pooling); its update reads and writes the rows (SGD 2x the lookup bytes, Adagrad 4x with the
+  accumulator);
+* dense optimizer ``dense_params * 4 * (3 SGD | 5 Adagrad) / mem``.
+* ``Cluster.serial_devices`` devices share one processor (a CPU testbed with more devices than
+  cores): compute and codec times are multiplied by it.
+
+Step. Without overlap, the sum of every part. With overlap of the exchange with the bottom MLP
+(the bottom MLP does not depend on the exchange; ``overlap=True``), the forward exchange's
+communication hides behind the bottom MLP's forward and the backward exchange's behind the
+bottom MLP's backward: ``max(a2a, bottom)`` each; codec kernels do not overlap (they need the
+same processor). The gradient all-reduce is not overlapped in either.
+
+References:
+  R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations in
+  MPICH", IJHPCA 19(1), 2005.
+  P. Patarasuk, X. Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
+  workstations", JPDC 69(2), 2009.
+  NVIDIA nccl-tests, doc/PERFORMANCE.md (algorithm and bus bandwidth).
+  P. Sanders, J. Speck, J. L. Traeff, "Two-tree algorithms for full bandwidth broadcast,
+  reduction and scan", Parallel Computing 35(12), 2009 (NCCL's double binary trees).
+  Feng et al., SC24, arXiv 2407.04272 (the compressed exchange modelled here).
+  OCP Microscaling Formats (MX) Specification v1.0, 2023 (MX4 bytes per value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from models.dlrm.cluster.collective_cost import (  # noqa: F401  (re-exported)
+    bus_bandwidth,
+    check_link,
+    pairwise_all_to_all_time,
+    ring_all_gather_time,
+    ring_all_reduce_time,
+)
+
+#: modes :func:`predict` knows (module docstring)
+MODES = (
+    "exact",
+    "hierarchical-exact",
+    "flat",
+    "hierarchical",
+    "hierarchical-ar",
+    "fp16",
+    "bf16",
+    "fp8",
+    "int8",
+    "mx4",
+)
+#: error-bounded (library) modes
+LIBRARY_MODES = ("flat", "hierarchical", "hierarchical-ar")
+#: fixed-precision exchange codecs (name -> function of the embedding dim -> bytes per value)
+FIXED_BYTES_PER_VALUE = {
+    "fp16": lambda dim: 2.0,
+    "bf16": lambda dim: 2.0,
+    "fp8": lambda dim: 1.0,
+    "int8": lambda dim: 1.0 + 8.0 / dim,
+    "mx4": lambda dim: 0.5 + 1.0 / 32.0,
+}
+_GRAD_BYTES = 4  # float32 head gradients
+
+
+# ------------------------------------------------------------------------------- inputs
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """The shapes of a DLRM that set a step's cost.
+
+    Attributes:
+      num_tables: embedding tables ``T``.
+      embedding_dim: width of every embedding vector.
+      global_batch: samples per step over all devices ``B``.
+      bottom_mlp: bottom MLP widths after the ``num_dense`` inputs (the last = embedding_dim).
+      top_mlp: top MLP widths after the interaction (the last = 1).
+      num_dense: dense input features.
+      bag_sizes: ids per bag of each table (multi-hot, sum pooling); None = one each.
+      cross_layers: DCN-v2 low-rank cross layers (0 = the dot interaction).
+      cross_rank: their rank.
+      value_bytes: bytes per embedding value (4 float32, 2 bfloat16 / float16).
+      optimizer: "sgd" or "adagrad".
+      pad_tables: table slots rounded up to a multiple of the device count (the library's
+        table-wise sharding); False: ``ceil(T / P)`` slots per device without padding rows.
+    """
+
+    num_tables: int
+    embedding_dim: int
+    global_batch: int
+    bottom_mlp: tuple[int, ...]
+    top_mlp: tuple[int, ...]
+    num_dense: int = 13
+    bag_sizes: tuple[int, ...] | None = None
+    cross_layers: int = 0
+    cross_rank: int = 0
+    value_bytes: int = 4
+    optimizer: str = "sgd"
+    pad_tables: bool = True
+
+    def __post_init__(self):
+        if self.num_tables < 1 or self.embedding_dim < 1 or self.global_batch < 1:
+            raise ValueError("num_tables, embedding_dim and global_batch must be >= 1")
+        if self.bag_sizes is not None and len(self.bag_sizes) != self.num_tables:
+            raise ValueError(
+                f"bag_sizes has {len(self.bag_sizes)} entries for {self.num_tables} tables"
+            )
+        if self.optimizer not in ("sgd", "adagrad"):
+            raise ValueError(f"optimizer must be 'sgd' or 'adagrad', got {self.optimizer!r}")
+        if self.bottom_mlp and self.bottom_mlp[-1] != self.embedding_dim:
+            raise ValueError("the bottom MLP's last width must equal embedding_dim")
+
+    @classmethod
+    def from_config(cls, config, *, bag_sizes: Sequence[int] | None = None) -> ModelSpec:
+        """From a ``models.dlrm.configs.Config`` (read by attribute; nothing imported)."""
+        bags = bag_sizes
+        if bags is None and hasattr(config, "bag_sizes"):
+            bags = config.bag_sizes()
+            bags = None if set(bags) == {1} else bags
+        elif bags is None and getattr(config, "synthetic_multi_hot", 1) != 1:
+            bags = (config.synthetic_multi_hot,) * len(config.cardinalities)
+        dcn = getattr(config, "interaction", "dot") == "dcn"
+        return cls(
+            num_tables=len(config.cardinalities),
+            embedding_dim=config.embedding_dim,
+            global_batch=config.batch_size,
+            bottom_mlp=tuple(config.bottom_mlp),
+            top_mlp=tuple(config.top_mlp),
+            num_dense=config.num_dense,
+            bag_sizes=None if bags is None else tuple(bags),
+            value_bytes={"float32": 4, "bfloat16": 2, "float16": 2}[config.embedding_dtype],
+            optimizer=config.optimizer,
+            cross_layers=config.dcn_num_layers if dcn else 0,
+            cross_rank=config.dcn_low_rank_dim if dcn else 0,
+        )
+
+    def table_slots(self, devices: int) -> int:
+        """Table slots over ``devices`` (``T`` rounded up to a multiple of ``devices``)."""
+        return math.ceil(self.num_tables / devices) * devices
+
+    def exchange_bytes(self, devices: int) -> float:
+        """``X``: bytes of one device's pooled embeddings, whole batch, its busiest share."""
+        per_device = self.table_slots(devices) // devices
+        return float(self.global_batch * per_device * self.embedding_dim * self.value_bytes)
+
+    def mean_bag(self) -> float:
+        return 1.0 if self.bag_sizes is None else sum(self.bag_sizes) / self.num_tables
+
+    def interaction_width(self) -> int:
+        """Features into the top MLP."""
+        t1 = self.num_tables + 1
+        if self.cross_layers:
+            return t1 * self.embedding_dim
+        return t1 * (t1 - 1) // 2 + self.embedding_dim
+
+    def _mlp(self, widths: Sequence[int], fan_in: int) -> tuple[int, int]:
+        params = macs = 0
+        for w in widths:
+            params += fan_in * w + w
+            macs += fan_in * w
+            fan_in = w
+        return params, macs
+
+    def _cross(self) -> tuple[int, int]:
+        d = (self.num_tables + 1) * self.embedding_dim
+        params = self.cross_layers * (2 * d * self.cross_rank + d)
+        flops = self.cross_layers * (4 * d * self.cross_rank + 3 * d)
+        return params, flops
+
+    def dense_params(self) -> int:
+        """Parameters of the data-parallel head (bottom MLP, cross layers, top MLP)."""
+        bp, _ = self._mlp(self.bottom_mlp, self.num_dense)
+        tp, _ = self._mlp(self.top_mlp, self.interaction_width())
+        return bp + tp + self._cross()[0]
+
+    def gradient_bytes(self) -> float:
+        """``S``: float32 bytes of the head gradients (one device's all-reduce input)."""
+        return float(self.dense_params() * _GRAD_BYTES)
+
+    def forward_flops(self) -> tuple[float, float]:
+        """Forward FLOPs per sample: (bottom MLP, interaction + top MLP)."""
+        _, bm = self._mlp(self.bottom_mlp, self.num_dense)
+        _, tm = self._mlp(self.top_mlp, self.interaction_width())
+        if self.cross_layers:
+            inter = self._cross()[1]
+        else:
+            inter = 2 * (self.num_tables + 1) ** 2 * self.embedding_dim
+        return 2.0 * bm, 2.0 * tm + inter
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """Devices and links.
+
+    Attributes:
+      nodes: nodes ``N``.
+      devices_per_node: devices per node ``G``.
+      intra_bandwidth: bytes/s per device and direction inside a node (> 0).
+      inter_bandwidth: bytes/s per device and direction between nodes (the node's NICs
+        together: ``G`` times this).
+      intra_latency: seconds per intra-node message.
+      inter_latency: seconds per inter-node message.
+      serial_devices: devices whose compute and codec work share one processor (1 on GPUs).
+      intra_shared: one intra-node link shared by the node's devices (a host's loopback),
+        not a link per device (NVLink / NVSwitch ports).
+      tree_allreduce: the exact all-reduce may run as a tree when that is faster (NCCL);
+        False: ring only (gloo).
+    """
+
+    nodes: int
+    devices_per_node: int
+    intra_bandwidth: float
+    inter_bandwidth: float
+    intra_latency: float = 0.0
+    inter_latency: float = 0.0
+    serial_devices: float = 1.0
+    intra_shared: bool = False
+    tree_allreduce: bool = False
+
+    def __post_init__(self):
+        if self.nodes < 1 or self.devices_per_node < 1:
+            raise ValueError("nodes and devices_per_node must be >= 1")
+        check_link(self.intra_bandwidth, self.intra_latency)
+        check_link(self.inter_bandwidth, self.inter_latency)
+        if not self.serial_devices >= 1:
+            raise ValueError(f"serial_devices must be >= 1, got {self.serial_devices}")
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+
+@dataclasses.dataclass(frozen=True)
+class Compute:
+    """Throughput of one device (one processor if ``Cluster.serial_devices`` > 1).
+
+    Attributes:
+      flops_per_s: dense (MLP) FLOP/s achieved.
+      memory_bytes_per_s: bytes/s of embedding-row gathers and updates.
+    """
+
+    flops_per_s: float
+    memory_bytes_per_s: float
+
+    def __post_init__(self):
+        if not (self.flops_per_s > 0 and self.memory_bytes_per_s > 0):
+            raise ValueError("flops_per_s and memory_bytes_per_s must be > 0")
+
+    def scaled(self, factor: float) -> Compute:
+        return Compute(self.flops_per_s * factor, self.memory_bytes_per_s * factor)
+
+
+@dataclasses.dataclass(frozen=True)
+class CodecSpec:
+    """One codec: throughput of raw bytes and its compression ratio (raw / wire bytes).
+
+    Attributes:
+      compress_bytes_per_s: raw bytes compressed per second on one device (``math.inf``: free).
+      decompress_bytes_per_s: raw bytes decompressed per second.
+      ratio: raw / wire bytes (>= 1 for a codec that shrinks; any > 0 accepted).
+    """
+
+    compress_bytes_per_s: float
+    decompress_bytes_per_s: float
+    ratio: float
+
+    def __post_init__(self):
+        if not (self.compress_bytes_per_s > 0 and self.decompress_bytes_per_s > 0):
+            raise ValueError("codec throughputs must be > 0 bytes/s")
+        if not self.ratio > 0:
+            raise ValueError(f"ratio must be > 0, got {self.ratio}")
+
+    def cost(self, compress_bytes: float, decompress_bytes: float) -> tuple[float, float]:
+        return (
+            compress_bytes / self.compress_bytes_per_s,
+            decompress_bytes / self.decompress_bytes_per_s,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Codecs:
+    """The codecs of a run.
+
+    Attributes:
+      forward: the error-bounded exchange codec on pooled embeddings.
+      gradient: the compressed all-reduce's codec on head gradients (``hierarchical-ar``).
+      backward: the exchange codec on cotangents; None = ``forward``.
+      cast_bytes_per_s: raw bytes/s of a fixed-precision cast (encode or decode), the
+        ``fp16`` ... ``mx4`` modes.
+    """
+
+    forward: CodecSpec
+    gradient: CodecSpec
+    backward: CodecSpec | None = None
+    cast_bytes_per_s: float = math.inf
+
+    @property
+    def bwd(self) -> CodecSpec:
+        return self.forward if self.backward is None else self.backward
+
+
+# ------------------------------------------------------------------------------ results
+@dataclasses.dataclass(frozen=True)
+class StepTime:
+    """One predicted step, seconds (per device; ``*_bytes``: per device and step).
+
+    ``step_s``: everything serial; ``step_overlap_s``: the exchanges' communication hidden
+    behind the bottom MLP (module docstring).
+    """
+
+    mode: str
+    lookup_s: float
+    bottom_forward_s: float
+    top_forward_s: float
+    bottom_backward_s: float
+    top_backward_s: float
+    embedding_update_s: float
+    optimizer_s: float
+    exchange_forward_intra_s: float
+    exchange_forward_inter_s: float
+    exchange_forward_s: float
+    exchange_backward_intra_s: float
+    exchange_backward_inter_s: float
+    exchange_backward_s: float
+    allreduce_intra_s: float
+    allreduce_inter_s: float
+    allreduce_s: float
+    compress_s: float
+    decompress_s: float
+    intra_bytes: float
+    inter_bytes: float
+    step_s: float
+    step_overlap_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return (
+            self.lookup_s
+            + self.bottom_forward_s
+            + self.top_forward_s
+            + self.bottom_backward_s
+            + self.top_backward_s
+            + self.embedding_update_s
+            + self.optimizer_s
+        )
+
+    def step(self, overlap: bool) -> float:
+        return self.step_overlap_s if overlap else self.step_s
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["compute_s"] = self.compute_s
+        return d
+
+
+def _all_to_all_flat(x: float, cl: Cluster, ratio: float) -> tuple[float, float, float, float]:
+    """(t_intra, t_inter, intra bytes, inter bytes) of a flat all-to-all of ``x`` per device."""
+    p, g = cl.devices, cl.devices_per_node
+    per_peer = x / p / ratio
+    ti = pairwise_all_to_all_time(per_peer, g - 1, cl.intra_bandwidth, cl.intra_latency)
+    te = pairwise_all_to_all_time(per_peer, p - g, cl.inter_bandwidth, cl.inter_latency)
+    return ti, te, per_peer * (g - 1), per_peer * (p - g)
+
+
+def _all_to_all_hierarchical(
+    x: float, cl: Cluster, ratio: float
+) -> tuple[float, float, float, float]:
+    n, g = cl.nodes, cl.devices_per_node
+    ti = pairwise_all_to_all_time(x / g, g - 1, cl.intra_bandwidth, cl.intra_latency)
+    te = pairwise_all_to_all_time(x / n / ratio, n - 1, cl.inter_bandwidth, cl.inter_latency)
+    return ti, te, x / g * (g - 1), x / n / ratio * (n - 1)
+
+
+def forward_exchange_bytes(
+    model: ModelSpec, cluster: Cluster, mode: str, ratio: float = 1.0
+) -> tuple[float, float]:
+    """(intra-node, inter-node) bytes one device sends in the forward exchange of one step.
+
+    What the trainer's exchange statistics count (``intra_node_bytes`` and
+    ``inter_node_moved_bytes`` of ``jax_lossy_comm.ExchangeStats`` per device; the device's
+    own block in neither): ``exact`` and the fixed-precision modes the flat all-to-all
+    (``ratio`` 1 for exact), ``flat`` the flat one at ``ratio``, the ``hierarchical*`` modes
+    the exact intra-node stage ``X (G - 1) / G`` and the inter-node stage ``X (N - 1) / N /
+    ratio`` (module docstring).
+
+    Raises:
+      ValueError: unknown mode, ``ratio <= 0``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    if not ratio > 0:
+        raise ValueError(f"ratio must be > 0, got {ratio}")
+    x = model.exchange_bytes(cluster.devices)
+    if mode == "exact":
+        ratio = 1.0
+    join = _all_to_all_hierarchical if mode.startswith("hierarchical") else _all_to_all_flat
+    _, _, intra, inter = join(x, cluster, 1.0 if mode == "hierarchical-exact" else ratio)
+    return intra, inter
+
+
+def _ring_levels(nbytes_per_edge: float, cl: Cluster) -> tuple[float, float]:
+    """(intra, inter) seconds of ``nbytes_per_edge`` through every edge of a node-major ring."""
+    g, n = cl.devices_per_node, cl.nodes
+    share = (g - 1) / g if cl.intra_shared else 1.0
+    intra = nbytes_per_edge * share / cl.intra_bandwidth if g > 1 else 0.0
+    inter = nbytes_per_edge / (g * cl.inter_bandwidth) if n > 1 else 0.0
+    return intra, inter
+
+
+def _ring_latency(cl: Cluster) -> float:
+    return cl.inter_latency if cl.nodes > 1 else cl.intra_latency
+
+
+def predict(
+    model: ModelSpec, cluster: Cluster, compute: Compute, codecs: Codecs, mode: str
+) -> StepTime:
+    """Predicts one training step of ``model`` on ``cluster`` in ``mode`` (module docstring).
+
+    Args:
+      model: the DLRM's shapes.
+      cluster: devices and links.
+      compute: per-device throughput.
+      codecs: codec throughputs and ratios.
+      mode: one of ``MODES``.
+
+    Returns:
+      A :class:`StepTime` (seconds per part; serial and overlapped step).
+
+    Raises:
+      ValueError: unknown mode.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+    cl, p, n = cluster, cluster.devices, cluster.nodes
+    sd = cl.serial_devices
+    b = model.global_batch / p
+    f_bottom, f_top = model.forward_flops()
+    bottom_f = sd * b * f_bottom / compute.flops_per_s
+    top_f = sd * b * f_top / compute.flops_per_s
+    lookup_bytes = (
+        model.global_batch
+        * (model.num_tables / p)
+        * model.mean_bag()
+        * model.embedding_dim
+        * model.value_bytes
+    )
+    lookup = sd * lookup_bytes / compute.memory_bytes_per_s
+    upd = (2 if model.optimizer == "sgd" else 4) * lookup
+    opt = sd * model.dense_params() * 4 * (3 if model.optimizer == "sgd" else 5)
+    opt /= compute.memory_bytes_per_s
+
+    x = model.exchange_bytes(p)
+    s = model.gradient_bytes()
+    comp = decomp = 0.0
+    if mode == "exact":
+        fwd = bwd = _all_to_all_flat(x, cl, 1.0)
+    elif mode in FIXED_BYTES_PER_VALUE:
+        r = model.value_bytes / FIXED_BYTES_PER_VALUE[mode](model.embedding_dim)
+        fwd = bwd = _all_to_all_flat(x, cl, r)
+        comp = decomp = 2 * x / codecs.cast_bytes_per_s
+    elif mode == "flat":
+        fwd = _all_to_all_flat(x, cl, codecs.forward.ratio)
+        bwd = _all_to_all_flat(x, cl, codecs.bwd.ratio)
+        for c in (codecs.forward, codecs.bwd):
+            dc, dd = c.cost(x, x)
+            comp, decomp = comp + dc, decomp + dd
+    elif mode == "hierarchical-exact":
+        fwd = bwd = _all_to_all_hierarchical(x, cl, 1.0)
+    else:
+        fwd = _all_to_all_hierarchical(x, cl, codecs.forward.ratio)
+        bwd = _all_to_all_hierarchical(x, cl, codecs.bwd.ratio)
+        remote = x * (n - 1) / n
+        for c in (codecs.forward, codecs.bwd):
+            dc, dd = c.cost(remote, remote)
+            comp, decomp = comp + dc, decomp + dd
+
+    if mode == "hierarchical-ar":
+        rg = codecs.gradient.ratio
+        rs_i, rs_e, bi, be = _all_to_all_flat(s, cl, rg)
+        ag_edge = (p - 1) / p * s / rg  # ring all-gather of the reduced frames (S / rg)
+        ag_i, ag_e = _ring_levels(ag_edge, cl)
+        ar_i, ar_e = rs_i + ag_i, rs_e + ag_e
+        ar = max(rs_i, rs_e) + max(ag_i, ag_e) + (p - 1) * _ring_latency(cl)
+        ar_bytes_i, ar_bytes_e = bi + ag_edge * (cl.devices_per_node > 1), be + ag_edge * (n > 1)
+        dc, dd = codecs.gradient.cost(s * (1 + 1 / p), 2 * s * (p - 1) / p)
+        comp, decomp = comp + dc, decomp + dd
+    else:
+        edge = 2 * (p - 1) / p * s
+        ar_i, ar_e = _ring_levels(edge, cl)
+        ar = max(ar_i, ar_e) + (2 * (p - 1) * _ring_latency(cl) if p > 1 else 0.0)
+        if cl.tree_allreduce and p > 1:
+            tree_i = 2 * s / cl.intra_bandwidth if cl.devices_per_node > 1 else 0.0
+            tree_e = 2 * s / (cl.devices_per_node * cl.inter_bandwidth) if n > 1 else 0.0
+            tree = max(tree_i, tree_e) + 2 * math.ceil(math.log2(p)) * _ring_latency(cl)
+            if tree < ar:
+                ar, ar_i, ar_e = tree, tree_i, tree_e
+        ar_bytes_i = edge if cl.devices_per_node > 1 else 0.0
+        ar_bytes_e = edge / cl.devices_per_node if n > 1 else 0.0
+
+    hier = mode.startswith("hierarchical")
+    join = (lambda a, b: a + b) if hier else max
+    t_fwd, t_bwd = join(fwd[0], fwd[1]), join(bwd[0], bwd[1])
+    comp, decomp = sd * comp, sd * decomp
+    compute_s = lookup + bottom_f + top_f + 2 * bottom_f + 2 * top_f + upd + opt
+    serial = compute_s + t_fwd + t_bwd + ar + comp + decomp
+    overlap = (
+        compute_s
+        - bottom_f
+        - 2 * bottom_f
+        + max(t_fwd, bottom_f)
+        + max(t_bwd, 2 * bottom_f)
+        + ar
+        + comp
+        + decomp
+    )
+    return StepTime(
+        mode=mode,
+        lookup_s=lookup,
+        bottom_forward_s=bottom_f,
+        top_forward_s=top_f,
+        bottom_backward_s=2 * bottom_f,
+        top_backward_s=2 * top_f,
+        embedding_update_s=upd,
+        optimizer_s=opt,
+        exchange_forward_intra_s=fwd[0],
+        exchange_forward_inter_s=fwd[1],
+        exchange_forward_s=t_fwd,
+        exchange_backward_intra_s=bwd[0],
+        exchange_backward_inter_s=bwd[1],
+        exchange_backward_s=t_bwd,
+        allreduce_intra_s=ar_i,
+        allreduce_inter_s=ar_e,
+        allreduce_s=ar,
+        compress_s=comp,
+        decompress_s=decomp,
+        intra_bytes=fwd[2] + bwd[2] + ar_bytes_i,
+        inter_bytes=fwd[3] + bwd[3] + ar_bytes_e,
+        step_s=serial,
+        step_overlap_s=overlap,
+    )
+
+
+def calibrate_compute(
+    model: ModelSpec,
+    cluster: Cluster,
+    codecs: Codecs,
+    measured_step_s: float,
+    *,
+    flops_per_byte: float,
+    mode: str = "exact",
+    overlap: bool = False,
+) -> Compute:
+    """The :class:`Compute` whose predicted ``mode`` step equals ``measured_step_s``.
+
+    Dense FLOP/s and memory bytes/s keep the ratio ``flops_per_byte`` (the machine balance, an
+    assumption: it splits the measured compute into its parts). Solved by bisection on the
+    scale (the step decreases monotonically with it).
+
+    Raises:
+      ValueError: ``measured_step_s`` is not above the communication and codec time alone.
+    """
+    floor = predict(model, cluster, Compute(1e300, 1e300 / flops_per_byte), codecs, mode)
+    if not measured_step_s > floor.step(overlap):
+        raise ValueError(
+            f"measured step {measured_step_s} s is not above the predicted communication and "
+            f"codec time {floor.step(overlap)} s"
+        )
+    lo, hi = 1e-6, 1e18  # FLOP/s
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        t = predict(model, cluster, Compute(mid, mid / flops_per_byte), codecs, mode)
+        if t.step(overlap) > measured_step_s:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    mid = math.sqrt(lo * hi)
+    return Compute(mid, mid / flops_per_byte)
+
+
+# ------------------------------------------------------------------------------ presets
+#: The library's Terabyte preset (models/dlrm/configs/terabyte.py): 26 tables, dim 64.
+TERABYTE_TABLES = 26
+
+
+def terabyte_spec(global_batch: int = 2048) -> ModelSpec:
+    """``models.dlrm.configs.terabyte``: dim 64, bottom 13-512-256-64, top 512-512-256-1,
+    one-hot, SGD, float32 (``global_batch``: the preset's 2048 unless given)."""
+    return ModelSpec(
+        num_tables=TERABYTE_TABLES,
+        embedding_dim=64,
+        global_batch=global_batch,
+        bottom_mlp=(512, 256, 64),
+        top_mlp=(512, 512, 256, 1),
+    )
+
+
+#: MLPerf Training DLRM-DCNv2 multi-hot bag sizes (mlcommons/training recommendation_v2)
+MLPERF_BAG_SIZES = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3)
+MLPERF_BAG_SIZES = (*MLPERF_BAG_SIZES, 1, 1)
+MLPERF_GLOBAL_BATCH = 55296
+
+
+def mlperf_dcnv2_spec(global_batch: int = MLPERF_GLOBAL_BATCH) -> ModelSpec:
+    """MLPerf Training DLRM-DCNv2 (mlcommons/training ``recommendation_v2/torchrec_dlrm``): 26
+    tables of dim 128, bottom 13-512-256-128, 3 low-rank cross layers of rank 512, top
+    1024-1024-512-256-1, multi-hot bags ``MLPERF_BAG_SIZES`` (sum pooling), Adagrad, global
+    batch 55296."""
+    return ModelSpec(
+        num_tables=26,
+        embedding_dim=128,
+        global_batch=global_batch,
+        bottom_mlp=(512, 256, 128),
+        top_mlp=(1024, 1024, 512, 256, 1),
+        bag_sizes=MLPERF_BAG_SIZES,
+        cross_layers=3,
+        cross_rank=512,
+        optimizer="adagrad",
+    )

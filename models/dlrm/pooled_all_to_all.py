@@ -1,0 +1,124 @@
+"""The one place where the DLRM calls the embedding all-to-all.
+
+``embedding_exchange`` moves pooled embeddings from table owners to sample owners inside
+``shard_map``: ``float32[B, L, dim]`` (this device's L tables for the global batch) ->
+``float32[B / P, P * L, dim]`` (this device's samples, all tables, device-major order).
+With the run's ``ExchangeConfig`` (``exchange_config(config, ...)``, built once from the
+``Config``) it is ``jax_lossy_comm.compressed_all_to_all`` (Feng et al., SC24, arXiv
+2407.04272, Sec. 3), flat or hierarchical (only blocks for other nodes coded,
+``axis_name=("nodes", "local")``); with None (``compression="off"``) the exact
+``jax.lax.all_to_all``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jax_lossy_comm import (
+    BF16,
+    FP16,
+    MX4,
+    ExchangeConfig,
+    ExchangeStats,
+    FP8Rowwise,
+    FrameCodec,
+    Int8Rowwise,
+    compressed_all_to_all_with_stats,
+)
+from models.dlrm.configs import Config
+
+#: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
+#: no error bound; ``jax_lossy_comm.qcomm``) instead of the library's codec.
+QCOMM_CODECS = {
+    "int8-rowwise": Int8Rowwise(),
+    "bf16": BF16(),
+    "fp16": FP16(),
+    "fp8-rowwise": FP8Rowwise(),
+    "mx4": MX4(),
+}
+
+
+def exchange_config(
+    config: Config, *, topology: str, min_error_bound: float | None
+) -> ExchangeConfig | None:
+    """The run's ``ExchangeConfig``, built once from its ``Config`` (None: the exact exchange).
+
+    Args:
+      config: the run's Config: ``compression`` ("off": None; "auto" must be decided first),
+        ``codec`` (the library's codec name, "auto" = its choice, or a baseline of
+        ``QCOMM_CODECS``),
+        ``exchange_backward`` ("exact": the cotangents travel raw through the transposed
+        exchange; "compressed": that exchange is compressed too, with the same bounds) and
+        ``exchange_path`` (``jax_lossy_comm.resolve_path``; ignored by the baselines).
+      topology: ``"flat"`` (every block coded) or ``"hierarchical"`` (blocks for devices of
+        the own node exact, only the others coded), resolved (``mesh.resolve_topology``).
+      min_error_bound: static smallest relative bound the run's error bounds take; sizes the
+        frames of the dense (CPU) exchange (None: the library's default, 0.01). A bound below
+        it would send every step down the exact fallback.
+
+    Raises:
+      ValueError: an unknown ``exchange_path`` or ``topology`` (``ExchangeConfig``'s message),
+        ``compression`` "auto" (not decided yet).
+    """
+    if config.compression == "auto":
+        raise ValueError(
+            "compression 'auto' is decided before the exchange is built "
+            "(models.dlrm.cluster.exchange_probe.choose_exchange, which the trainer calls)"
+        )
+    if config.compression == "off":
+        return None
+    if config.codec in QCOMM_CODECS:
+        wire = QCOMM_CODECS[config.codec]
+    else:
+        wire = FrameCodec(mode="rel", codec=config.codec, min_error_bound=min_error_bound)
+    return ExchangeConfig(
+        wire,
+        wire if config.exchange_backward == "compressed" else None,
+        table_axis=1,
+        path=config.exchange_path,
+        topology=topology,
+    )
+
+
+def embedding_exchange(
+    pooled: jax.Array,
+    error_bound: jax.Array,
+    config: ExchangeConfig | None,
+    *,
+    axis_name: str | tuple[str, str],
+) -> tuple[jax.Array, ExchangeStats]:
+    """Forward all-to-all of pooled embeddings; the backward is the transposed exchange.
+
+    Call inside ``shard_map`` over ``axis_name`` (P devices).
+
+    Args:
+      pooled: float32[B, L, dim], this device's L local tables for the global batch B.
+      error_bound: float32[L], relative error bound (REL: ``eb_abs = eb_rel * (max - min)``
+        of each chunk) of each local table; traced, so changing it does not recompile.
+        Ignored by the exact exchange.
+      config: the run's ``exchange_config``: ``compressed_all_to_all`` with it, or None: the
+        exact ``jax.lax.all_to_all``.
+      axis_name: mesh axis of the exchange: ``"devices"``, or ``("nodes", "local")`` (the
+        statistics then split intra- and inter-node bytes; required by a hierarchical
+        ``config``).
+
+    Returns:
+      ``(y, stats)``: y float32[B / P, P * L, dim] (column ``d * L + j`` = slot j of device
+      d), and this device's ``jax_lossy_comm.ExchangeStats`` (the exact exchange reports raw
+      bytes and ratio 1, its intra- and inter-node bytes raw).
+    """
+    p = jax.lax.axis_size(axis_name)
+    raw_bytes = jnp.float32(pooled.size * pooled.dtype.itemsize)
+    if config is None:
+        y = jax.lax.all_to_all(pooled, axis_name, 0, 1, tiled=True)
+        stats = ExchangeStats.exact(
+            raw_bytes,
+            (p, pooled.shape[1]),
+            capacity_bytes=pooled.size * pooled.dtype.itemsize / p,
+            axis_name=axis_name,
+        )
+        return y, stats
+    return compressed_all_to_all_with_stats(
+        pooled, axis_name, 0, 1, tiled=True, error_bound=error_bound, config=config
+    )
