@@ -482,14 +482,10 @@ def _jax_cast_peers() -> list[Codec]:
     return out
 
 
-#: jax_lossy_comm's TorchRec/FBGEMM baselines: entry name -> codec class name in the library.
-JAX_QCOMM = {
-    "jax-qcomm-int8-rowwise": "Int8Rowwise",
-    "jax-qcomm-bf16": "BF16",
-    "jax-qcomm-fp16": "FP16",
-    "jax-qcomm-fp8-rowwise": "FP8Rowwise",
-    "jax-qcomm-mx4": "MX4",
-}
+#: jax_lossy_comm's TorchRec/FBGEMM baselines: entry name -> their name in the library's codec
+#: factory (``jax_lossy_comm.get_comm_codec``, ``codec_factory.BASELINES``; written out here
+#: so that importing this module needs no JAX).
+JAX_QCOMM = {f"jax-qcomm-{n}": n for n in ("int8-rowwise", "bf16", "fp16", "fp8-rowwise", "mx4")}
 
 
 def _jax_qcomm_peers() -> list[Codec]:
@@ -500,8 +496,8 @@ def _jax_qcomm_peers() -> list[Codec]:
     except Exception as e:  # noqa: BLE001
         return [unavailable(n, "jax-qcomm", False, _reason(e)) for n in JAX_QCOMM]
     out = []
-    for name, cls in JAX_QCOMM.items():
-        codec = getattr(jlc, cls)()
+    for name, precision in JAX_QCOMM.items():
+        codec = jlc.get_comm_codec(precision)
         out.append(
             jax_codec(
                 name,
@@ -512,7 +508,7 @@ def _jax_qcomm_peers() -> list[Codec]:
                 nbytes=lambda b: int(b.size * b.dtype.itemsize),
                 package=_version("jax_lossy_comm"),
                 eb_traced=False,
-                notes=f"jax_lossy_comm.{cls}() (TorchRec/FBGEMM definition), jitted",
+                notes=f"jax_lossy_comm.{type(codec).__name__}() (TorchRec/FBGEMM definition), jitted",
             )
         )
     return out

@@ -59,19 +59,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_util as bu
+from jax_lossy_comm.codec_factory import BASELINES
 from models.dlrm.metrics import MetricsLog, read_metrics
-from models.dlrm.pooled_all_to_all import QCOMM_CODECS
 
 DEFAULT_OUT = bu.RESULTS_DIR / "train_compare.json"
 RUNS = (
     "exact",
     "jlc-paper",
     "jlc-auto",
-    "int8-rowwise",
-    "bf16",
-    "fp16",
-    "fp8-rowwise",
-    "mx4",
+    *BASELINES,  # int8-rowwise, bf16, fp16, fp8-rowwise, mx4: jax_lossy_comm.get_comm_codec
     "jlc-paper-ar",
     "jlc-paper-ar-bf16",
 )
@@ -124,7 +120,7 @@ def run_flags(name: str, steps: int, early_stage_frac: float, preset: str = "kag
             "--eb-update-every",
             str(max(1, steps // 10)),
         ]
-    if name in QCOMM_CODECS:
+    if name in BASELINES:
         return ["--compression", "on", "--codec", name]
     raise ValueError(f"unknown run {name!r}; expected one of {RUNS}")
 

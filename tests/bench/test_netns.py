@@ -19,6 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import jax_lossy_comm as jlc
 from bench.reports import link_tables, report
 from bench.testbed import netns_bench as nb
 from bench.testbed import netns_results
@@ -142,6 +143,11 @@ def test_modes_and_baselines():
     assert netns_results.baseline("torchrec-dcn-fp16") == "torchrec-dcn-fp32"
     for _, qcomm in nb.TORCHREC_MODES.values():
         assert qcomm in torchrec_peer.QCOMMS
+    # TorchRec's precision names mean the same codec to the library's factory
+    for fwd, bwd in torchrec_peer.QCOMMS.values():
+        for precision in (fwd, bwd):
+            codec = jlc.get_comm_codec(precision)
+            assert (codec is None) == (precision == "FP32"), precision
 
 
 def test_speedups_pair_each_mode_with_its_baseline():

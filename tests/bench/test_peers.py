@@ -21,6 +21,7 @@ import pytest
 
 from bench import bench_util as bu
 from bench.codecs import codec_bench, quant_codes, registry
+from jax_lossy_comm.codec_factory import BASELINES
 
 DATA = Path(__file__).parents[3] / "shared" / "data"
 LIBRARY = tuple(f"jlc-{f}" for f in registry.LIBRARY_FORMS)
@@ -65,6 +66,7 @@ def test_registry_lists_every_codec_with_a_reason_when_unavailable(codecs):
         "memcpy",
     }
     assert expected <= set(codecs), expected - set(codecs)
+    assert tuple(registry.JAX_QCOMM.values()) == tuple(BASELINES)  # the factory's names
     assert {n for n, c in codecs.items() if c.error_bounded} == set(ERROR_BOUNDED)
     assert [n for n in codecs if n.startswith("jlc-")] == list(LIBRARY)  # the library once
     for c in codecs.values():
