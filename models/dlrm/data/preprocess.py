@@ -232,7 +232,7 @@ def convert(
     try:
         for k in range(len(done), len(paths)):
             path = paths[k]
-            header = ip._read_header(path) if data_format == "csv" else None
+            header = ip.read_header(path) if data_format == "csv" else None
             converter = ChunkConverter(path, data_format, table_rows, header, skip_bad_lines)
             if bar is not None:
                 bar.set_description(os.path.basename(path))
