@@ -3,7 +3,9 @@
 Grouped by what they measure (each entry point's ``--help`` lists its options):
 
 * ``bench.codecs``: the codec in isolation. ``codec_bench`` (the library's forms beside the
-  peer codecs of the one ``registry`` on the real dumps), ``codec_bench_gpu`` (GB/s on a GPU
+  peer codecs of the one ``registry`` on the real dumps; ``codec_targets`` its side-by-side
+  timings and targets; the entries: ``codec_entry``, ``peer_codecs``, ``jax_codecs``),
+  ``codec_bench_gpu`` (GB/s on a GPU
   beside a device copy), ``quant_codes`` (the quantization peer), ``pareto``,
   ``half_type_capacity``, ``dcn_pooled_stats``.
 * ``bench.training``: the exchange and training. ``exchange_bench`` (raw vs compressed
