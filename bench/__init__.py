@@ -10,7 +10,8 @@ Grouped by what they measure (each entry point's ``--help`` lists its options):
   ``half_type_capacity``, ``dcn_pooled_stats``.
 * ``bench.training``: the exchange and training. ``exchange_bench`` (raw vs compressed
   all-to-all), ``exchange_compile`` (compile time and program size), ``packed_padding``,
-  ``train_compare`` (DLRM training with every exchange side by side), ``torchrec_peer``
+  ``train_compare`` (DLRM training with every exchange side by side; ``fidelity`` its
+  statistics over seeds), ``torchrec_peer``
   (TorchRec's DLRM, in its own venv), ``input_bench`` (readers and shard loader).
 * ``bench.testbed``: the rate-limited testbed and the cluster model. ``netns_bench`` (DLRM
   step time over a limited link in network namespaces, root), ``netns_testbed`` (namespaces,
