@@ -49,7 +49,7 @@ import numpy as np
 
 from jax_lossy_comm.optional_deps import MissingDependencyError, import_optional
 from models.dlrm.data import input_pipeline as ip
-from models.dlrm.data.chunk_convert import BadLine, ChunkConverter, source_stat, text_chunks
+from models.dlrm.data.chunk_convert import BadLine, ChunkConverter
 from models.dlrm.data.shard_format import (
     COLUMNS,
     FORMAT,
@@ -65,6 +65,7 @@ from models.dlrm.data.shard_format import (
     verify_shards,
     write_manifest,
 )
+from models.dlrm.data.text_source import source_stat, text_chunks
 
 # ------------------------------------------------------------------------------------------
 # Conversion
