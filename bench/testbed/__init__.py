@@ -2,7 +2,8 @@
 
 ``netns_bench`` runs the trainer (and TorchRec) over a rate-limited link in network
 namespaces (root): one limited loopback, or two namespaces joined by a limited veth pair;
-``netns_testbed`` builds the namespaces and counts the bytes that cross; ``netns_results``
+``netns_testbed`` builds the namespaces and counts the bytes that cross (``link_counters``
+samples the counters during a run, per step); ``netns_results``
 turns a result into speedups; ``step_time_check`` scores the step-time model
 (``models.dlrm.cluster.step_time``) against the testbed and projects it to GPU clusters.
 """

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from bench import bench_util as bu
+from bench.testbed.link_counters import CounterSampler, per_step_bytes
 from bench.testbed.netns_results import (
     baseline,
     format_run,
@@ -74,10 +75,8 @@ from bench.testbed.netns_results import (
 )
 from bench.testbed.netns_testbed import (
     TESTBEDS,
-    CounterSampler,
     free_port,
     make_testbed,
-    per_step_bytes,
     rate_bits,
     resolve_testbed,
     why_unavailable,

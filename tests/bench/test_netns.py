@@ -21,8 +21,8 @@ import pytest
 
 import jax_lossy_comm as jlc
 from bench.reports import link_tables, report
+from bench.testbed import link_counters, netns_results
 from bench.testbed import netns_bench as nb
-from bench.testbed import netns_results
 from bench.testbed import netns_testbed as testbed
 from bench.training import torchrec_peer
 from models.dlrm import configs
@@ -84,18 +84,18 @@ def test_parse_net_dev_and_ss():
 def test_per_step_bytes_interpolates_the_counters():
     # link counter grows 100 bytes per second, in-process 10 per second, sampled each second
     samples = [(float(t), {"link": 100.0 * t, "inprocess": 10.0 * t}) for t in range(11)]
-    assert testbed.counter_at(samples, 2.5, "link") == 250.0
-    assert testbed.counter_at(samples, -1.0, "link") == 0.0  # clamped to the first sample
-    assert testbed.counter_at(samples, 99.0, "link") == 1000.0  # and to the last
+    assert link_counters.counter_at(samples, 2.5, "link") == 250.0
+    assert link_counters.counter_at(samples, -1.0, "link") == 0.0  # clamped to the first sample
+    assert link_counters.counter_at(samples, 99.0, "link") == 1000.0  # and to the last
     # intervals (start, end, steps): 200 bytes over 4 steps, 300 over 3 -> median of 50, 100
     ivs = [(1.0, 3.0, 4), (4.5, 7.5, 3), (8.0, 9.0, 1)]
-    assert testbed.per_step_bytes(samples, ivs, "link") == 100.0
-    assert testbed.per_step_bytes(samples, ivs, "inprocess") == 10.0
-    assert testbed.per_step_bytes(samples, [], "link") is None
-    assert testbed.per_step_bytes([], ivs, "link") is None
-    assert testbed.per_step_bytes(samples, ivs, "absent") is None
+    assert link_counters.per_step_bytes(samples, ivs, "link") == 100.0
+    assert link_counters.per_step_bytes(samples, ivs, "inprocess") == 10.0
+    assert link_counters.per_step_bytes(samples, [], "link") is None
+    assert link_counters.per_step_bytes([], ivs, "link") is None
+    assert link_counters.per_step_bytes(samples, ivs, "absent") is None
     with pytest.raises(ValueError):
-        testbed.counter_at([], 1.0, "link")
+        link_counters.counter_at([], 1.0, "link")
 
 
 # ------------------------------------------------------------------------------- modes, runs
