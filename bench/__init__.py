@@ -12,7 +12,8 @@ Grouped by what they measure (each entry point's ``--help`` lists its options):
   all-to-all), ``exchange_compile`` (compile time and program size), ``packed_padding``,
   ``train_compare`` (DLRM training with every exchange side by side; ``fidelity`` its
   statistics over seeds), ``torchrec_peer``
-  (TorchRec's DLRM, in its own venv), ``input_bench`` (readers and shard loader).
+  (TorchRec's DLRM, in its own venv; ``torchrec_data`` its data, ``torchrec_init`` its
+  initialization and Adagrad as the library's), ``input_bench`` (readers and shard loader).
 * ``bench.testbed``: the rate-limited testbed and the cluster model. ``netns_bench`` (DLRM
   step time over a limited link in network namespaces, root), ``netns_testbed`` (namespaces,
   links, counters), ``link_counters`` (the counters sampled during a run, per step),

@@ -20,7 +20,7 @@ written once: synthetic rows of the library's generator (``models.dlrm.data.synt
 ``--seed``) as Criteo text, converted by ``models.dlrm.data.preprocess`` into ``DIR/train`` (steps
 x batch rows) and ``DIR/eval`` (``--eval-rows`` held-out rows of the generator's evaluation
 stream); the trainer reads them with ``--data/--eval-data`` in file order (``--shuffle-block-rows 0``),
-TorchRec with ``torchrec_peer.ShardReader`` in the same order. Without, the trainer uses its built-in generator.
+TorchRec with ``torchrec_data.ShardReader`` in the same order. Without, the trainer uses its built-in generator.
 
 For each rate, round and mode the benchmark reports the median step time after the first
 logging interval (compile / warm-up), samples/s, bytes moved per step, link bytes per step,
@@ -439,7 +439,7 @@ def run_pair(testbed, mode: str, out_dir: Path, args) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- the run
 def _prepare_data(args, work: Path) -> None:
     """Sets ``args.shard_dirs`` (and ``args.peer_config``) when the runs read shards."""
-    from bench.training import torchrec_peer
+    from bench.training import torchrec_data
     from models.dlrm import configs
 
     args.shard_dirs = None
@@ -455,7 +455,7 @@ def _prepare_data(args, work: Path) -> None:
     print(f"# data: shards in {target} ({time.perf_counter() - t0:.0f} s)", flush=True)
     if any(m in TORCHREC_MODES for m in args.modes):
         args.peer_config = str(target / "peer_config.json")
-        Path(args.peer_config).write_text(json.dumps(torchrec_peer.peer_config(config)))
+        Path(args.peer_config).write_text(json.dumps(torchrec_data.peer_config(config)))
 
 
 def run(args) -> dict[str, Any]:
