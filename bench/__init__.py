@@ -17,8 +17,8 @@ Grouped by what they measure (each entry point's ``--help`` lists its options):
 * ``bench.testbed``: the rate-limited testbed and the cluster model. ``netns_bench`` (DLRM
   step time over a limited link in network namespaces, root), ``netns_testbed`` (namespaces,
   links, counters), ``link_counters`` (the counters sampled during a run, per step),
-  ``netns_results`` (speedups), ``step_time_check`` (the step-time model against the testbed,
-  and its projections).
+  ``netns_results`` (speedups), ``step_time_check`` (the step-time model against the testbed;
+  ``step_time_inputs`` its inputs, ``step_time_projections`` its GPU cluster projections).
 * ``bench.reports``: ``report`` (runs the benchmarks, renders every table and figure;
   ``--report-only`` re-renders), ``codec_tables`` and ``link_tables`` (its Markdown tables),
   ``figures`` (plots), ``plot_schedules`` (the error-bound schedules figure).
