@@ -15,7 +15,8 @@ Grouped by what they measure (each entry point's ``--help`` lists its options):
   (TorchRec's DLRM, in its own venv; ``torchrec_data`` its data, ``torchrec_init`` its
   initialization and Adagrad as the library's), ``input_bench`` (readers and shard loader).
 * ``bench.testbed``: the rate-limited testbed and the cluster model. ``netns_bench`` (DLRM
-  step time over a limited link in network namespaces, root), ``netns_testbed`` (namespaces,
+  step time over a limited link in network namespaces, root; ``synthetic_shards`` the data its
+  runs share, ``run_summary`` one run's summary), ``netns_testbed`` (namespaces,
   links, counters), ``link_counters`` (the counters sampled during a run, per step),
   ``netns_results`` (speedups), ``step_time_check`` (the step-time model against the testbed;
   ``step_time_inputs`` its inputs, ``step_time_projections`` its GPU cluster projections).

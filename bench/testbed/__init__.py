@@ -1,7 +1,8 @@
 """The rate-limited testbed and the cluster model checked against it.
 
 ``netns_bench`` runs the trainer (and TorchRec) over a rate-limited link in network
-namespaces (root): one limited loopback, or two namespaces joined by a limited veth pair;
+namespaces (root): one limited loopback, or two namespaces joined by a limited veth pair
+(``synthetic_shards`` writes the data its runs share, ``run_summary`` sums up one run);
 ``netns_testbed`` builds the namespaces and counts the bytes that cross (``link_counters``
 samples the counters during a run, per step); ``netns_results``
 turns a result into speedups; ``step_time_check`` scores the step-time model

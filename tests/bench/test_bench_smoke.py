@@ -18,7 +18,7 @@ import pytest
 from bench import bench_util as bu
 from bench.codecs import codec_targets, jax_codecs, pareto
 from bench.reports import codec_tables, report
-from bench.testbed import netns_bench, netns_results, netns_testbed
+from bench.testbed import netns_results, netns_testbed, run_summary
 from bench.training import train_compare
 from models.dlrm import metrics
 
@@ -300,7 +300,7 @@ def test_trainer_metrics_summaries(tmp_path):
     p = tmp_path / "metrics.jsonl"
     p.write_text("".join(metrics.to_json(r) + "\n" for r in recs))
     log = metrics.read_metrics(p)
-    s = netns_bench.summarize(log)
+    s = run_summary.summarize(log)
     assert s["intervals"] == 2 and s["step_times_s"] == [1.0, 2.0]
     assert s["step_time_s"] == 1.5 and s["moved_bytes_per_step"] == 10.0
     assert s["samples_per_s"] == 1024 / 1.5

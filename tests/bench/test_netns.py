@@ -21,7 +21,7 @@ import pytest
 
 import jax_lossy_comm as jlc
 from bench.reports import link_tables, report
-from bench.testbed import link_counters, netns_results
+from bench.testbed import link_counters, netns_results, synthetic_shards
 from bench.testbed import netns_bench as nb
 from bench.testbed import netns_testbed as testbed
 from bench.training import torchrec_data, torchrec_peer
@@ -298,7 +298,7 @@ def shard_data(tmp_path_factory):
     config = configs.get_config("tiny")
     config.seed = 3
     d = tmp_path_factory.mktemp("two_node_data")
-    return config, nb.write_synthetic_shards(d, config, 700, 300)
+    return config, synthetic_shards.write_synthetic_shards(d, config, 700, 300)
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +307,7 @@ def multi_hot_data(tmp_path_factory):
     config = configs.get_config("dcnv2_small")
     config.seed, config.max_ind_range = 5, 500
     d = tmp_path_factory.mktemp("two_node_multi_hot")
-    return config, nb.write_synthetic_shards(d, config, 600, 200)
+    return config, synthetic_shards.write_synthetic_shards(d, config, 600, 200)
 
 
 def _flat(ids: np.ndarray, bag_sizes) -> np.ndarray:
@@ -329,7 +329,7 @@ def test_synthetic_shards_hold_the_generator_rows(shard_data):
         np.testing.assert_allclose(got["dense"], want["dense"], rtol=1e-6, atol=0)
     # written once: a second call with the same settings keeps the folders
     before = os.stat(os.path.join(dirs["train"], "manifest.json")).st_mtime_ns
-    nb.write_synthetic_shards(os.path.dirname(dirs["train"]), config, 700, 300)
+    synthetic_shards.write_synthetic_shards(os.path.dirname(dirs["train"]), config, 700, 300)
     assert os.stat(os.path.join(dirs["train"], "manifest.json")).st_mtime_ns == before
 
 
@@ -366,7 +366,7 @@ def test_multi_hot_shards_need_the_mlperf_rule(tmp_path):
     config = configs.get_config("dcnv2_small")
     config.synthetic_multi_hot_rule = "independent"
     with pytest.raises(ValueError, match="'mlperf'"):
-        nb.write_synthetic_shards(tmp_path, config, 10, 10)
+        synthetic_shards.write_synthetic_shards(tmp_path, config, 10, 10)
 
 
 @pytest.mark.parametrize("procs", [1, 2])
