@@ -4,10 +4,10 @@ Grouped by what they measure (each entry point's ``--help`` lists its options):
 
 * ``bench.codecs``: the codec in isolation. ``codec_bench`` (the library's forms beside the
   peer codecs of the one ``registry`` on the real dumps; ``codec_targets`` its side-by-side
-  timings and targets; the entries: ``codec_entry``, ``peer_codecs``, ``jax_codecs``),
-  ``codec_bench_gpu`` (GB/s on a GPU
-  beside a device copy), ``quant_codes`` (the quantization peer), ``pareto``,
-  ``half_type_capacity``, ``dcn_pooled_stats``.
+  timings and targets, ``codec_rows`` its rows' bound verdicts; the entries: ``codec_entry``,
+  ``peer_codecs``, ``jax_codecs``), ``codec_bench_gpu`` (GB/s on a GPU beside a device copy),
+  ``quant_codes`` (the quantization peer), ``pareto``, ``half_type_capacity``,
+  ``dcn_pooled_stats``.
 * ``bench.training``: the exchange and training. ``exchange_bench`` (raw vs compressed
   all-to-all), ``exchange_compile`` (compile time and program size), ``packed_padding``,
   ``train_compare`` (DLRM training with every exchange side by side; ``fidelity`` its
@@ -25,5 +25,6 @@ Grouped by what they measure (each entry point's ``--help`` lists its options):
   ``figures`` (plots), ``plot_schedules`` (the error-bound schedules figure).
 
 ``bench_util`` holds what every group shares (timing, dumps, environment record, JSON);
+``trainer_runs`` the trainer's command and environment as the training benchmarks run it;
 ``gpu_check.sh`` is the one-shot GPU check; ``results/`` the committed JSON and Markdown.
 """

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from bench import bench_util as bu
-from bench.codecs import codec_entry, jax_codecs, quant_codes, registry
+from bench.codecs import codec_entry, codec_rows, jax_codecs, quant_codes, registry
 from bench.codecs.codec_targets import PEER, check_targets, side_by_side
 
 DEFAULT_EB_RELS = (0.01, 0.03, 0.05)
@@ -282,17 +282,17 @@ def run(
 def format_table(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     """Plain-text table: codec, ratio, max_err/eb_abs, compress and decompress GB/s, bound.
 
-    bound: `bench_util.bound_label`; skipped and failed codecs say so (`bench_util.not_run`).
+    bound: `codec_rows.bound_label`; skipped and failed codecs say so (`codec_rows.not_run`).
     """
     head = f"{'codec':<22} {'ratio':>9} {'maxerr/eb':>10} {'comp GB/s':>10} {'dec GB/s':>9}  bound"
     lines = [title, head, "-" * len(head)] if title else [head, "-" * len(head)]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"{r['codec']:<22} {bu.not_run(r)}")
+            lines.append(f"{r['codec']:<22} {codec_rows.not_run(r)}")
             continue
         lines.append(
             f"{r['codec']:<22} {r['ratio']:>9.2f} {r['max_err_over_eb']:>10.4f} "
-            f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {bu.bound_label(r)}"
+            f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {codec_rows.bound_label(r)}"
         )
     return "\n".join(lines) + "\n"
 

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_util as bu
+from bench import trainer_runs
 from bench.testbed.link_counters import CounterSampler, per_step_bytes
 from bench.testbed.netns_results import (
     baseline,
@@ -145,7 +146,7 @@ def train_cmd(
     if getattr(args, "shard_dirs", None):
         data = ["--data", args.shard_dirs["train"], "--eval-data", args.shard_dirs["eval"]]
         data += ["--shuffle-block-rows", "0"]  # file order, as the TorchRec peer reads
-    return bu.trainer_cmd(
+    return trainer_runs.trainer_cmd(
         out_dir,
         args,
         *("--devices", str(args.devices_per_process), "--eval-every", "0"),
@@ -215,7 +216,7 @@ def run_pair(testbed, mode: str, out_dir: Path, args) -> dict[str, Any]:
     torchrec = mode in TORCHREC_MODES
     envs, cmds = [], []
     for i in range(2):
-        env = bu.trainer_env()
+        env = trainer_runs.trainer_env()
         if torchrec:
             env.update(MASTER_ADDR=testbed.address, MASTER_PORT=str(port))
             env["GLOO_SOCKET_IFNAME"] = testbed.gloo_ifname(i)

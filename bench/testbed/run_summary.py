@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import bench_util as bu
+from bench.trainer_runs import interval_steps
 from models.dlrm.metrics import MetricsLog
 
 
@@ -24,7 +24,7 @@ def timing(records: Sequence[Any], global_batch: int) -> dict[str, Any]:
     """Step times of one run from its logging intervals (objects with ``step`` and
     ``samples_per_s``): the first interval (jit compile, warm-up) is dropped; the step time
     is ``global_batch / samples_per_s`` of each later interval, median over them."""
-    steps_in = bu.interval_steps([r.step for r in records])
+    steps_in = interval_steps([r.step for r in records])
     timed = list(records[1:] if len(records) > 1 else records)
     n_timed = steps_in[1:] if len(records) > 1 else steps_in
     step_s = [global_batch / r.samples_per_s for r in timed if r.samples_per_s]

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_util as bu
+from bench import trainer_runs
 from bench.training.fidelity import (
     AUC_TOLERANCE,
     fidelity_targets,
@@ -140,7 +141,7 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
       all-reduce, all devices), ``allreduce_fallback_steps``.
     """
     train, final = log.train, log.final
-    tot = sum(bu.interval_steps([r.step for r in train])) or 1
+    tot = sum(trainer_runs.interval_steps([r.step for r in train])) or 1
     moved = sum(r.moved_bytes for r in train) / tot
     raw = sum(r.raw_bytes for r in train) / tot
     frame = sum(r.frame_bytes for r in train) / tot
@@ -184,7 +185,7 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
     else:
         out = workdir / name / f"seed{seed}"
         args = argparse.Namespace(**{**vars(args), "seed": seed})
-    cmd = bu.trainer_cmd(
+    cmd = trainer_runs.trainer_cmd(
         out,
         args,
         *("--devices", str(args.devices), "--eval-every", str(args.eval_every)),
@@ -198,7 +199,7 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
         old = json.loads(kept.read_text())
         if old.get("status") == "ok" and old.get("flags") == cmd[3:]:
             return old
-    env = bu.trainer_env()
+    env = trainer_runs.trainer_env()
     t0 = time.perf_counter()
     try:
         p = subprocess.run(

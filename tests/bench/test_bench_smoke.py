@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from bench import bench_util as bu
+from bench import trainer_runs
 from bench.codecs import codec_targets, jax_codecs, pareto
 from bench.reports import codec_tables, report
 from bench.testbed import netns_results, netns_testbed, run_summary
@@ -311,7 +312,9 @@ def test_trainer_metrics_summaries(tmp_path):
     assert m["exchange_ratio"] == 4.0 and m["curves"]["eval_auc"] == [0.61]
     assert m["curves"]["loss"] == [0.7, 0.6, 0.5] and m["final_step"] == 9
     assert m["samples_per_s"] == 1024.0
-    assert bu.interval_steps([3, 6, 9]) == [3, 3, 3] and bu.interval_steps([5, 5]) == [5, 1]
+    assert trainer_runs.interval_steps([3, 6, 9]) == [3, 3, 3] and trainer_runs.interval_steps(
+        [5, 5]
+    ) == [5, 1]
     assert "jlc-paper" in train_compare.RUNS
     assert train_compare.run_flags("jlc-auto", 100, 0.5)[-4:] == [
         "--eb-early-stage",

@@ -161,7 +161,7 @@ def test_run_one_returns_a_kept_result_of_the_same_command(tmp_path):
     args = _args(tmp_path)
     out = tmp_path / "exact" / "seed3"
     out.mkdir(parents=True)
-    flags = tc.bu.trainer_cmd(
+    flags = tc.trainer_runs.trainer_cmd(
         out,
         argparse.Namespace(**{**vars(args), "seed": 3}),
         *("--devices", "1", "--eval-every", "4"),
