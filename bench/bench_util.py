@@ -472,67 +472,6 @@ def env_line(result: dict[str, Any]) -> str:
     )
 
 
-def interval_steps(steps: Sequence[int]) -> list[int]:
-    """Steps in each logging interval, from the intervals' last steps (ascending): the first
-    counts from step 0; each counts at least 1."""
-    return [max(1, s - (steps[i - 1] if i else 0)) for i, s in enumerate(steps)]
-
-
-TRAINER = "models.dlrm.main"
-"""The DLRM trainer's module (``python -m TRAINER``), run by the training benchmarks."""
-
-
-def trainer_cmd(out_dir: str | os.PathLike[str], args: Any, *flags: str) -> list[str]:
-    """The trainer command of one run: this interpreter, ``-m TRAINER``, the options the
-    training benchmarks share (from ``args``: preset, steps, seed, log_every, eval_rows;
-    checkpoints and the progress bar off; outputs into ``out_dir``, where ``--restart``
-    removes an earlier run: the trainer resumes a workdir by default), then ``flags``."""
-    return [
-        sys.executable,
-        "-m",
-        TRAINER,
-        "--preset",
-        args.preset,
-        "--steps",
-        str(args.steps),
-        "--seed",
-        str(args.seed),
-        "--log-every",
-        str(args.log_every),
-        "--eval-rows",
-        str(args.eval_rows),
-        "--checkpoint-every",
-        "0",
-        "--no-progress",
-        "--restart",
-        "--out",
-        str(out_dir),
-        *flags,
-    ]
-
-
-def trainer_env() -> dict[str, str]:
-    """Environment for a trainer subprocess (``python -m TRAINER``): this
-    one's, with the repository on PYTHONPATH and XLA_FLAGS removed (``--devices`` decides)."""
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-# ---- codec result rows (the codec benchmark's tables and the report's)
-def bound_label(row: dict[str, Any]) -> str:
-    """`ok` within eb_abs; `exceeds` over it (the codec makes no bound promise); `VIOLATED` an
-    error-bounded codec over its bound."""
-    return "ok" if row["bound_ok"] else ("VIOLATED" if row["error_bounded"] else "exceeds")
-
-
-def not_run(row: dict[str, Any], width: int | None = None) -> str:
-    """Why a row has no measurement: its status and the skip reason or the error (its first
-    `width` characters)."""
-    return f"{row['status']}: {(row.get('skip_reason') or row.get('error', ''))[:width]}"
-
-
 def _json_default(o: Any) -> Any:
     if isinstance(o, (np.floating, np.integer)):
         return o.item()

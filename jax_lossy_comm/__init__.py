@@ -15,6 +15,7 @@ from jax_lossy_comm.allreduce import (
     error_feedback,
 )
 from jax_lossy_comm.codec import compress, decompress, decompress_with_status, frame_status
+from jax_lossy_comm.codec_factory import get_comm_codec
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
 from jax_lossy_comm.exchange import (
     ExchangeConfig,
@@ -65,6 +66,7 @@ __all__ = [
     "frame_capacity",
     "frame_info",
     "frame_status",
+    "get_comm_codec",
     "implementations",
     "describe_implementation",
     "make_layout",

@@ -10,6 +10,11 @@ runs every codec through the same layout, exchange, straight-through gradient an
 * ``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16`` and ``BF16`` (:mod:`jax_lossy_comm.qcomm`):
   TorchRec/FBGEMM's quantized communication, fixed size, no error bound; baselines for the
   benchmarks.
+* :func:`jax_lossy_comm.get_comm_codec` (:mod:`jax_lossy_comm.codec_factory`): any of them by
+  name (the codec's forms, the baselines, TorchRec's precision names).
+
+Vocabulary: *the codec* is the library's error-bounded frame codec (``xla_ffi``,
+:func:`jax_lossy_comm.compress`); :class:`FrameCodec` and the baselines are *CommCodecs*.
 
 References:
   S. Feng et al., "Accelerating Communication in Deep Learning Recommendation Model Training

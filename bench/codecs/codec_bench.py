@@ -18,7 +18,7 @@ Two suites, the same measurement (options override a suite's defaults):
   then side by side (``bench_util.time_interleaved``, so the noise of a shared machine hits
   both sides alike): the fixed-rate compress, its decompress and a jitted copy each against
   the numpy copy (small dumps also as a batch of chunks), ``auto`` against the peer; and
-  the codec targets checked on those ratios (pass/fail in the JSON).
+  the codec targets checked on those ratios (pass/fail in the JSON; ``codec_targets``).
 
 After a run into bench/results/ the report is re-rendered (``bench.reports.report``: RESULTS.md,
 codec.md, the other result pages, the figures).
@@ -48,15 +48,11 @@ from typing import Any
 import numpy as np
 
 from bench import bench_util as bu
-from bench.codecs import quant_codes, registry
+from bench.codecs import codec_entry, codec_rows, jax_codecs, quant_codes, registry
+from bench.codecs.codec_targets import PEER, check_targets, side_by_side
 
 DEFAULT_EB_RELS = (0.01, 0.03, 0.05)
 DEFAULT_TILE_BYTES = 32 << 20
-PEER = "quant-codes+zstd-1"  # the strongest simple peer: int8 codes + zstd level 1
-# The codec targets at REL 0.01 (minimum compression ratio per dump).
-RATIO_TARGETS = {"terabyte_table01": 21.0, "terabyte_table05": 1000.0, "terabyte_table08": 300.0}
-FIXED_MEMCPY_FRACTION = 0.25
-BATCH_BYTES = 512 << 10  # small dumps are also timed side by side as a batch this large
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +61,7 @@ class Suite:
 
     Attributes:
       codecs: registry names to run (None: all but memcpy).
-      library_capacity: frame capacity of the library's entries (`registry.CAPACITIES`).
+      library_capacity: frame capacity of the library's entries (`jax_codecs.CAPACITIES`).
       tile_bytes: tile every dump to at least this many bytes too (0: no tilings).
       side_by_side: time fixed vs memcpy and auto vs the peer interleaved, check the codec targets.
       repeats, budget_s: see `bench_util.time_fn`.
@@ -95,7 +91,7 @@ SUITES = {
         title="peer codecs",
     ),
     "targets": Suite(
-        codecs=(*(f"jlc-{f}" for f in registry.LIBRARY_FORMS), PEER, "memcpy"),
+        codecs=(*(f"jlc-{f}" for f in jax_codecs.LIBRARY_FORMS), PEER, "memcpy"),
         library_capacity="bound",
         tile_bytes=0,
         side_by_side=True,
@@ -111,7 +107,7 @@ SUITES = {
 # One measurement
 # --------------------------------------------------------------------------------------------
 def bench_codec(
-    codec: registry.Codec,
+    codec: codec_entry.Codec,
     x: np.ndarray,
     eb_abs: float,
     *,
@@ -178,152 +174,10 @@ def bench_codec(
 
 
 # --------------------------------------------------------------------------------------------
-# Side by side: fixed-rate vs copies, auto vs the peer, timed interleaved
-# --------------------------------------------------------------------------------------------
-def _jit_copy(xp: Any):
-    import jax
-    import jax.numpy as jnp
-
-    x = xp[0] if isinstance(xp, tuple) else jax.device_put(xp)
-    jcopy = jax.jit(jnp.copy)
-    return lambda: jcopy(x)
-
-
-def _fixed_vs_copy(fixed: registry.Codec, x: np.ndarray, eb_abs: float, budget_s: float):
-    xp = fixed.prepare(x)
-    blob = bu.block(fixed.compress(xp, eb_abs))
-    out: dict[str, Any] = {"rounds": {}}
-    for name, fn in (
-        ("compress", lambda: fixed.compress(xp, eb_abs)),
-        ("decompress", lambda: fixed.decompress(blob, x.shape)),
-        ("jit_copy", _jit_copy(xp)),
-    ):  # pairwise: each keeps its inputs in cache
-        t = bu.time_interleaved({name: fn, "memcpy": x.copy}, budget_s=budget_s / 3)
-        out[f"{name}_over_memcpy"] = t["memcpy"].median_s / t[name].median_s
-        out[f"{name}_median_s"], out["memcpy_median_s"] = t[name].median_s, t["memcpy"].median_s
-        out["rounds"][name] = len(t[name].times_s)
-    return out
-
-
-def paired_fixed_vs_copy(
-    fixed: registry.Codec, x: np.ndarray, eb_abs: float, budget_s: float
-) -> dict[str, Any]:
-    """Fixed-rate compress/decompress, numpy copy and jitted copy of x, timed interleaved.
-
-    A dump smaller than BATCH_BYTES is also timed as that many bytes of copies of itself in one
-    call (leading batch dimension), as the exchange compresses tables x peers chunks at once.
-    """
-    out = _fixed_vs_copy(fixed, x, eb_abs, budget_s)
-    if x.nbytes < BATCH_BYTES:
-        reps = -(-BATCH_BYTES // x.nbytes)
-        batch = np.tile(x[None], (reps, 1, 1))
-        out["batched"] = dict(chunks=reps, **_fixed_vs_copy(fixed, batch, eb_abs, budget_s))
-    return out
-
-
-def paired_auto_vs_peer(
-    auto: registry.Codec, peer: registry.Codec, x: np.ndarray, eb_abs: float, budget_s: float
-) -> dict[str, Any]:
-    """``codec="auto"`` and the peer, compress and decompress, each pair timed interleaved."""
-    xa, xp = auto.prepare(x), peer.prepare(x)
-    blob_a, blob_p = bu.block(auto.compress(xa, eb_abs)), peer.compress(xp, eb_abs)
-    out: dict[str, Any] = {}
-    for side, fa, fp in (
-        ("compress", lambda: auto.compress(xa, eb_abs), lambda: peer.compress(xp, eb_abs)),
-        (
-            "decompress",
-            lambda: auto.decompress(blob_a, x.shape),
-            lambda: peer.decompress(blob_p, x.shape),
-        ),
-    ):
-        t = bu.time_interleaved({"auto": fa, "peer": fp}, budget_s=budget_s / 2)
-        out[f"{side}_auto_over_peer"] = t["peer"].median_s / t["auto"].median_s
-    return out
-
-
-def side_by_side(
-    codecs: Sequence[registry.Codec], x: np.ndarray, eb_abs: float, budget_s: float
-) -> dict[str, Any]:
-    """The interleaved timings of one (dump, bound) that the codecs present allow."""
-    by = {c.name: c for c in codecs if c.available}
-    out: dict[str, Any] = {}
-    if "jlc-fixed" in by:
-        out.update(paired_fixed_vs_copy(by["jlc-fixed"], x, eb_abs, budget_s))
-    if "jlc-auto" in by and PEER in by:
-        out.update(paired_auto_vs_peer(by["jlc-auto"], by[PEER], x, eb_abs, budget_s))
-    return out
-
-
-def _find(rows, dump, eb_rel, codec):
-    for r in rows:
-        if (r["dump"], r["eb_rel"], r["codec"], r["status"]) == (dump, eb_rel, codec, "ok"):
-            return r
-    return None
-
-
-def _check(dump: str, what: str, value: float, target: float, **kw) -> dict[str, Any]:
-    return dict(dump=dump, what=what, value=value, target=target, ok=value >= target) | kw
-
-
-def check_targets(
-    rows: list[dict[str, Any]], paired: Sequence[dict[str, Any]] = ()
-) -> list[dict[str, Any]]:
-    """The codec's acceptance targets at REL 0.01, each with the measured value and pass/fail.
-
-    The speed checks use the side-by-side times in `paired` where present, else the ratio of
-    the separately timed GB/s.
-    """
-    checks = []
-    side = {p["dump"]: p for p in paired if p["eb_rel"] == 0.01}
-    for dump in sorted({r["dump"] for r in rows}):
-        auto, peer = _find(rows, dump, 0.01, "jlc-auto"), _find(rows, dump, 0.01, PEER)
-        fixed, copy = _find(rows, dump, 0.01, "jlc-fixed"), _find(rows, dump, 0.01, "memcpy")
-        if auto is None:
-            continue
-        if dump in RATIO_TARGETS:
-            checks.append(_check(dump, "ratio auto >= target", auto["ratio"], RATIO_TARGETS[dump]))
-        if peer:
-            checks.append(
-                _check(dump, "ratio auto / int8+zstd-1", auto["ratio"] / peer["ratio"], 1.0)
-            )
-            for d in ("compress", "decompress"):
-                pair = side.get(dump, {}).get(f"{d}_auto_over_peer")
-                v = pair if pair is not None else auto[f"{d}_gbps"] / peer[f"{d}_gbps"]
-                what = f"{d} speed auto / int8+zstd-1" + (" (side by side)" if pair else "")
-                checks.append(_check(dump, what, v, 1.0))
-        for d in ("compress", "decompress"):
-            if f"{d}_over_memcpy" in side.get(dump, {}):
-                p = side[dump]
-                what = f"{d} speed fixed / memcpy (side by side)"
-                checks.append(
-                    _check(dump, what, p[f"{d}_over_memcpy"], FIXED_MEMCPY_FRACTION, note=_note(p))
-                )
-            elif fixed and copy:
-                v = fixed[f"{d}_gbps"] / copy[f"{d}_gbps"]
-                checks.append(_check(dump, f"{d} speed fixed / memcpy", v, FIXED_MEMCPY_FRACTION))
-    for r in rows:
-        if r["status"] == "ok" and r["family"] == "jax_lossy_comm" and r["max_err_over_eb"] > 1.0:
-            what = f"{r['codec']} bound at REL {r['eb_rel']}"
-            checks.append(_check(r["dump"], what, r["max_err_over_eb"], 1.0, ok=False))
-    return checks
-
-
-def _note(p: dict[str, Any]) -> str:
-    note = f"jitted copy: {p['jit_copy_over_memcpy']:.3g} x memcpy"
-    if "batched" in p:
-        b = p["batched"]
-        note += (
-            f"; {b['chunks']} chunks per call: compress {b['compress_over_memcpy']:.3g}, "
-            f"decompress {b['decompress_over_memcpy']:.3g} x memcpy"
-        )
-    return note
-
-
-# --------------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------------
 def run(
-    codecs: Sequence[registry.Codec],
+    codecs: Sequence[codec_entry.Codec],
     *,
     dump_names: Sequence[str] | None = None,
     eb_rels: Sequence[float] = DEFAULT_EB_RELS,
@@ -428,17 +282,17 @@ def run(
 def format_table(rows: Sequence[dict[str, Any]], title: str = "") -> str:
     """Plain-text table: codec, ratio, max_err/eb_abs, compress and decompress GB/s, bound.
 
-    bound: `bench_util.bound_label`; skipped and failed codecs say so (`bench_util.not_run`).
+    bound: `codec_rows.bound_label`; skipped and failed codecs say so (`codec_rows.not_run`).
     """
     head = f"{'codec':<22} {'ratio':>9} {'maxerr/eb':>10} {'comp GB/s':>10} {'dec GB/s':>9}  bound"
     lines = [title, head, "-" * len(head)] if title else [head, "-" * len(head)]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"{r['codec']:<22} {bu.not_run(r)}")
+            lines.append(f"{r['codec']:<22} {codec_rows.not_run(r)}")
             continue
         lines.append(
             f"{r['codec']:<22} {r['ratio']:>9.2f} {r['max_err_over_eb']:>10.4f} "
-            f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {bu.bound_label(r)}"
+            f"{r['compress_gbps']:>10.3f} {r['decompress_gbps']:>9.3f}  {codec_rows.bound_label(r)}"
         )
     return "\n".join(lines) + "\n"
 
@@ -459,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--codecs", nargs="+", default=None, help="registry names to run")
     ap.add_argument("--no-library", action="store_true", help="leave out the jlc-* entries")
     ap.add_argument(
-        "--library-capacity", choices=registry.CAPACITIES, default=None, help="frame capacity"
+        "--library-capacity", choices=jax_codecs.CAPACITIES, default=None, help="frame capacity"
     )
     ap.add_argument("--data", default=None, help="shared data folder (default ../shared/data)")
     ap.add_argument("--warmup", type=int, default=2)

@@ -14,7 +14,7 @@ the JSON says so.
 Why apart from ``bench.codecs.codec_bench`` (the CPU benchmark of the registry's codecs, one call per
 timing): a GPU call of a few microseconds is dominated by launch and dispatch, so this one
 times many side-effecting FFI calls inside one jitted function, on batches of hundreds of MB,
-against a device copy. It runs the registry's library forms (``registry.LIBRARY_FORMS``, plus
+against a device copy. It runs the registry's library forms (``jax_codecs.LIBRARY_FORMS``, plus
 ``raw``) and the shared timing helpers of ``bench.bench_util``.
 
 Timing: each measured call is issued ``repeats`` times inside one jitted function (the FFI calls
@@ -60,7 +60,7 @@ import numpy as np
 
 import jax_lossy_comm as jlc
 from bench import bench_util as bu
-from bench.codecs.registry import LIBRARY_FORMS
+from bench.codecs.jax_codecs import LIBRARY_FORMS
 from jax_lossy_comm import implementations
 from jax_lossy_comm.frame import CODECS, MODES, frame_capacity, frame_info
 

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from bench import bench_util as bu
-from bench.codecs import pareto
+from bench.codecs import codec_rows, pareto
 
 
 def gbps_text(x: float) -> str:
@@ -140,9 +140,9 @@ def codec_table(peers: dict[str, Any], dump: str, eb_rel: float) -> str:
     ]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"| {r['codec']} | {bu.not_run(r, 80)} | | | | | |")
+            lines.append(f"| {r['codec']} | {codec_rows.not_run(r, 80)} | | | | | |")
             continue
-        bound = bu.bound_label(r)
+        bound = codec_rows.bound_label(r)
         lines.append(
             f"| {'**' + r['codec'] + '**' if r['codec'] == 'jlc-auto' else r['codec']} "
             f"| {r['ratio']:.2f} | {r['max_err_over_eb']:.4f} | "

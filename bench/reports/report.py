@@ -61,7 +61,7 @@ from bench.reports.link_tables import (
     two_node_markdown,
 )
 from bench.testbed import netns_results
-from bench.training import train_compare
+from bench.training import fidelity, train_compare
 
 REPO = bu.REPO_ROOT
 RESULTS = bu.RESULTS_DIR
@@ -270,7 +270,7 @@ def render(results: Path = RESULTS) -> int:
         print(f"wrote {results / 'codec.md'}")
     pages = [(results / j, results / md, f) for j, md, f in TESTBED_PAGES]
     pages += [
-        (j, j.with_suffix(".md"), train_compare.fidelity_markdown)
+        (j, j.with_suffix(".md"), fidelity.fidelity_markdown)
         for j in sorted(results.glob("fidelity_*.json"))
     ]
     for src, page, render_page in pages:

@@ -2,7 +2,9 @@
 TorchRec beside it.
 
 The testbeds (network namespaces joined by a rate-limited link, and the link counters) are
-in ``bench.testbed.netns_testbed``; the speedups and summaries of a result in ``bench.testbed.netns_results``.
+in ``bench.testbed.netns_testbed``; the shared data in ``bench.testbed.synthetic_shards``; one
+run's summary (step times, bytes, AUC) in ``bench.testbed.run_summary``; the speedups and
+summaries of a result in ``bench.testbed.netns_results``.
 
 Modes (``--modes``): the library trainer's exchanges (``exact``: ``jax.lax.all_to_all``;
 ``compressed*``: ``jax_lossy_comm.compressed_all_to_all``, paper tiers + schedule;
@@ -20,7 +22,7 @@ written once: synthetic rows of the library's generator (``models.dlrm.data.synt
 ``--seed``) as Criteo text, converted by ``models.dlrm.data.preprocess`` into ``DIR/train`` (steps
 x batch rows) and ``DIR/eval`` (``--eval-rows`` held-out rows of the generator's evaluation
 stream); the trainer reads them with ``--data/--eval-data`` in file order (``--shuffle-block-rows 0``),
-TorchRec with ``torchrec_peer.ShardReader`` in the same order. Without, the trainer uses its built-in generator.
+TorchRec with ``torchrec_data.ShardReader`` in the same order. Without, the trainer uses its built-in generator.
 
 For each rate, round and mode the benchmark reports the median step time after the first
 logging interval (compile / warm-up), samples/s, bytes moved per step, link bytes per step,
@@ -50,21 +52,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
-
 from bench import bench_util as bu
+from bench import trainer_runs
+from bench.testbed.link_counters import CounterSampler, per_step_bytes
 from bench.testbed.netns_results import (
     baseline,
     format_run,
@@ -74,15 +73,15 @@ from bench.testbed.netns_results import (
 )
 from bench.testbed.netns_testbed import (
     TESTBEDS,
-    CounterSampler,
     free_port,
     make_testbed,
-    per_step_bytes,
     rate_bits,
     resolve_testbed,
     why_unavailable,
 )
-from models.dlrm.metrics import MetricsLog, read_metrics
+from bench.testbed.run_summary import summarize, summarize_torchrec, timing
+from bench.testbed.synthetic_shards import write_synthetic_shards
+from models.dlrm.metrics import read_metrics
 
 DEFAULT_OUT = bu.RESULTS_DIR / "netns.json"
 DEFAULT_RATES = ("1gbit", "10gbit")
@@ -138,88 +137,6 @@ TORCHREC_MODES = {
 }
 
 
-# ------------------------------------------------------------------------------------ data
-_MADE = "synthetic.json"  # what a shard folder of write_synthetic_shards holds
-
-
-def synthetic_text(gen, rows: int, stream: str, chunk: int = 8192) -> bytes:
-    """``rows`` rows of a ``models.dlrm.data.synthetic.SyntheticCriteo`` stream as Criteo text
-    (label, 13 integer counts, 26 8-hex-digit ids, tab-separated): the counts are the
-    generator's (``expm1`` of its ``log1p`` features, rounded), the ids its ids (a bag's
-    first id with multi-hot bags), so ``models.dlrm.data.preprocess`` gives back the generator's
-    rows (their one-hot part)."""
-    lines = []
-    for i in range((rows + chunk - 1) // chunk):
-        b = gen.batch(i, min(chunk, rows - i * chunk), stream)
-        counts = np.rint(np.expm1(b["dense"].astype(np.float64))).astype(np.int64)
-        for lab, c, ids in zip(b["label"], counts, b["ids"][:, :, 0]):
-            lines.append("\t".join([str(int(lab)), *map(str, c), *(f"{int(x):08x}" for x in ids)]))
-    return ("\n".join(lines) + "\n").encode()
-
-
-def write_synthetic_shards(
-    directory: str | os.PathLike[str], config, train_rows: int, eval_rows: int
-) -> dict[str, str]:
-    """Writes the shared data of a benchmark once: ``directory/train`` (``train_rows`` rows
-    of the synthetic generator's training stream) and ``directory/eval`` (``eval_rows`` rows
-    of its evaluation stream), binary shards of ``models.dlrm.data.preprocess`` hashed into
-    ``config.table_rows()``, of the generator the trainer's built-in data uses for ``config``
-    (``models.dlrm.data.sources.synthetic_generator``: its seed, Zipf exponent, bags and teacher;
-    drawn in chunks of ``synthetic_text``, not the trainer's batches). Multi-hot
-    bags (``config.bag_sizes()`` > 1, MLPerf's rule) are written as the generator makes them:
-    the text carries each bag's first id, ``models.dlrm.data.shards.write_multi_hot`` adds the
-    ids fixed per that id (``sum(bag_sizes)`` ids per row, no padding). Folders that already
-    hold a finished conversion of the same rows are kept.
-
-    Returns:
-      ``{"train": path, "eval": path}``.
-
-    Raises:
-      ValueError: multi-hot bags under the ``independent`` rule (their other ids are drawn,
-        not a function of the first, so the shard format cannot carry them from text).
-    """
-    from models.dlrm.data import preprocess, shards
-    from models.dlrm.data import sources as data
-
-    rows, bags = config.table_rows(), config.bag_sizes()
-    multi_hot = max(bags) > 1
-    if multi_hot and config.synthetic_multi_hot_rule != "mlperf":
-        raise ValueError(
-            "shards of multi-hot bags need synthetic_multi_hot_rule 'mlperf', the config has "
-            f"{config.synthetic_multi_hot_rule!r}"
-        )
-    gen = data.synthetic_generator(config)
-    out = {}
-    for name, n, stream in (("train", train_rows, "train"), ("eval", eval_rows, "eval")):
-        d = Path(directory) / name
-        out[name] = str(d)
-        made = {"generator": "models.dlrm.data.synthetic.SyntheticCriteo", "stream": stream,
-                "rows": n, "seed": config.seed, "table_rows": list(rows),
-                "zipf_a": config.synthetic_zipf_a, "bag_sizes": list(bags),
-                "multi_hot_rule": config.synthetic_multi_hot_rule}  # fmt: skip
-        try:
-            if json.loads((d / _MADE).read_text()) == made:
-                preprocess.verify_shards(str(d), preprocess.read_manifest(str(d)), checksums=False)
-                continue
-        except (OSError, ValueError):
-            pass
-        shutil.rmtree(d, ignore_errors=True)
-        one_hot = d.with_name(f"{name}_one_hot") if multi_hot else d
-        shutil.rmtree(one_hot, ignore_errors=True)
-        one_hot.mkdir(parents=True)
-        text = one_hot / f"{name}.txt"
-        text.write_bytes(synthetic_text(gen, n, stream))
-        preprocess.convert(
-            [str(text)], str(one_hot), data_format="terabyte", table_rows=rows, progress=False
-        )
-        text.unlink()
-        if multi_hot:
-            shards.write_multi_hot(str(one_hot), str(d), bags, seed=config.seed)
-            shutil.rmtree(one_hot)
-        (d / _MADE).write_text(json.dumps(made))
-    return out
-
-
 # ---------------------------------------------------------------------------------- one run
 def train_cmd(
     out_dir: Path, mode: str, process_id: int, port: int, args, host: str = "127.0.0.1"
@@ -229,7 +146,7 @@ def train_cmd(
     if getattr(args, "shard_dirs", None):
         data = ["--data", args.shard_dirs["train"], "--eval-data", args.shard_dirs["eval"]]
         data += ["--shuffle-block-rows", "0"]  # file order, as the TorchRec peer reads
-    return bu.trainer_cmd(
+    return trainer_runs.trainer_cmd(
         out_dir,
         args,
         *("--devices", str(args.devices_per_process), "--eval-every", "0"),
@@ -250,91 +167,6 @@ def torchrec_cmd(out_dir: Path, mode: str, rank: int, args) -> list[str]:
         *("--model", model, "--qcomm", qcomm, "--steps", str(args.steps)),
         *("--log-every", str(args.log_every), "--out", str(out_dir / "torchrec.json")),
     ]
-
-
-def timing(records: Sequence[Any], global_batch: int) -> dict[str, Any]:
-    """Step times of one run from its logging intervals (objects with ``step`` and
-    ``samples_per_s``): the first interval (jit compile, warm-up) is dropped; the step time
-    is ``global_batch / samples_per_s`` of each later interval, median over them."""
-    steps_in = bu.interval_steps([r.step for r in records])
-    timed = list(records[1:] if len(records) > 1 else records)
-    n_timed = steps_in[1:] if len(records) > 1 else steps_in
-    step_s = [global_batch / r.samples_per_s for r in timed if r.samples_per_s]
-    return {
-        "intervals": len(timed),
-        "step_times_s": step_s,
-        "step_time_s": statistics.median(step_s) if step_s else None,
-        "samples_per_s": global_batch / statistics.median(step_s) if step_s else None,
-        "_timed": list(zip(timed, n_timed)),
-    }
-
-
-def summarize(log: MetricsLog) -> dict[str, Any]:
-    """Step time etc. of one trainer run (its ``metrics.jsonl``, read by ``read_metrics``).
-
-    The first ``train`` interval (it includes the jit compile) is dropped; the step time is
-    ``batch_size / samples_per_s`` of each later interval (the global batch of the run's
-    config), median over them. Bytes per step are the last interval's ``moved_bytes`` (all
-    devices, forward exchange) over its steps, ``allreduce_moved_bytes_per_step`` the same
-    for the head gradients' all-reduce; ``link_bytes_per_step`` is the median over
-    intervals of the namespace's sent bytes per step (``net_tx_bytes``: every collective of
-    both processes, both directions, on the loopback testbed).
-    """
-    global_batch = int(log.config.config.get("batch_size", 0)) if log.config else 0
-    final = log.final
-    out = timing(log.train, global_batch)
-    timed = out.pop("_timed")
-    out.update(
-        auc=final.auc if final else None,
-        logloss=final.logloss if final else None,
-        final_step=final.step if final else None,
-    )
-    if timed:
-        last, n_last = timed[-1]
-        link = [r.net_tx_bytes / n for r, n in timed if r.net_tx_bytes is not None]
-        out.update(
-            moved_bytes_per_step=last.moved_bytes / n_last,
-            raw_bytes_per_step=last.raw_bytes / n_last,
-            allreduce_moved_bytes_per_step=last.allreduce_moved_bytes / n_last,
-            allreduce_raw_bytes_per_step=last.allreduce_raw_bytes / n_last,
-            exchange_ratio=last.compression_ratio,
-            moved_ratio=last.moved_ratio,
-            link_bytes_per_step=statistics.median(link) if link else None,
-            fallback_steps=sum(r.fallback_steps for r in log.train),
-        )
-        if hasattr(last, "inter_node_moved_bytes"):  # trainers with the node split
-            out.update(
-                exchange_topology=last.exchange_topology,
-                intra_node_bytes_per_step=last.intra_node_bytes / n_last,
-                inter_node_raw_bytes_per_step=last.inter_node_raw_bytes / n_last,
-                inter_node_moved_bytes_per_step=last.inter_node_moved_bytes / n_last,
-            )
-    return out
-
-
-def summarize_torchrec(res: dict[str, Any], out_dir: Path) -> dict[str, Any]:
-    """Step time, AUC and log loss of one TorchRec run (its ``torchrec.json`` and
-    ``eval_logits.npz``; AUC and log loss by the trainer's ``compute_metrics``)."""
-    from models.dlrm.train import compute_metrics
-
-    recs = [SimpleNamespace(**r) for r in res["intervals"]]
-    out = timing(recs, int(res["global_batch"]))
-    timed = out.pop("_timed")
-    ev = np.load(out_dir / "eval_logits.npz")
-    m = compute_metrics(ev["label"], ev["logits"])
-    out.update(
-        auc=m["auc"],
-        logloss=m["logloss"],
-        final_step=res["final_step"],
-        moved_bytes_per_step=None,
-        qcomm_requested=res.get("qcomm_requested"),
-        qcomm_effective=res.get("qcomm_effective"),
-        table_owner_rank=res.get("table_owner_rank"),
-        sharding_types=res.get("sharding_types"),
-        torch_versions=res.get("versions"),
-    )
-    out["_timed"] = timed
-    return out
 
 
 def _intervals(timed: Sequence[tuple[Any, int]]) -> list[tuple[float, float, int]]:
@@ -384,7 +216,7 @@ def run_pair(testbed, mode: str, out_dir: Path, args) -> dict[str, Any]:
     torchrec = mode in TORCHREC_MODES
     envs, cmds = [], []
     for i in range(2):
-        env = bu.trainer_env()
+        env = trainer_runs.trainer_env()
         if torchrec:
             env.update(MASTER_ADDR=testbed.address, MASTER_PORT=str(port))
             env["GLOO_SOCKET_IFNAME"] = testbed.gloo_ifname(i)
@@ -440,7 +272,7 @@ def run_pair(testbed, mode: str, out_dir: Path, args) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- the run
 def _prepare_data(args, work: Path) -> None:
     """Sets ``args.shard_dirs`` (and ``args.peer_config``) when the runs read shards."""
-    from bench.training import torchrec_peer
+    from bench.training import torchrec_data
     from models.dlrm import configs
 
     args.shard_dirs = None
@@ -456,7 +288,7 @@ def _prepare_data(args, work: Path) -> None:
     print(f"# data: shards in {target} ({time.perf_counter() - t0:.0f} s)", flush=True)
     if any(m in TORCHREC_MODES for m in args.modes):
         args.peer_config = str(target / "peer_config.json")
-        Path(args.peer_config).write_text(json.dumps(torchrec_peer.peer_config(config)))
+        Path(args.peer_config).write_text(json.dumps(torchrec_data.peer_config(config)))
 
 
 def run(args) -> dict[str, Any]:

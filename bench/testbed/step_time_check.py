@@ -35,25 +35,48 @@ the committed JSON byte for byte from the committed inputs.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import math
 import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.testbed.step_time_inputs import (
+    LATENCY_TESTBED_S,
+    RATES_FILE,
+    RESULTS,
+    codec_speeds,
+    dump_json,
+    fmt_ms,
+    median_runs,
+    rate_name_bits,
+    rounded,
+    sha256,
+    stats_inputs,
+    testbed_cluster,
+    testbed_codecs,
+)
+from bench.testbed.step_time_projections import (
+    BRACKETS,
+    CONFIGS,
+    GPU,
+    GPUS_PER_NODE,
+    PROJ_OUT,
+    build_projections,
+    plot_projections,
+    print_predictions,
+    render_projections,
+)
 from models.dlrm.cluster import step_time as st
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 #: The committed two-node run files, each with the codec benchmark it is predicted with: the
 #: runs made before the CPU codec stopped using pext/pdep on AMD Zen 1/2 with codec.json (the
 #: nearest measurement then, an Intel Xeon VM); the runs made after it with codec_testbed.json
 #: (the library's codecs measured on the testbed's own machine, with the code of those runs).
 CHECK_FILES = (
     ("netns_two_node.json", "codec.json"),
-    ("netns_two_node_rates.json", "codec.json"),
+    (RATES_FILE, "codec.json"),
     ("netns_two_node_500mbit.json", "codec_testbed.json"),
     ("netns_two_node_2x4.json", "codec_testbed.json"),
 )
@@ -72,9 +95,7 @@ NEW_POINT_FILES = {
     "2x4": "netns_two_node_2x4.json",
 }
 CHECK_OUT = "step_time_check"
-PROJ_OUT = "step_time_projections"
 TARGET = 0.15  # the issue's bound on each point's relative error
-LATENCY_TESTBED_S = 50e-6  # TCP message latency on the veth / loopback (assumed)
 #: machine balance splitting a measured compute time into parts (assumption): CPU core, H100
 CPU_FLOPS_PER_BYTE = 5.0
 #: library trainer modes (bench/testbed/netns_bench.py) -> (model mode, gradient codec)
@@ -112,121 +133,6 @@ def new_point_command(devices: int, rates: Sequence[str], out: str) -> str:
     )
 
 
-# ------------------------------------------------------------------------------ helpers
-def _round(x: Any) -> Any:
-    if isinstance(x, float):
-        if not math.isfinite(x) or x == 0:
-            return x if math.isfinite(x) else str(x)
-        return float(f"{x:.6g}")
-    if isinstance(x, dict):
-        return {k: _round(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_round(v) for v in x]
-    return x
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def codec_speeds(
-    codec_json: dict, codec: str, preset: str = "terabyte", eb_rel: float | None = None
-) -> dict[str, float]:
-    """Median compress / decompress throughput (bytes/s of raw float32) and the ratio
-    ``sum raw / sum compressed`` of ``codec`` over the ``preset`` dumps in ``codec.json`` (all
-    error bounds, or only ``eb_rel``).
-
-    Raises:
-      ValueError: no ok row of that codec on those dumps.
-    """
-    rows = [
-        r
-        for r in codec_json["rows"]
-        if r.get("codec") == codec
-        and str(r.get("dump", "")).startswith(preset)
-        and r.get("status") == "ok"
-        and (eb_rel is None or r.get("eb_rel") == eb_rel)
-    ]
-    if not rows:
-        raise ValueError(f"codec.json has no ok row of {codec!r} on {preset} dumps")
-    return {
-        "compress_bytes_per_s": statistics.median(r["compress_gbps"] for r in rows) * 1e9,
-        "decompress_bytes_per_s": statistics.median(r["decompress_gbps"] for r in rows) * 1e9,
-        "ratio": sum(r["raw_bytes"] for r in rows) / sum(r["compressed_bytes"] for r in rows),
-        "rows": len(rows),
-    }
-
-
-def _rate_name_bits(rate: str) -> float:
-    if rate == "unlimited":
-        return math.inf
-    units = {"gbit": 1e9, "mbit": 1e6}
-    for u, f in units.items():
-        if rate.endswith(u):
-            return float(rate[: -len(u)]) * f
-    raise ValueError(f"rate {rate!r}: expected NNgbit, NNmbit or unlimited")
-
-
-def _median_runs(runs: Sequence[dict]) -> dict[tuple[str, str], dict]:
-    """(rate, mode) -> the first ok run plus ``step_time_s`` = the median over its rounds."""
-    out: dict[tuple[str, str], dict] = {}
-    keys = sorted({(r["rate"], r["mode"]) for r in runs})
-    for k in keys:
-        ok = [r for r in runs if (r["rate"], r["mode"]) == k and r.get("status") == "ok"]
-        if ok and all(r.get("step_time_s") for r in ok):
-            times = [r["step_time_s"] for r in ok]
-            out[k] = dict(ok[0], step_time_s=statistics.median(times), round_times_s=times)
-    return out
-
-
-def testbed_cluster(
-    devices: int, probe_bits: float, loopback_bits: float, cores: int = 2, processes: int = 2
-) -> st.Cluster:
-    """The two-node testbed: one veth per node (process) shared by its devices, one loopback
-    per node, ``devices`` devices per process on ``cores / processes`` cores each."""
-    return st.Cluster(
-        nodes=processes,
-        devices_per_node=devices,
-        intra_bandwidth=loopback_bits / 8 / devices,
-        inter_bandwidth=probe_bits / 8 / devices,
-        intra_latency=LATENCY_TESTBED_S,
-        inter_latency=LATENCY_TESTBED_S,
-        serial_devices=max(1.0, devices * processes / cores),
-        intra_shared=True,
-    )
-
-
-def _stats_inputs(run: dict, devices: int) -> dict[str, float]:
-    """Bytes input of one run from its exchange statistics (all devices, per step)."""
-    x = run["raw_bytes_per_step"] / devices
-    inter_raw, inter_moved = (
-        run["inter_node_raw_bytes_per_step"],
-        run["inter_node_moved_bytes_per_step"],
-    )
-    if run.get("exchange_topology") == "flat":
-        ratio = run["raw_bytes_per_step"] / run["moved_bytes_per_step"]
-    else:
-        ratio = inter_raw / inter_moved
-    return {
-        "exchange_bytes_per_device": x,
-        "gradient_bytes_per_device": run["allreduce_raw_bytes_per_step"] / (2 * devices),
-        "exchange_ratio": ratio,
-        "gradient_ratio": run["allreduce_raw_bytes_per_step"]
-        / run["allreduce_moved_bytes_per_step"],
-    }
-
-
-def _codecs(
-    speeds: dict[str, dict], ratio: float, grad_codec: str | None, grad_ratio: float
-) -> st.Codecs:
-    ex = speeds["jlc-auto"]
-    gr = speeds[grad_codec or "jlc-auto"]
-    return st.Codecs(
-        forward=st.CodecSpec(ex["compress_bytes_per_s"], ex["decompress_bytes_per_s"], ratio),
-        gradient=st.CodecSpec(gr["compress_bytes_per_s"], gr["decompress_bytes_per_s"], grad_ratio),
-    )
-
-
 # -------------------------------------------------------------------------------- check
 def check_file(path: Path, speeds: dict[str, dict], model: st.ModelSpec) -> dict[str, Any]:
     """Predicted vs measured step of every library (mode, rate) point of one run file."""
@@ -234,15 +140,15 @@ def check_file(path: Path, speeds: dict[str, dict], model: st.ModelSpec) -> dict
     devices_pp = data["params"]["devices_per_process"]
     cores = data["environment"]["cpu_count"]
     p = 2 * devices_pp
-    med = _median_runs(data["runs"])
+    med = median_runs(data["runs"])
     probes = {r["rate"]: r["probe_gbits"] * 1e9 for r in data["runs"] if r.get("probe_gbits")}
     loop_bits = probes["unlimited"]
     base = med[("unlimited", "exact")]
-    base_in = _stats_inputs(base, p)
+    base_in = stats_inputs(base, p)
     if abs(base_in["exchange_bytes_per_device"] - model.exchange_bytes(p)) > 1:
         raise ValueError(f"{path.name}: recorded exchange bytes differ from the model's")
     cal_cluster = testbed_cluster(devices_pp, probes["unlimited"], loop_bits, cores)
-    dummy = _codecs(speeds, 1.0, None, 1.0)
+    dummy = testbed_codecs(speeds, 1.0, None, 1.0)
     computes = {
         ov: st.calibrate_compute(
             model,
@@ -259,8 +165,8 @@ def check_file(path: Path, speeds: dict[str, dict], model: st.ModelSpec) -> dict
         if mode not in BENCH_MODES:
             continue
         mmode, gcodec = BENCH_MODES[mode]
-        inp = _stats_inputs(run, p)
-        codecs = _codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
+        inp = stats_inputs(run, p)
+        codecs = testbed_codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
         cl = testbed_cluster(devices_pp, probes[rate], loop_bits, cores)
         pred = {ov: st.predict(model, cl, computes[ov], codecs, mmode) for ov in (False, True)}
         meas = run["step_time_s"]
@@ -289,7 +195,7 @@ def check_file(path: Path, speeds: dict[str, dict], model: st.ModelSpec) -> dict
         points.append(point)
     return {
         "file": path.name,
-        "sha256": _sha256(path),
+        "sha256": sha256(path),
         "layout": f"2 processes x {devices_pp} devices",
         "calibration": {
             "unlimited_exact_step_s": base["step_time_s"],
@@ -306,7 +212,7 @@ def predict_new(
 ) -> list[dict]:
     """The points not yet run, from the inputs of ``base_file`` (the rates sweep)."""
     data = json.loads(base_file.read_text())
-    med = _median_runs(data["runs"])
+    med = median_runs(data["runs"])
     probes = {r["rate"]: r["probe_gbits"] * 1e9 for r in data["runs"] if r.get("probe_gbits")}
     frac = probes["1gbit"] / 1e9  # TCP payload / tbf rate, measured at 1 Gbit/s
     cores = data["environment"]["cpu_count"]
@@ -317,10 +223,10 @@ def predict_new(
         p = 2 * dpp
         for mode in NEW_MODES:
             mmode, gcodec = BENCH_MODES[mode]
-            inp = _stats_inputs(med[("unlimited", mode)], 2 * data["params"]["devices_per_process"])
-            codecs = _codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
+            inp = stats_inputs(med[("unlimited", mode)], 2 * data["params"]["devices_per_process"])
+            codecs = testbed_codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
             for rate in rates:
-                bits = probes.get(rate) or _rate_name_bits(rate) * frac
+                bits = probes.get(rate) or rate_name_bits(rate) * frac
                 cl = testbed_cluster(dpp, bits, probes["unlimited"], cores)
                 t = st.predict(model, cl, compute, codecs, mmode)
                 out.append(
@@ -379,7 +285,7 @@ def build_check(results: Path = RESULTS) -> dict[str, Any]:
             "codec": [
                 {
                     "file": c,
-                    "sha256": _sha256(results / c),
+                    "sha256": sha256(results / c),
                     "speeds": speeds_by[c],
                     "machine": codec_json[c]["environment"]["cpu_model"],
                 }
@@ -410,10 +316,6 @@ def build_check(results: Path = RESULTS) -> dict[str, Any]:
         "not_predicted": [NOT_PREDICTED, DCN_NOT_PREDICTED],
         "new_points": new,
     }
-
-
-def _ms(x: float) -> str:
-    return f"{x * 1e3:.0f} ms"
 
 
 def render_check(res: dict[str, Any]) -> str:
@@ -458,8 +360,8 @@ def render_check(res: dict[str, Any]) -> str:
         tag = " (calibration)" if pt["calibration_point"] else ""
         lines.append(
             f"| {pt['file'].removesuffix('.json')} | {pt['rate']} | {pt['mode']}{tag} | "
-            f"{_ms(pt['measured_step_s'])} | {_ms(pt['predicted_step_s'])} | {pt['error']:+.1%} | "
-            f"{_ms(pt['predicted_serial_step_s'])} | {pt['error_serial']:+.1%} | "
+            f"{fmt_ms(pt['measured_step_s'])} | {fmt_ms(pt['predicted_step_s'])} | {pt['error']:+.1%} | "
+            f"{fmt_ms(pt['predicted_serial_step_s'])} | {pt['error_serial']:+.1%} | "
             f"{pt['measured_link_bytes_per_step'] / 2**20:.1f} / "
             f"{pt['predicted_link_bytes_per_step'] / 2**20:.1f} |"
         )
@@ -485,13 +387,13 @@ def render_check(res: dict[str, Any]) -> str:
     ]
     for pt in res["new_points"]:
         meas = (
-            f"{_ms(pt['measured_step_s'])} | {pt['error']:+.1%} | {pt['error_serial']:+.1%}"
+            f"{fmt_ms(pt['measured_step_s'])} | {pt['error']:+.1%} | {pt['error_serial']:+.1%}"
             if "error" in pt
             else "not yet | | "
         )
         lines.append(
-            f"| {pt['layout']} | {pt['rate']} | {pt['mode']} | {_ms(pt['predicted_step_s'])} | "
-            f"{_ms(pt['predicted_serial_step_s'])} | {meas} |"
+            f"| {pt['layout']} | {pt['rate']} | {pt['mode']} | {fmt_ms(pt['predicted_step_s'])} | "
+            f"{fmt_ms(pt['predicted_serial_step_s'])} | {meas} |"
         )
     lines += ["", AHEAD_MISSES, "", "Commands that measure them (root, the two-node testbed):", ""]
     for cmd in sorted({pt["command"] for pt in res["new_points"]}):
@@ -499,235 +401,7 @@ def render_check(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _dump(obj: Any) -> str:
-    return json.dumps(_round(obj), indent=1, sort_keys=True) + "\n"
-
-
-# -------------------------------------------------------------------------- projections
-#: GPU cluster assumptions of the projections (stated in docs/step_time.md)
-GPU = {
-    "flops_per_s": 200e12,  # dense MLP FLOP/s achieved per GPU (about 20% of H100 BF16 peak)
-    "memory_bytes_per_s": 2.5e12,  # HBM bytes/s of row gathers / updates (75% of 3.35 TB/s)
-    "nvlink_bytes_per_s": 450e9,  # per GPU and direction (900 GB/s both directions)
-    "intra_latency_s": 3e-6,
-    "inter_latency_s": 10e-6,
-    "cast_bytes_per_s": 2e12,  # fixed-precision cast (INT8 row-wise on an H100)
-}
-#: GPU codec throughput brackets, raw bytes/s (compress, decompress)
-BRACKETS = {
-    "low": (0.33e12, 0.51e12),  # cuSZp2 on an A100 (its paper)
-    "high": (2e12, 2e12),  # INT8 row-wise quantization on an H100
-}
-NODES = (2, 8, 32, 128)
-GPUS_PER_NODE = 8
-NIC_GBIT = (100, 200, 400)
-PROJ_MODES = (
-    "hierarchical-exact",
-    "flat",
-    "hierarchical",
-    "hierarchical-ar",
-    "bf16",
-    "fp8",
-    "int8",
-    "mx4",
-)
-HEAT_MODES = ("hierarchical-exact", "flat", "hierarchical", "hierarchical-ar", "int8")
-CONFIGS = {
-    "terabyte": lambda batch: st.terabyte_spec(batch),
-    "mlperf-dcnv2": lambda batch: st.mlperf_dcnv2_spec(batch),
-}
-
-
-def gpu_cluster(nodes: int, nic_gbit: float, gpus: int = GPUS_PER_NODE) -> st.Cluster:
-    return st.Cluster(
-        nodes=nodes,
-        devices_per_node=gpus,
-        intra_bandwidth=GPU["nvlink_bytes_per_s"],
-        inter_bandwidth=nic_gbit * 1e9 / 8,
-        intra_latency=GPU["intra_latency_s"],
-        inter_latency=GPU["inter_latency_s"],
-        tree_allreduce=True,
-    )
-
-
-def gpu_codecs(bracket: str, forward_ratio: float, gradient_ratio: float) -> st.Codecs:
-    c, d = BRACKETS[bracket]
-    return st.Codecs(
-        forward=st.CodecSpec(c, d, forward_ratio),
-        backward=st.CodecSpec(c, d, gradient_ratio),
-        gradient=st.CodecSpec(c, d, gradient_ratio),
-        cast_bytes_per_s=GPU["cast_bytes_per_s"],
-    )
-
-
-def build_projections(results: Path = RESULTS, global_batch: int = st.MLPERF_GLOBAL_BATCH) -> dict:
-    """Projected speedup of each mode over exact on GPU clusters (a model, not a measurement)."""
-    codec_json = json.loads((results / "codec.json").read_text())
-    fwd_ratio = codec_speeds(codec_json, "jlc-auto", eb_rel=0.01)["ratio"]
-    rates = json.loads((results / CHECK_FILES[1][0]).read_text())
-    ar = _median_runs(rates["runs"])[("1gbit", "compressed-hierarchical-ar")]
-    grad_ratio = ar["allreduce_raw_bytes_per_step"] / ar["allreduce_moved_bytes_per_step"]
-    compute = st.Compute(GPU["flops_per_s"], GPU["memory_bytes_per_s"])
-    rows = []
-    for name, make in CONFIGS.items():
-        model = make(global_batch)
-        for nodes in NODES:
-            for nic in NIC_GBIT:
-                cl = gpu_cluster(nodes, nic)
-                for bracket in BRACKETS:
-                    codecs = gpu_codecs(bracket, fwd_ratio, grad_ratio)
-                    ex = st.predict(model, cl, compute, codecs, "exact")
-                    row = {
-                        "config": name,
-                        "nodes": nodes,
-                        "gpus": cl.devices,
-                        "nic_gbit": nic,
-                        "codec_bracket": bracket,
-                        "exact_step_s": ex.step_overlap_s,
-                        "exact_exchange_share": (ex.exchange_forward_s + ex.exchange_backward_s)
-                        / ex.step_s,
-                        "exact_allreduce_share": ex.allreduce_s / ex.step_s,
-                        "speedup": {},
-                        "step_s": {},
-                    }
-                    for mode in PROJ_MODES:
-                        t = st.predict(model, cl, compute, codecs, mode)
-                        row["speedup"][mode] = ex.step_overlap_s / t.step_overlap_s
-                        row["step_s"][mode] = t.step_overlap_s
-                    best = max(row["speedup"], key=row["speedup"].get)
-                    row["best_mode"] = best if row["speedup"][best] > 1 else "exact"
-                    rows.append(row)
-    return {
-        "benchmark": "PROJECTIONS of the step-time model (models/dlrm/cluster/step_time.py), not "
-        "measurements: predicted speedup of each mode over exact on GPU clusters",
-        "assumptions": {
-            "gpu": GPU,
-            "codec_brackets_bytes_per_s": BRACKETS,
-            "forward_ratio": fwd_ratio,
-            "forward_ratio_source": "codec.json jlc-auto on the Terabyte dumps at REL 0.01 "
-            "(sum raw / sum compressed)",
-            "gradient_ratio": grad_ratio,
-            "gradient_ratio_source": "netns_two_node_rates.json compressed-hierarchical-ar at "
-            "1gbit (head gradients, REL 0.01, synthetic data); also the backward exchange's",
-            "global_batch": global_batch,
-            "overlap": "exchange overlapped with the bottom MLP",
-            "gpus_per_node": GPUS_PER_NODE,
-        },
-        "rows": rows,
-    }
-
-
-def render_projections(res: dict) -> str:
-    a = res["assumptions"]
-    lines = [
-        "# Step-time projections for GPU clusters (a model, not measurements)",
-        "",
-        "**Projections of `models.dlrm.cluster.step_time`**, not measured on any GPU: the predicted "
-        "speedup of each mode over the exact exchange, exchange overlapped with the bottom MLP. "
-        f"{a['gpus_per_node']} GPUs per node, NVLink 900 GB/s per GPU (450 GB/s each direction), "
-        f"one NIC per GPU; dense {a['gpu']['flops_per_s'] / 1e12:.0f} TFLOP/s and HBM "
-        f"{a['gpu']['memory_bytes_per_s'] / 1e12:.1f} TB/s achieved per GPU (assumed); global "
-        f"batch {a['global_batch']}; error-bounded codec at cuSZp2's 0.33 / 0.51 TB/s (low) or "
-        "2 TB/s (high), fixed-precision casts at 2 TB/s; forward compression ratio "
-        f"{a['forward_ratio']:.1f}x (Terabyte dumps, REL 0.01), gradients and backward "
-        f"{a['gradient_ratio']:.1f}x (testbed). Cells: low / high codec bracket. "
-        "Regenerate: `python -m bench.testbed.step_time_check project`; assumptions: docs/step_time.md.",
-        "",
-        "| config | nodes x 8 | NIC | exact step | exchange share | "
-        + " | ".join(PROJ_MODES)
-        + " | best |",
-        "|---|---|---|---|---|" + "---|" * len(PROJ_MODES) + "---|",
-    ]
-    by = {(r["config"], r["nodes"], r["nic_gbit"], r["codec_bracket"]): r for r in res["rows"]}
-    for name in CONFIGS:
-        for nodes in NODES:
-            for nic in NIC_GBIT:
-                lo, hi = by[(name, nodes, nic, "low")], by[(name, nodes, nic, "high")]
-                cells = [f"{lo['speedup'][m]:.2f} / {hi['speedup'][m]:.2f}" for m in PROJ_MODES]
-                lines.append(
-                    f"| {name} | {nodes} | {nic} Gbit/s | {_ms(lo['exact_step_s'])} | "
-                    f"{lo['exact_exchange_share']:.0%} | "
-                    + " | ".join(cells)
-                    + f" | {lo['best_mode']} / {hi['best_mode']} |"
-                )
-    return "\n".join(lines) + "\n"
-
-
-def plot_projections(res: dict, path: Path) -> None:
-    """Heat map: speedup over exact per (nodes, NIC), one panel per config and mode."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    by = {(r["config"], r["nodes"], r["nic_gbit"], r["codec_bracket"]): r for r in res["rows"]}
-    fig, axes = plt.subplots(
-        len(CONFIGS), len(HEAT_MODES), figsize=(3.2 * len(HEAT_MODES), 3.0 * len(CONFIGS))
-    )
-    from matplotlib.colors import TwoSlopeNorm
-
-    speeds = [r["speedup"][m] for r in res["rows"] for m in HEAT_MODES]
-    norm = TwoSlopeNorm(vcenter=1.0, vmin=min(0.5, min(speeds)), vmax=max(2.0, max(speeds)))
-    for i, name in enumerate(CONFIGS):
-        for j, mode in enumerate(HEAT_MODES):
-            ax = axes[i][j]
-            lo = np.array(
-                [[by[(name, n, c, "low")]["speedup"][mode] for c in NIC_GBIT] for n in NODES]
-            )
-            hi = np.array(
-                [[by[(name, n, c, "high")]["speedup"][mode] for c in NIC_GBIT] for n in NODES]
-            )
-            im = ax.imshow(lo, cmap="RdYlGn", norm=norm, aspect="auto")
-            for a in range(len(NODES)):
-                for b in range(len(NIC_GBIT)):
-                    ax.text(
-                        b,
-                        a,
-                        f"{lo[a, b]:.2f}\n({hi[a, b]:.2f})",
-                        ha="center",
-                        va="center",
-                        fontsize=7,
-                    )
-            ax.set_xticks(range(len(NIC_GBIT)), [f"{c}G" for c in NIC_GBIT])
-            ax.set_yticks(range(len(NODES)), [f"{n}x8" for n in NODES])
-            ax.set_title(f"{name}: {mode}", fontsize=9)
-            if j == 0:
-                ax.set_ylabel("nodes x GPUs")
-            if i == len(CONFIGS) - 1:
-                ax.set_xlabel("NIC per GPU (Gbit/s)")
-    fig.colorbar(im, ax=axes, shrink=0.6, label="speedup over exact")
-    fig.suptitle(
-        "PROJECTION of a step-time model (not measured): speedup over exact, "
-        "codec low bracket (high in brackets)",
-        fontsize=10,
-    )
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 # ---------------------------------------------------------------------------------- CLI
-def _predict_cmd(args) -> dict:
-    model = CONFIGS[args.preset](args.global_batch)
-    cl = gpu_cluster(args.nodes, args.nic_gbit, args.gpus_per_node)
-    if args.nvlink_gbyte:
-        cl = st.Cluster(**{**cl.__dict__, "intra_bandwidth": args.nvlink_gbyte * 1e9 / 2})
-    codecs = gpu_codecs(args.bracket, args.forward_ratio, args.gradient_ratio)
-    compute = st.Compute(args.tflops * 1e12, args.hbm_tbyte * 1e12)
-    out = {}
-    for mode in st.MODES:
-        t = st.predict(model, cl, compute, codecs, mode)
-        out[mode] = t.as_dict()
-        print(
-            f"{mode:<16} step {t.step_overlap_s * 1e3:9.3f} ms (serial {t.step_s * 1e3:9.3f}) "
-            f"compute {t.compute_s * 1e3:8.3f}  a2a fwd {t.exchange_forward_s * 1e3:7.3f} "
-            f"bwd {t.exchange_backward_s * 1e3:7.3f}  all-reduce {t.allreduce_s * 1e3:7.3f}  "
-            f"codec {(t.compress_s + t.decompress_s) * 1e3:7.3f}"
-        )
-    print("(a projection of the step-time model, not a measurement)")
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.testbed.step_time_check",
@@ -763,10 +437,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "check":
         res = build_check(args.results)
         if args.stdout:
-            sys.stdout.write(_dump(res))
+            sys.stdout.write(dump_json(res))
             return 0
-        (args.results / f"{CHECK_OUT}.json").write_text(_dump(res))
-        (args.results / f"{CHECK_OUT}.md").write_text(render_check(_round(res)))
+        (args.results / f"{CHECK_OUT}.json").write_text(dump_json(res))
+        (args.results / f"{CHECK_OUT}.md").write_text(render_check(rounded(res)))
         s = res["summary"]
         print(
             f"{s['within_target']} of {s['points']} points within {s['target']:.0%}; "
@@ -774,13 +448,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     elif args.cmd == "project":
         res = build_projections(args.results, args.global_batch)
-        (args.results / f"{PROJ_OUT}.json").write_text(_dump(res))
+        (args.results / f"{PROJ_OUT}.json").write_text(dump_json(res))
         (args.results / f"{PROJ_OUT}.md").write_text(render_projections(res))
         if not args.no_plot:
             plot_projections(res, args.results / f"{PROJ_OUT}.png")
         print(f"wrote {PROJ_OUT}.json/.md" + ("" if args.no_plot else "/.png") + " (projections)")
     else:
-        _predict_cmd(args)
+        print_predictions(args)
     return 0
 
 

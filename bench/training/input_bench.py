@@ -227,10 +227,10 @@ def run_grain(directory: str, batch: int, seconds: float) -> dict:
         import grain
     except ImportError as e:
         return {"skipped": f"grain not installed ({e})"}
-    from models.dlrm.data import shards
+    from models.dlrm.data import shards, stream_order
 
     ds = shards.ShardDataset(directory)
-    order = shards._Order(ds.num_rows, 4096, 0, True, 1)
+    order = stream_order.StreamOrder(ds.num_rows, 4096, 0, True, 1)
     options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)
 
     def read(g):

@@ -2,7 +2,7 @@
 
 Every ``Config`` field is a flag, ``--field-name`` (``FLAG_NAMES`` gives three fields other
 names): its help is the field's comment in ``configs/default.py`` (the first paragraph), its
-choices the field's ``Literal`` annotation (``--codec``: ``CODECS``), its ``--help`` group the
+choices the field's ``Literal`` annotation (``--codec``: ``pooled_all_to_all.CODECS``), its ``--help`` group the
 ``# ---- name ----`` section it sits in; a ``bool`` field is a ``--x`` / ``--no-x`` pair, a
 tuple field takes several values. So a field's meaning is written once, in the config.
 
@@ -26,15 +26,12 @@ import re
 import textwrap
 import typing
 
-from jax_lossy_comm import CODECS as LIBRARY_CODECS
 from jax_lossy_comm import error_bound as eb_lib
 from models.dlrm.configs import PRESETS, Config, error_bound_presets, get_config
 from models.dlrm.configs.default import FIELD_CHOICES
-from models.dlrm.pooled_all_to_all import QCOMM_CODECS
+from models.dlrm.pooled_all_to_all import CODECS
 
 PROG = "python -m models.dlrm.main"
-CODECS = (*LIBRARY_CODECS, *QCOMM_CODECS)
-"""``--codec`` choices: the library's codec names, then the quantized-comm baselines."""
 
 FLAG_NAMES = {
     "data_format": ("--format",),

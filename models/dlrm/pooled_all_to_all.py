@@ -16,27 +16,19 @@ import jax
 import jax.numpy as jnp
 
 from jax_lossy_comm import (
-    BF16,
-    FP16,
-    MX4,
     ExchangeConfig,
     ExchangeStats,
-    FP8Rowwise,
-    FrameCodec,
-    Int8Rowwise,
     compressed_all_to_all_with_stats,
+    get_comm_codec,
 )
+from jax_lossy_comm.codec_factory import BASELINES, FRAME_CODECS
 from models.dlrm.configs import Config
 
 #: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
-#: no error bound; ``jax_lossy_comm.qcomm``) instead of the library's codec.
-QCOMM_CODECS = {
-    "int8-rowwise": Int8Rowwise(),
-    "bf16": BF16(),
-    "fp16": FP16(),
-    "fp8-rowwise": FP8Rowwise(),
-    "mx4": MX4(),
-}
+#: no error bound; ``jax_lossy_comm.get_comm_codec`` makes their codecs).
+QCOMM_CODECS = tuple(BASELINES)
+#: ``--codec`` names: the library's codec forms, then the baselines.
+CODECS = (*FRAME_CODECS, *QCOMM_CODECS)
 
 
 def exchange_config(
@@ -46,8 +38,8 @@ def exchange_config(
 
     Args:
       config: the run's Config: ``compression`` ("off": None; "auto" must be decided first),
-        ``codec`` (the library's codec name, "auto" = its choice, or a baseline of
-        ``QCOMM_CODECS``),
+        ``codec`` (a name of ``CODECS``: the library's codec form, "auto" = its choice, or a
+        baseline of ``QCOMM_CODECS``; ``jax_lossy_comm.get_comm_codec`` makes the codec),
         ``exchange_backward`` ("exact": the cotangents travel raw through the transposed
         exchange; "compressed": that exchange is compressed too, with the same bounds) and
         ``exchange_path`` (``jax_lossy_comm.resolve_path``; ignored by the baselines).
@@ -58,7 +50,8 @@ def exchange_config(
         it would send every step down the exact fallback.
 
     Raises:
-      ValueError: an unknown ``exchange_path`` or ``topology`` (``ExchangeConfig``'s message),
+      ValueError: a ``codec`` not in ``CODECS``, an unknown ``exchange_path`` or ``topology``
+        (``ExchangeConfig``'s message),
         ``compression`` "auto" (not decided yet).
     """
     if config.compression == "auto":
@@ -68,10 +61,9 @@ def exchange_config(
         )
     if config.compression == "off":
         return None
-    if config.codec in QCOMM_CODECS:
-        wire = QCOMM_CODECS[config.codec]
-    else:
-        wire = FrameCodec(mode="rel", codec=config.codec, min_error_bound=min_error_bound)
+    if config.codec not in CODECS:
+        raise ValueError(f"Config.codec must be one of {CODECS}, got {config.codec!r}")
+    wire = get_comm_codec(config.codec, min_error_bound=min_error_bound)
     return ExchangeConfig(
         wire,
         wire if config.exchange_backward == "compressed" else None,

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from bench import bench_util as bu
-from bench.codecs import codec_bench, pareto, registry
+from bench import trainer_runs
+from bench.codecs import codec_targets, jax_codecs, pareto
 from bench.reports import codec_tables, report
-from bench.testbed import netns_bench, netns_results, netns_testbed
+from bench.testbed import netns_results, netns_testbed, run_summary
 from bench.training import train_compare
 from models.dlrm import metrics
 
@@ -182,7 +183,7 @@ def test_report_rerenders_the_committed_results():
     assert full == (bu.RESULTS_DIR / "RESULTS.md").read_text()
     assert codec_tables.codec_markdown(codec) == (bu.RESULTS_DIR / "codec.md").read_text()
     # the checks stored by the targets suite are those check_targets makes from its rows
-    assert codec_bench.check_targets(codec["rows"], codec["paired"]) == codec["checks"]
+    assert codec_targets.check_targets(codec["rows"], codec["paired"]) == codec["checks"]
 
 
 def test_render_writes_the_results_pages_and_leaves_the_readme_alone(tmp_path, monkeypatch):
@@ -221,7 +222,7 @@ def test_check_targets_and_codec_markdown():
     rows = [
         _lib_row("jlc-auto", "jax_lossy_comm", 20.0, 1.0, 2.0),
         _lib_row("jlc-fixed", "jax_lossy_comm", 5.0, 6.0, 8.0, err=1.5),
-        _lib_row(codec_bench.PEER, "quantization", 18.0, 0.5, 4.0),
+        _lib_row(codec_targets.PEER, "quantization", 18.0, 0.5, 4.0),
         _lib_row("memcpy", "copy", 1.0, 20.0, 20.0, err=0.0),
     ]
     paired = [
@@ -235,7 +236,7 @@ def test_check_targets_and_codec_markdown():
             "decompress_auto_over_peer": 0.5,
         }
     ]
-    checks = codec_bench.check_targets(rows, paired)
+    checks = codec_targets.check_targets(rows, paired)
     got = {c["what"]: (c["value"], c["target"], c["ok"]) for c in checks}
     assert got["ratio auto >= target"] == (20.0, 21.0, False)
     assert got["ratio auto / int8+zstd-1"] == (20.0 / 18.0, 1.0, True)
@@ -246,7 +247,7 @@ def test_check_targets_and_codec_markdown():
     assert got["jlc-fixed bound at REL 0.01"] == (1.5, 1.0, False)
     assert len(checks) == 7
     # without side-by-side timings the separately timed GB/s are compared
-    alone = {c["what"]: c["value"] for c in codec_bench.check_targets(rows)}
+    alone = {c["what"]: c["value"] for c in codec_targets.check_targets(rows)}
     assert alone["compress speed auto / int8+zstd-1"] == 2.0
     assert alone["decompress speed fixed / memcpy"] == 0.4
     env = {"cpu_model": "cpu", "packages": {"jax": "0.10.2"}}
@@ -300,7 +301,7 @@ def test_trainer_metrics_summaries(tmp_path):
     p = tmp_path / "metrics.jsonl"
     p.write_text("".join(metrics.to_json(r) + "\n" for r in recs))
     log = metrics.read_metrics(p)
-    s = netns_bench.summarize(log)
+    s = run_summary.summarize(log)
     assert s["intervals"] == 2 and s["step_times_s"] == [1.0, 2.0]
     assert s["step_time_s"] == 1.5 and s["moved_bytes_per_step"] == 10.0
     assert s["samples_per_s"] == 1024 / 1.5
@@ -311,7 +312,9 @@ def test_trainer_metrics_summaries(tmp_path):
     assert m["exchange_ratio"] == 4.0 and m["curves"]["eval_auc"] == [0.61]
     assert m["curves"]["loss"] == [0.7, 0.6, 0.5] and m["final_step"] == 9
     assert m["samples_per_s"] == 1024.0
-    assert bu.interval_steps([3, 6, 9]) == [3, 3, 3] and bu.interval_steps([5, 5]) == [5, 1]
+    assert trainer_runs.interval_steps([3, 6, 9]) == [3, 3, 3] and trainer_runs.interval_steps(
+        [5, 5]
+    ) == [5, 1]
     assert "jlc-paper" in train_compare.RUNS
     assert train_compare.run_flags("jlc-auto", 100, 0.5)[-4:] == [
         "--eb-early-stage",
@@ -410,10 +413,10 @@ def test_rel_bound_within():
     for _ in range(200):
         lo, hi = sorted(rng.standard_normal(2).astype(np.float32) * rng.uniform(0.01, 100))
         eb = float(rng.uniform(1e-4, 0.1)) * (float(hi) - float(lo))
-        r = registry.rel_bound_within(lo, hi, eb)
+        r = jax_codecs.rel_bound_within(lo, hi, eb)
         got = float(np.float32(np.float32(r) * np.float32(np.float32(hi) - np.float32(lo))))
         assert got <= eb and got >= eb * (1 - 1e-6)
-    assert registry.rel_bound_within(1.0, 1.0, 0.1) == 0.0
+    assert jax_codecs.rel_bound_within(1.0, 1.0, 0.1) == 0.0
 
 
 def test_exchange_compile_ratios_and_markdown():

@@ -19,11 +19,12 @@ import subprocess
 import numpy as np
 import pytest
 
+import jax_lossy_comm as jlc
 from bench.reports import link_tables, report
+from bench.testbed import link_counters, netns_results, synthetic_shards
 from bench.testbed import netns_bench as nb
-from bench.testbed import netns_results
 from bench.testbed import netns_testbed as testbed
-from bench.training import torchrec_peer
+from bench.training import torchrec_data, torchrec_peer
 from models.dlrm import configs
 from models.dlrm.data import shards, synthetic
 
@@ -83,18 +84,18 @@ def test_parse_net_dev_and_ss():
 def test_per_step_bytes_interpolates_the_counters():
     # link counter grows 100 bytes per second, in-process 10 per second, sampled each second
     samples = [(float(t), {"link": 100.0 * t, "inprocess": 10.0 * t}) for t in range(11)]
-    assert testbed.counter_at(samples, 2.5, "link") == 250.0
-    assert testbed.counter_at(samples, -1.0, "link") == 0.0  # clamped to the first sample
-    assert testbed.counter_at(samples, 99.0, "link") == 1000.0  # and to the last
+    assert link_counters.counter_at(samples, 2.5, "link") == 250.0
+    assert link_counters.counter_at(samples, -1.0, "link") == 0.0  # clamped to the first sample
+    assert link_counters.counter_at(samples, 99.0, "link") == 1000.0  # and to the last
     # intervals (start, end, steps): 200 bytes over 4 steps, 300 over 3 -> median of 50, 100
     ivs = [(1.0, 3.0, 4), (4.5, 7.5, 3), (8.0, 9.0, 1)]
-    assert testbed.per_step_bytes(samples, ivs, "link") == 100.0
-    assert testbed.per_step_bytes(samples, ivs, "inprocess") == 10.0
-    assert testbed.per_step_bytes(samples, [], "link") is None
-    assert testbed.per_step_bytes([], ivs, "link") is None
-    assert testbed.per_step_bytes(samples, ivs, "absent") is None
+    assert link_counters.per_step_bytes(samples, ivs, "link") == 100.0
+    assert link_counters.per_step_bytes(samples, ivs, "inprocess") == 10.0
+    assert link_counters.per_step_bytes(samples, [], "link") is None
+    assert link_counters.per_step_bytes([], ivs, "link") is None
+    assert link_counters.per_step_bytes(samples, ivs, "absent") is None
     with pytest.raises(ValueError):
-        testbed.counter_at([], 1.0, "link")
+        link_counters.counter_at([], 1.0, "link")
 
 
 # ------------------------------------------------------------------------------- modes, runs
@@ -142,6 +143,11 @@ def test_modes_and_baselines():
     assert netns_results.baseline("torchrec-dcn-fp16") == "torchrec-dcn-fp32"
     for _, qcomm in nb.TORCHREC_MODES.values():
         assert qcomm in torchrec_peer.QCOMMS
+    # TorchRec's precision names mean the same codec to the library's factory
+    for fwd, bwd in torchrec_peer.QCOMMS.values():
+        for precision in (fwd, bwd):
+            codec = jlc.get_comm_codec(precision)
+            assert (codec is None) == (precision == "FP32"), precision
 
 
 def test_speedups_pair_each_mode_with_its_baseline():
@@ -292,7 +298,7 @@ def shard_data(tmp_path_factory):
     config = configs.get_config("tiny")
     config.seed = 3
     d = tmp_path_factory.mktemp("two_node_data")
-    return config, nb.write_synthetic_shards(d, config, 700, 300)
+    return config, synthetic_shards.write_synthetic_shards(d, config, 700, 300)
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +307,7 @@ def multi_hot_data(tmp_path_factory):
     config = configs.get_config("dcnv2_small")
     config.seed, config.max_ind_range = 5, 500
     d = tmp_path_factory.mktemp("two_node_multi_hot")
-    return config, nb.write_synthetic_shards(d, config, 600, 200)
+    return config, synthetic_shards.write_synthetic_shards(d, config, 600, 200)
 
 
 def _flat(ids: np.ndarray, bag_sizes) -> np.ndarray:
@@ -315,7 +321,7 @@ def test_synthetic_shards_hold_the_generator_rows(shard_data):
         config.table_rows(), config.num_dense, 1, config.synthetic_zipf_a, config.seed
     )
     for name, n, stream in (("train", 700, "train"), ("eval", 300, "eval")):
-        got = torchrec_peer.ShardReader(dirs[name]).rows(0, n)
+        got = torchrec_data.ShardReader(dirs[name]).rows(0, n)
         want = gen.batch(0, n, stream)
         assert got["ids"].shape == (n, 26)
         np.testing.assert_array_equal(got["ids"], want["ids"][:, :, 0])
@@ -323,7 +329,7 @@ def test_synthetic_shards_hold_the_generator_rows(shard_data):
         np.testing.assert_allclose(got["dense"], want["dense"], rtol=1e-6, atol=0)
     # written once: a second call with the same settings keeps the folders
     before = os.stat(os.path.join(dirs["train"], "manifest.json")).st_mtime_ns
-    nb.write_synthetic_shards(os.path.dirname(dirs["train"]), config, 700, 300)
+    synthetic_shards.write_synthetic_shards(os.path.dirname(dirs["train"]), config, 700, 300)
     assert os.stat(os.path.join(dirs["train"], "manifest.json")).st_mtime_ns == before
 
 
@@ -337,7 +343,7 @@ def test_multi_hot_shards_hold_the_generator_bags(multi_hot_data):
     assert bags[20] == 100 and sum(bags) == 214
     gen = data.synthetic_generator(config)
     for name, n, stream in (("train", 600, "train"), ("eval", 200, "eval")):
-        reader = torchrec_peer.ShardReader(dirs[name])
+        reader = torchrec_data.ShardReader(dirs[name])
         assert reader.bag_sizes == bags
         got, want = reader.rows(0, n), gen.batch(0, n, stream)
         assert got["ids"].shape == (n, 214) and got["ids"].min() >= 0
@@ -347,7 +353,7 @@ def test_multi_hot_shards_hold_the_generator_bags(multi_hot_data):
     lo = sum(bags[:20])
     assert bags[20] == 100 and len(np.unique(got["ids"][0, lo : lo + 100])) > 1
     # and the trainer reads the same folder as the same bags
-    reader = torchrec_peer.ShardReader(dirs["train"])
+    reader = torchrec_data.ShardReader(dirs["train"])
     stream = shards.ShardStream(shards.ShardDataset(dirs["train"]), 128, shuffle=False,
                                 holdout_every=0, prefetch=0)  # fmt: skip
     for g in range(5):  # batch 4 wraps around the end of the 600 rows
@@ -360,7 +366,7 @@ def test_multi_hot_shards_need_the_mlperf_rule(tmp_path):
     config = configs.get_config("dcnv2_small")
     config.synthetic_multi_hot_rule = "independent"
     with pytest.raises(ValueError, match="'mlperf'"):
-        nb.write_synthetic_shards(tmp_path, config, 10, 10)
+        synthetic_shards.write_synthetic_shards(tmp_path, config, 10, 10)
 
 
 @pytest.mark.parametrize("procs", [1, 2])
@@ -368,7 +374,7 @@ def test_peer_reader_gives_the_trainer_batches(shard_data, procs):
     """The TorchRec peer's rows per step and process are the trainer's (ShardStream in file
     order, no held-out rows), across the end of an epoch (700 rows, batches of 256)."""
     _, dirs = shard_data
-    reader = torchrec_peer.ShardReader(dirs["train"])
+    reader = torchrec_data.ShardReader(dirs["train"])
     dataset = shards.ShardDataset(dirs["train"])
     assert reader.num_rows == dataset.num_rows == 700
     assert reader.table_rows == dataset.table_rows
@@ -385,7 +391,7 @@ def test_peer_reader_gives_the_trainer_batches(shard_data, procs):
                 np.testing.assert_array_equal(got[k], want[k], err_msg=f"{k} batch {g} p{p}")
     ev = shards.eval_set(shards.ShardDataset(dirs["eval"]), 300)
     ev["ids"] = ev["ids"][:, :, 0]
-    got = torchrec_peer.ShardReader(dirs["eval"]).rows(0, 300)
+    got = torchrec_data.ShardReader(dirs["eval"]).rows(0, 300)
     for k in ("dense", "ids", "label"):
         np.testing.assert_array_equal(got[k], ev[k])
 
@@ -397,22 +403,22 @@ def test_peer_reader_errors(tmp_path, shard_data):
     bad.mkdir()
     (bad / "manifest.json").write_text(json.dumps(dict(man, version=99)))
     with pytest.raises(ValueError, match="version 1"):
-        torchrec_peer.ShardReader(str(bad))
+        torchrec_data.ShardReader(str(bad))
     (bad / "manifest.json").write_text(json.dumps(dict(man, complete=False)))
     with pytest.raises(ValueError, match="not finished"):
-        torchrec_peer.ShardReader(str(bad))
+        torchrec_data.ShardReader(str(bad))
     with pytest.raises(FileNotFoundError):
-        torchrec_peer.ShardReader(str(tmp_path / "absent"))
+        torchrec_data.ShardReader(str(tmp_path / "absent"))
 
 
 def test_kjt_arrays_one_hot_and_peer_config():
     ids = np.arange(12, dtype=np.int32).reshape(2, 6)  # 2 rows, 6 one-hot tables
-    keys, values, lengths = torchrec_peer.kjt_arrays(ids, [1] * 6)
+    keys, values, lengths = torchrec_data.kjt_arrays(ids, [1] * 6)
     assert keys == ["f0", "f1", "f2", "f3", "f4", "f5"]
     assert values.dtype == np.int64 and values.tolist() == [0, 6, 1, 7, 2, 8, 3, 9, 4, 10, 5, 11]
     assert lengths.dtype == np.int32 and lengths.tolist() == [1] * 12
     c = configs.get_config("terabyte")
-    pc = torchrec_peer.peer_config(c)
+    pc = torchrec_data.peer_config(c)
     assert pc["table_rows"] == list(c.table_rows()) and pc["embedding_dim"] == 64
     assert pc["bottom_mlp"] == [512, 256, 64] and pc["top_mlp"] == [512, 512, 256, 1]
     assert pc["batch_size"] == 2048 and pc["learning_rate"] == c.learning_rate
@@ -423,22 +429,22 @@ def test_kjt_arrays_multi_hot():
     """Bags back to back in table order -> key-major values with per-bag lengths; -1 slots
     (the trainer's padding) are left out of their bag."""
     ids = np.array([[7, 1, 2, 3, 4, -1], [8, 5, -1, 6, -1, -1]], np.int32)  # bags 1, 2, 3
-    keys, values, lengths = torchrec_peer.kjt_arrays(ids, [1, 2, 3])
+    keys, values, lengths = torchrec_data.kjt_arrays(ids, [1, 2, 3])
     assert keys == ["f0", "f1", "f2"]
     assert values.tolist() == [7, 8, 1, 2, 5, 3, 4, 6]
     assert lengths.tolist() == [1, 1, 2, 1, 2, 1]  # (f0: r0, r1), (f1: r0, r1), (f2: ...)
     assert lengths.sum() == len(values)
     with pytest.raises(ValueError, match=r"sum\(bag_sizes\) = 6"):
-        torchrec_peer.kjt_arrays(ids[:, :5], [1, 2, 3])
+        torchrec_data.kjt_arrays(ids[:, :5], [1, 2, 3])
     with pytest.raises(ValueError, match=">= 0"):
-        torchrec_peer.kjt_arrays(np.full((1, 3), -2, np.int32), [1, 2])
+        torchrec_data.kjt_arrays(np.full((1, 3), -2, np.int32), [1, 2])
     with pytest.raises(ValueError, match=">= 1"):
-        torchrec_peer.kjt_arrays(ids, [0, 3, 3])
+        torchrec_data.kjt_arrays(ids, [0, 3, 3])
 
 
 def test_peer_config_of_the_dcn_preset():
     c = configs.get_config("dcnv2_small")
-    pc = torchrec_peer.peer_config(c)
+    pc = torchrec_data.peer_config(c)
     assert pc["interaction"] == "dcn" and (pc["dcn_num_layers"], pc["dcn_low_rank_dim"]) == (2, 32)
     assert pc["optimizer"] == "adagrad" and pc["adagrad_eps"] == 1e-10
     assert pc["learning_rate"] == 0.01 and pc["batch_size"] == 512 and pc["embedding_dim"] == 16
@@ -453,7 +459,7 @@ def test_peer_config_of_the_dcn_preset():
         bad = configs.get_config("dcnv2_small")
         setattr(bad, field, value)
         with pytest.raises(ValueError, match=match):
-            torchrec_peer.peer_config(bad)
+            torchrec_data.peer_config(bad)
 
 
 _TORCHREC = all(importlib.util.find_spec(m) for m in ("torch", "torchrec"))
@@ -466,7 +472,7 @@ _TORCHREC = all(importlib.util.find_spec(m) for m in ("torch", "torchrec"))
 )
 def test_peer_kjt_holds_the_batch_ids(shard_data):  # pragma: no cover - TorchRec venv only
     _, dirs = shard_data
-    batch = torchrec_peer.ShardReader(dirs["train"]).batch(1, 64, 1, 2)
+    batch = torchrec_data.ShardReader(dirs["train"]).batch(1, 64, 1, 2)
     dense, kjt, label = torchrec_peer._batch_tensors(batch, [1] * 26)
     assert dense.shape == (32, 13) and label.shape == (32,)
     for t, key in enumerate(kjt.keys()):
@@ -476,7 +482,7 @@ def test_peer_kjt_holds_the_batch_ids(shard_data):  # pragma: no cover - TorchRe
 @pytest.mark.skipif(not _TORCHREC, reason="torch/torchrec not importable here (TorchRec venv)")
 def test_peer_kjt_holds_the_bags(multi_hot_data):  # pragma: no cover - TorchRec venv only
     config, dirs = multi_hot_data
-    reader = torchrec_peer.ShardReader(dirs["train"])
+    reader = torchrec_data.ShardReader(dirs["train"])
     batch = reader.batch(0, 8, 0, 1)
     _, kjt, _ = torchrec_peer._batch_tensors(batch, reader.bag_sizes)
     lo = sum(reader.bag_sizes[:20])

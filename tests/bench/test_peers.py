@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 from bench import bench_util as bu
-from bench.codecs import codec_bench, quant_codes, registry
+from bench.codecs import codec_bench, codec_entry, jax_codecs, quant_codes, registry
+from jax_lossy_comm.codec_factory import BASELINES
 
 DATA = Path(__file__).parents[3] / "shared" / "data"
-LIBRARY = tuple(f"jlc-{f}" for f in registry.LIBRARY_FORMS)
+LIBRARY = tuple(f"jlc-{f}" for f in jax_codecs.LIBRARY_FORMS)
 ERROR_BOUNDED = (
     "zstd-1",
     "quant-codes",
@@ -61,10 +62,11 @@ def test_registry_lists_every_codec_with_a_reason_when_unavailable(codecs):
         "fbgemm-hfp8",
         "jax-bf16",
         "jax-fp8-e4m3",
-        *registry.JAX_QCOMM,
+        *jax_codecs.JAX_QCOMM,
         "memcpy",
     }
     assert expected <= set(codecs), expected - set(codecs)
+    assert tuple(jax_codecs.JAX_QCOMM.values()) == tuple(BASELINES)  # the factory's names
     assert {n for n, c in codecs.items() if c.error_bounded} == set(ERROR_BOUNDED)
     assert [n for n in codecs if n.startswith("jlc-")] == list(LIBRARY)  # the library once
     for c in codecs.values():
@@ -83,7 +85,7 @@ def test_registry_lists_every_codec_with_a_reason_when_unavailable(codecs):
         ("fbgemm_gpu", ("fbgemm-fp16", "fbgemm-int8-rowwise", "fbgemm-mx4")),
         ("zstandard", ("zstd-1", "quant-codes+zstd-1", "quant-codes+zstd-19")),
         ("jax_lossy_comm", LIBRARY),
-        ("jax_lossy_comm", tuple(registry.JAX_QCOMM)),
+        ("jax_lossy_comm", tuple(jax_codecs.JAX_QCOMM)),
     ],
 )
 def test_missing_package_gives_skipped_entries(monkeypatch, module, names):
@@ -175,7 +177,7 @@ def test_library_entries_size_frames_as_asked(dumps):
 
     x = dumps["terabyte_table01"].array
     eb_abs = bu.eb_abs_from_rel(x, 0.01)
-    r = registry.rel_bound_within(float(x.min()), float(x.max()), eb_abs)
+    r = jax_codecs.rel_bound_within(float(x.min()), float(x.max()), eb_abs)
     raw = jlc.frame_capacity(x.shape, np.float32, "raw")
     for capacity, expected in (
         ("raw", raw),
@@ -202,7 +204,7 @@ def test_library_entries_size_frames_as_asked(dumps):
 def test_bench_codec_reports_skipped_and_measures(dumps):
     x = dumps["kaggle_table05"].array
     eb_abs = bu.eb_abs_from_rel(x, 0.01)
-    missing = registry.unavailable("fake", "lossless", True, "ImportError: no fake")
+    missing = codec_entry.unavailable("fake", "lossless", True, "ImportError: no fake")
     row = codec_bench.bench_codec(missing, x, eb_abs)
     assert row["status"] == "skipped" and row["skip_reason"] == "ImportError: no fake"
     (quant,) = registry.registry(["quant-codes"])

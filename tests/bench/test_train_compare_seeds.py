@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from bench.training import fidelity
 from bench.training import train_compare as tc
 
 
@@ -37,7 +38,7 @@ def _sweep():
 
 
 def test_seed_summary_pairs_each_seed_with_its_exact_run():
-    s = tc.seed_summary(_sweep())
+    s = fidelity.seed_summary(_sweep())
     assert list(s) == ["exact", "jlc-paper", "mx4"]  # the failed run is left out
     p = s["jlc-paper"]
     assert p["seeds"] == [0, 1]
@@ -61,20 +62,20 @@ def test_seed_summary_pairs_each_seed_with_its_exact_run():
 
 def test_seed_summary_pairs_only_seeds_with_an_exact_run():
     runs = [r for r in _sweep() if not (r["name"] == "exact" and r["seed"] == 1)]
-    p = tc.seed_summary(runs)["jlc-paper"]
+    p = fidelity.seed_summary(runs)["jlc-paper"]
     assert p["seeds"] == [0, 1] and p["paired_seeds"] == [0]
     assert p["auc_diff_mean"] == pytest.approx(0.0004) and p["auc_diff_std"] is None
 
 
 def test_seed_summary_without_mx4_or_exact():
-    s = tc.seed_summary([r for r in _sweep() if r["name"] == "jlc-paper"])
+    s = fidelity.seed_summary([r for r in _sweep() if r["name"] == "jlc-paper"])
     assert s["jlc-paper"]["bytes_vs_mx4"] is None
     assert s["jlc-paper"]["auc_diff_mean"] is None
 
 
 def test_fidelity_targets_met_and_missed():
-    s = tc.seed_summary(_sweep())
-    t = tc.fidelity_targets(s)
+    s = fidelity.seed_summary(_sweep())
+    t = fidelity.fidelity_targets(s)
     r = t["runs"]["jlc-paper"]
     # paired per seed: +0.0014 and 0.0 over MX4
     assert r["auc_minus_mx4"] == pytest.approx(0.0007)
@@ -83,7 +84,7 @@ def test_fidelity_targets_met_and_missed():
     assert r["met"] and t["met"] and t["best"] == "jlc-paper"
     assert list(t["runs"]) == ["jlc-paper"]  # only library runs are judged
     # a tighter tolerance than the -0.0003 measured misses it
-    t = tc.fidelity_targets(s, tolerance=2e-4)
+    t = fidelity.fidelity_targets(s, tolerance=2e-4)
     assert not t["runs"]["jlc-paper"]["within_tolerance"]
     assert not t["met"] and t["best"] is None
 
@@ -92,24 +93,24 @@ def test_fidelity_targets_compare_with_mx4_seed_by_seed():
     # jlc-paper's seed 0 beats MX4 by far, its seed 1 (the hard seed) loses: unpaired means
     # over different seeds would hide it. Only seed 1 is shared with MX4 here.
     runs = [r for r in _sweep() if not (r["name"] == "mx4" and r["seed"] == 0)]
-    r = tc.fidelity_targets(tc.seed_summary(runs))["runs"]["jlc-paper"]
+    r = fidelity.fidelity_targets(fidelity.seed_summary(runs))["runs"]["jlc-paper"]
     assert r["auc_minus_mx4"] == pytest.approx(0.0)  # seed 1: -0.0010 - (-0.0010)
     runs = [dict(x, auc=0.7185) if x["name"] == "jlc-paper" and x["seed"] == 1 else x for x in runs]
-    r = tc.fidelity_targets(tc.seed_summary(runs))["runs"]["jlc-paper"]
+    r = fidelity.fidelity_targets(fidelity.seed_summary(runs))["runs"]["jlc-paper"]
     assert r["auc_minus_mx4"] == pytest.approx(-0.0005) and not r["no_worse_than_mx4"]
     assert not r["met"]
 
 
 def test_fidelity_page_of_a_sweep():
-    s = tc.seed_summary(_sweep())
+    s = fidelity.seed_summary(_sweep())
     result = {
         "params": {"preset": "kaggle", "steps": 400, "seeds": [0, 1], "eval_rows": 100000,
                    "devices": 8},
         "environment": {"git_commit": "0123456789abcdef"},
         "summary": s,
-        "targets": tc.fidelity_targets(s),
+        "targets": fidelity.fidelity_targets(s),
     }  # fmt: skip
-    page = tc.fidelity_markdown(result).splitlines()
+    page = fidelity.fidelity_markdown(result).splitlines()
     assert page[0] == "# Fidelity over seeds: preset kaggle"
     assert "400 steps, seeds 0, 1, 100,000 evaluation rows, 8 devices" in page[2]
     assert "(0123456789)" in page[2]
@@ -121,7 +122,7 @@ def test_fidelity_page_of_a_sweep():
 
 
 def test_seed_table_lists_every_run():
-    table = tc.seed_table(tc.seed_summary(_sweep())).splitlines()
+    table = fidelity.seed_table(fidelity.seed_summary(_sweep())).splitlines()
     assert len(table) == 2 + 3
     assert table[3].startswith("| jlc-paper | 2 | 0.70970 ± 0.01315 | -0.00030 ± 0.00099 ")
     assert "2.66x" in table[3] and "4.43x" in table[3]
@@ -160,7 +161,7 @@ def test_run_one_returns_a_kept_result_of_the_same_command(tmp_path):
     args = _args(tmp_path)
     out = tmp_path / "exact" / "seed3"
     out.mkdir(parents=True)
-    flags = tc.bu.trainer_cmd(
+    flags = tc.trainer_runs.trainer_cmd(
         out,
         argparse.Namespace(**{**vars(args), "seed": 3}),
         *("--devices", "1", "--eval-every", "4"),
@@ -221,7 +222,7 @@ def test_committed_fidelity_sweep_covers_every_mode_and_is_rendered(preset):
     assert set(result["summary"]) == FIDELITY_RUNS
     assert all(s["paired_seeds"] == [0, 1, 2] for s in result["summary"].values())
     # recomputed to rounding: Python 3.12+ sums floats with compensation, 3.11 does not
-    _assert_close(tc.seed_summary(result["runs"]), result["summary"])
-    _assert_close(tc.fidelity_targets(result["summary"]), result["targets"])
-    assert path.with_suffix(".md").read_text() == tc.fidelity_markdown(result)
+    _assert_close(fidelity.seed_summary(result["runs"]), result["summary"])
+    _assert_close(fidelity.fidelity_targets(result["summary"]), result["targets"])
+    assert path.with_suffix(".md").read_text() == fidelity.fidelity_markdown(result)
     assert path.with_suffix(".png").is_file()

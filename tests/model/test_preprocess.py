@@ -30,7 +30,7 @@ def text_rows(paths, data_format, skip_bad_lines=False):
     """Every row the text reader yields from ``paths`` (one pass), as shard columns."""
     labels, dense, ids, bad = [], [], [], 0
     for path in paths:
-        header = ip._read_header(path) if data_format == "csv" else None
+        header = ip.read_header(path) if data_format == "csv" else None
         parser = ip.LineParser(data_format, ROWS, header)
         for _, _, text in ip._Lines([path], data_format):
             try:

@@ -1,4 +1,5 @@
-"""The step-time model (models/dlrm/cluster/step_time.py) and its testbed check (bench/testbed/step_time_check.py)."""
+"""The step-time model (models/dlrm/cluster/step_time.py), its testbed check
+(bench/testbed/step_time_check.py, step_time_inputs.py) and projections (step_time_projections.py)."""
 
 import dataclasses
 import json
@@ -9,6 +10,8 @@ import sys
 import pytest
 
 from bench.testbed import step_time_check as bst
+from bench.testbed import step_time_inputs as sti
+from bench.testbed import step_time_projections as stp
 from models.dlrm.cluster import step_time as st
 
 FREE = st.CodecSpec(math.inf, math.inf, 10.0)
@@ -53,7 +56,7 @@ def test_testbed_bytes_match_the_recorded_statistics():
     # 26 tables padded to 28 slots over 4 devices: 2048 x 7 x 64 float32 per device
     assert m.exchange_bytes(4) == 2048 * 7 * 64 * 4 == 3670016
     assert m.dense_params() == 762177
-    run = json.loads((bst.RESULTS / "netns_two_node_rates.json").read_text())["runs"][0]
+    run = json.loads((sti.RESULTS / "netns_two_node_rates.json").read_text())["runs"][0]
     assert run["mode"] == "exact"
     assert run["raw_bytes_per_step"] == 4 * m.exchange_bytes(4)
     assert run["allreduce_raw_bytes_per_step"] == 2 * 4 * m.gradient_bytes()
@@ -111,7 +114,7 @@ def test_step_falls_as_the_link_gets_faster_and_overlap_never_costs():
 
 def test_calibrated_compute_reproduces_the_measured_step():
     m = st.terabyte_spec()
-    cl = bst.testbed_cluster(2, 11.56e9, 11.56e9)
+    cl = sti.testbed_cluster(2, 11.56e9, 11.56e9)
     for overlap in (False, True):
         c = st.calibrate_compute(m, cl, _codecs(), 0.175, flops_per_byte=5.0, overlap=overlap)
         assert st.predict(m, cl, c, _codecs(), "exact").step(overlap) == pytest.approx(0.175)
@@ -145,10 +148,10 @@ def test_mlperf_dcnv2_shapes():
 
 
 def test_check_json_regenerates_identically():
-    committed = (bst.RESULTS / f"{bst.CHECK_OUT}.json").read_text()
+    committed = (sti.RESULTS / f"{bst.CHECK_OUT}.json").read_text()
     res = bst.build_check()
-    assert bst._dump(res) == committed
-    assert bst.render_check(bst._round(res)) == (bst.RESULTS / f"{bst.CHECK_OUT}.md").read_text()
+    assert sti.dump_json(res) == committed
+    assert bst.render_check(sti.rounded(res)) == (sti.RESULTS / f"{bst.CHECK_OUT}.md").read_text()
     s = res["summary"]
     # 4 files x (1 calibration + 9 or 10 scored points); the one miss is documented
     # (docs/step_time.md: a point whose two rounds took 286 and 201 ms)
@@ -161,9 +164,9 @@ def test_check_json_regenerates_identically():
 
 
 def test_projections_json_regenerates_identically():
-    committed = (bst.RESULTS / f"{bst.PROJ_OUT}.json").read_text()
-    res = bst.build_projections()
-    assert bst._dump(res) == committed
+    committed = (sti.RESULTS / f"{stp.PROJ_OUT}.json").read_text()
+    res = stp.build_projections()
+    assert sti.dump_json(res) == committed
     assert "PROJECTIONS" in res["benchmark"]
 
 

@@ -154,7 +154,9 @@ class LineParser:
         return label, dense, ids
 
 
-def _read_header(path: str) -> str:
+def read_header(path: str) -> str:
+    """The first line of the file at ``path`` (a csv header), decoded as UTF-8 (bad bytes
+    replaced), with its line end."""
     with open(path, "rb") as f:
         return f.readline().decode("utf-8", errors="replace")
 
@@ -165,7 +167,7 @@ def file_parser(path: str, data_format: str, table_rows) -> LineParser:
     Raises:
       DataError: a csv file whose header lacks a column, naming the file.
     """
-    header = _read_header(path) if data_format == "csv" else None
+    header = read_header(path) if data_format == "csv" else None
     try:
         return LineParser(data_format, table_rows, header)
     except ValueError as e:

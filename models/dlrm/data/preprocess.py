@@ -49,7 +49,7 @@ import numpy as np
 
 from jax_lossy_comm.optional_deps import MissingDependencyError, import_optional
 from models.dlrm.data import input_pipeline as ip
-from models.dlrm.data.chunk_convert import BadLine, ChunkConverter, source_stat, text_chunks
+from models.dlrm.data.chunk_convert import BadLine, ChunkConverter
 from models.dlrm.data.shard_format import (
     COLUMNS,
     FORMAT,
@@ -65,6 +65,7 @@ from models.dlrm.data.shard_format import (
     verify_shards,
     write_manifest,
 )
+from models.dlrm.data.text_source import source_stat, text_chunks
 
 # ------------------------------------------------------------------------------------------
 # Conversion
@@ -232,7 +233,7 @@ def convert(
     try:
         for k in range(len(done), len(paths)):
             path = paths[k]
-            header = ip._read_header(path) if data_format == "csv" else None
+            header = ip.read_header(path) if data_format == "csv" else None
             converter = ChunkConverter(path, data_format, table_rows, header, skip_bad_lines)
             if bar is not None:
                 bar.set_description(os.path.basename(path))

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from models.dlrm.data import input_pipeline, preprocess, synthetic
+from models.dlrm.data.stream_order import StreamOrder
 
 if TYPE_CHECKING:
     from models.dlrm.configs import Config
@@ -93,6 +94,11 @@ class ShardDataset:
             ]
             for name, (dtype, width) in self._columns.items()
         }
+
+    def column(self, name: str, shard: int) -> np.ndarray:
+        """Column ``name`` (of ``NAMES``) of the ``shard``-th non-empty shard, memory-mapped:
+        ``[rows of the shard, width]`` of the column's dtype (nothing read until used)."""
+        return self._maps[name][shard]
 
     def empty(self, rows: int) -> dict[str, np.ndarray]:
         """Uninitialized column arrays for ``rows`` rows (label [rows, 1])."""
@@ -190,62 +196,6 @@ def eval_set(dataset: ShardDataset, max_rows: int, holdout_every: int = 0) -> di
     return _as_batch(out, dataset.bag_sizes)
 
 
-class _Order:
-    """Where each training row of the stream lies: blocks, epochs, held-out rows."""
-
-    def __init__(self, num_rows, block_rows, holdout_every, shuffle, seed):
-        if holdout_every == 1:
-            raise ValueError("holdout_every=1 holds out every row")
-        self.h, self.shuffle, self.seed = holdout_every, shuffle, seed
-        bounds = np.minimum(np.arange(0, num_rows + block_rows, block_rows), num_rows)
-        bounds = np.unique(bounds)
-        # Training rows before each block bound, in file order (the "natural" train index).
-        self.train_before = self._train_below(bounds)
-        self.block_train = np.diff(self.train_before)
-        self.rows_per_epoch = int(self.train_before[-1])
-        if self.rows_per_epoch == 0:
-            raise input_pipeline.DataError(
-                f"no training rows: {num_rows} rows"
-                + (f", every {holdout_every}-th held out" if holdout_every else "")
-            )
-        self._epoch, self._perm, self._cum, self._train_before = None, None, None, None
-
-    def _train_below(self, x):
-        """Training rows among dataset rows ``[0, x)``."""
-        x = np.asarray(x, np.int64)
-        return x - (x + self.h - 1) // self.h if self.h > 0 else x
-
-    def dataset_row(self, t: int) -> int:
-        """The dataset row of natural train index ``t`` (``holdout_every > 0``)."""
-        return t + t // (self.h - 1) + 1
-
-    def _epoch_order(self, epoch):
-        if epoch != self._epoch:
-            n = len(self.block_train)
-            perm = (
-                np.random.default_rng([self.seed, epoch]).permutation(n)
-                if self.shuffle
-                else np.arange(n)
-            )
-            cum = np.concatenate([[0], np.cumsum(self.block_train[perm])])
-            # Lists: bisect and indexing per segment cost less than numpy calls.
-            self._epoch, self._perm, self._cum = epoch, perm.tolist(), cum.tolist()
-            if self._train_before is None:
-                self._train_before = self.train_before.tolist()
-        return self._perm, self._cum
-
-    def segments(self, start, stop):
-        """Natural train-index ranges ``(t0, t1)`` of stream positions ``[start, stop)``."""
-        while start < stop:
-            epoch, offset = divmod(start, self.rows_per_epoch)
-            perm, cum = self._epoch_order(epoch)
-            k = bisect.bisect_right(cum, offset) - 1
-            take = min(stop - start, cum[k + 1] - offset)
-            t0 = self._train_before[perm[k]] + offset - cum[k]
-            yield t0, t0 + take
-            start += take
-
-
 class ShardStream:
     """Training batches of one process from a ``ShardDataset`` (see the module docstring).
 
@@ -292,7 +242,7 @@ class ShardStream:
             "holdout_every": int(holdout_every),
         }
         try:
-            self._order = _Order(dataset.num_rows, block_rows, holdout_every, shuffle, seed)
+            self._order = StreamOrder(dataset.num_rows, block_rows, holdout_every, shuffle, seed)
         except input_pipeline.DataError as e:  # name the folder (an empty source file?)
             raise input_pipeline.DataError(f"the shards in {dataset.directory}: {e}") from None
         self.train_index = 0
@@ -490,9 +440,9 @@ def write_multi_hot(
                    for n in NAMES}  # fmt: skip
         for lo in range(0, shard["rows"], piece_rows):
             hi = min(lo + piece_rows, shard["rows"])
-            writers["label"].write(dataset._maps["label"][k][lo:hi])
-            writers["dense"].write(dataset._maps["dense"][k][lo:hi])
-            ids = dataset._maps["ids"][k][lo:hi]
+            writers["label"].write(dataset.column("label", k)[lo:hi])
+            writers["dense"].write(dataset.column("dense", k)[lo:hi])
+            ids = dataset.column("ids", k)[lo:hi]
             writers["ids"].write(synthetic.mlperf_bags(ids, dataset.table_rows, bag_sizes, seed))
         shards.append(dict(shard, files={n: w.finish() for n, w in writers.items()}))
     manifest = dict(
