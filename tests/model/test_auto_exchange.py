@@ -12,11 +12,12 @@ import sys
 import pytest
 from support import require_eight_devices
 
+from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics, train
 from models.dlrm.cluster import auto_exchange as ae
 from models.dlrm.cluster import step_time as st
 from models.dlrm.configs import get_config
-from models.dlrm.pooled_all_to_all import exchange_config
+from models.dlrm.pooled_all_to_all import create_exchange, exchange_config
 
 TB = st.terabyte_spec()  # 26 tables -> 32 slots over 8 devices: X = 2048 x 4 x 64 x 4 bytes
 X = 2048 * 4 * 64 * 4
@@ -206,9 +207,13 @@ def test_explicit_compression_runs_no_probe(monkeypatch):
         raise AssertionError("the probe ran")
 
     monkeypatch.setattr(exchange_probe, "measure", fail)
+    mesh = mesh_lib.make_mesh()
     for choice in ("on", "off"):
         cfg = dataclasses.replace(get_config("tiny"), compression=choice)
-        assert exchange_probe.choose_exchange(cfg, mesh=None) == (cfg, None)
+        exchange, auto = exchange_probe.choose_exchange(cfg, mesh, min_error_bound=0.01)
+        assert auto is None
+        assert exchange == create_exchange(cfg, mesh, min_error_bound=0.01)
+        assert exchange.compression == choice and (exchange.config is None) == (choice == "off")
 
 
 # --- the trainer ----------------------------------------------------------------------------
