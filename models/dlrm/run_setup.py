@@ -18,7 +18,7 @@ import jax
 
 from models.dlrm import checkpoints, grad_allreduce, train_state
 from models.dlrm import mesh as mesh_lib
-from models.dlrm.cluster import auto_exchange, exchange_probe
+from models.dlrm.cluster import auto_report, exchange_probe
 from models.dlrm.configs import Config
 from models.dlrm.data import sources
 from models.dlrm.error_bound_hook import ErrorBoundHook
@@ -133,7 +133,7 @@ class RunSetup:
 
     mesh: jax.sharding.Mesh
     exchange: EmbeddingExchange
-    auto: auto_exchange.AutoChoice | None
+    auto: auto_report.AutoChoice | None
     ctx: StepContext
     shard: TrainState
     state: TrainState

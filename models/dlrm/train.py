@@ -144,7 +144,7 @@ def train_and_evaluate(
       The final evaluation metrics (``auc``, ``logloss``, ``accuracy``, ``rows``) plus
       ``step`` and ``params_checksum``; with ``config.compression`` "auto" also
       ``auto_exchange`` (``exchange_probe.choose_exchange`` decides the exchange before
-      anything else is compiled; ``auto_exchange.to_json``).
+      anything else is compiled; ``auto_report.to_json``).
 
     Raises:
       ValueError: bad config (``run_setup.ConfigError``: batch not divisible by devices, ...).

@@ -8,7 +8,7 @@ jitted program on the whole mesh, so every process runs the same sequence):
 * the link per level: an exact ``jax.lax.all_to_all`` over the intra-node mesh axis
   (``"local"``, or ``"devices"`` on a 1-D mesh) and over the inter-node axis (``"nodes"``) at
   two sizes per peer (``LINK_SMALL_BYTES`` and a size near the exchange's own, 64 KiB to 4 MiB),
-  fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`auto_exchange.fit_link`);
+  fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`probe_result.fit_link`);
 * the codec: the run's exchange codec (``Config.codec`` at the error-bound preset's base REL
   bound, the run's wire path) encoding and decoding one block of the forward exchange's shape
   per device, ``[P, L, B / P, dim]`` of uniform random values in [-1, 1] (no repeated rows:
@@ -16,7 +16,7 @@ jitted program on the whole mesh, so every process runs the same sequence):
   (raw / capacity on the dense path);
 * compute: a jitted ``[B / P, k] x [k, n]`` matmul of the top MLP's first layer, ``MATMUL_REPS``
   times in one program, for the dense FLOP/s; the memory bytes/s of embedding rows is not
-  measured but assumed from a machine balance (``auto_exchange.MACHINE_BALANCE``).
+  measured but assumed from a machine balance (``probe_result.MACHINE_BALANCE``).
 
 On several processes, process 0's timings are broadcast so that every process takes the same
 decision. ``Config.auto_inter_gbits`` > 0 replaces the measured inter-node bandwidth (a what-if
@@ -36,7 +36,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import ExchangeConfig, resolve_path
-from models.dlrm.cluster import auto_exchange
+from models.dlrm.cluster import auto_exchange, auto_report, probe_result
 from models.dlrm.cluster import step_time as st
 from models.dlrm.configs import Config
 from models.dlrm.mesh import batch_axis, resolve_topology
@@ -193,7 +193,7 @@ def time_codec(
 
 def measure(
     config: Config, mesh, model: st.ModelSpec, exchange: ExchangeConfig
-) -> auto_exchange.Probe:
+) -> probe_result.Probe:
     """Runs the probe on ``mesh`` (every process the same programs; process 0's figures for
     all) and returns what it measured, ``Config.auto_inter_gbits`` applied; the codec timed
     is ``exchange``'s (the compressed candidate)."""
@@ -227,16 +227,14 @@ def measure(
     values = [float(v) for v in values]
     links = []
     for i, (level, axis, size) in enumerate(_levels(mesh)):
-        links.append(
-            auto_exchange.fit_link(level, axis, size - 1, sizes, values[2 * i : 2 * i + 2])
-        )
+        links.append(probe_result.fit_link(level, axis, size - 1, sizes, values[2 * i : 2 * i + 2]))
     intra, inter = links
     if config.auto_inter_gbits > 0 and inter.peers:
         inter = dataclasses.replace(
             inter, bandwidth=config.auto_inter_gbits * 1e9 / 8, override=True
         )
     platform = mesh.devices.flat[0].platform
-    balance = auto_exchange.MACHINE_BALANCE["cpu" if platform == "cpu" else "gpu"]
+    balance = probe_result.MACHINE_BALANCE["cpu" if platform == "cpu" else "gpu"]
     flops = values[4]
     notes = (
         f"compute: a [{model.global_batch // p}, {k}] x [{k}, {n}] float32 matmul (the top MLP's "
@@ -244,7 +242,7 @@ def measure(
         f"{balance:g} FLOP per byte (not measured)",
         codec_note,
     )
-    probe = auto_exchange.Probe(
+    probe = probe_result.Probe(
         intra=intra,
         inter=inter,
         codec=st.CodecSpec(values[5], values[6], values[7]),
@@ -257,9 +255,9 @@ def measure(
 
 def choose_exchange(
     config: Config, mesh, *, min_error_bound: float | None
-) -> tuple[EmbeddingExchange, auto_exchange.AutoChoice | None]:
+) -> tuple[EmbeddingExchange, auto_report.AutoChoice | None]:
     """The run's embedding exchange and, with ``config.compression == "auto"``, the
-    :class:`auto_exchange.AutoChoice` behind it (module docstring; :func:`auto_exchange.decide`)
+    :class:`auto_report.AutoChoice` behind it (module docstring; :func:`auto_exchange.decide`)
     for the logs; ``(pooled_all_to_all.create_exchange(...), None)`` otherwise (no probe).
 
     The compressed candidate's ``ExchangeConfig`` is built once, timed by the probe and, when
@@ -304,4 +302,4 @@ def choose_exchange(
         dataclasses.replace(candidate, topology=topology) if decision.compression == "on" else None
     )
     exchange = EmbeddingExchange(decision.compression, topology, chosen)
-    return exchange, auto_exchange.AutoChoice(probe, decision, model, cluster, codecs)
+    return exchange, auto_report.AutoChoice(probe, decision, model, cluster, codecs)
