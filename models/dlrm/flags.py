@@ -428,7 +428,7 @@ def config_from_flags(args: argparse.Namespace) -> Config:
 def flag_message(message: str) -> str:
     """``message`` with a leading ``Config`` field name replaced by the flag that sets it.
 
-    ``Config.validate`` and ``train.create_mesh`` name the field (``batch_size=60 must be
+    ``Config.validate`` and ``run_setup.create_mesh`` name the field (``batch_size=60 must be
     divisible ...``), which is what a Python caller set; on the command line the user set
     a flag, so the error names it (``--batch-size 60 must be divisible ...``). A message
     that does not start with a field of a flag is returned unchanged.

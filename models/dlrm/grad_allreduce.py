@@ -18,6 +18,8 @@ moves), ``moved_bytes`` what the chosen all-reduce sent.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -34,35 +36,69 @@ from jax_lossy_comm import (
 MODES = ("exact", "bf16", "compressed")
 
 
-def uses_feedback(config) -> bool:
-    """Whether the run keeps error-feedback residuals (``TrainState.grad_ef``)."""
-    return config.grad_allreduce == "compressed" and config.grad_error_feedback
+@dataclasses.dataclass(frozen=True)
+class HeadGradAllReduce:
+    """How the train step sums the head gradients, built once from the run's ``Config``
+    (:func:`from_config`); frozen and hashable, a static part of the step.
+
+    Attributes:
+      mode: ``"exact"`` (``jax.lax.psum``), ``"bf16"`` or ``"compressed"`` (``MODES``).
+      allreduce: the library's ``AllReduceConfig`` of ``compressed_psum`` (None for "exact").
+      error_bound: the relative (REL) bound of the "compressed" mode's frames, a float in
+        (0, 1); None for the other modes (the BF16 cast has no bound).
+      error_feedback: each device keeps the residual of its head gradients
+        (``TrainState.grad_ef``); only with "compressed".
+
+    Raises:
+      ValueError: an unknown mode.
+    """
+
+    mode: str = "exact"
+    allreduce: AllReduceConfig | None = None
+    error_bound: float | None = None
+    error_feedback: bool = False
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"grad_allreduce must be one of {MODES}, got {self.mode!r}")
 
 
-def _allreduce_config(config) -> AllReduceConfig:
-    if config.grad_allreduce == "bf16":
-        return AllReduceConfig(BF16())
+def from_config(config) -> HeadGradAllReduce:
+    """The run's :class:`HeadGradAllReduce` from its ``Config`` (``grad_allreduce``,
+    ``grad_codec``, ``grad_error_bound``, ``grad_error_feedback``).
+
+    Raises:
+      ValueError: an unknown ``grad_allreduce``.
+    """
+    mode = config.grad_allreduce
+    if mode == "bf16":
+        return HeadGradAllReduce(mode, AllReduceConfig(BF16()))
+    if mode != "compressed":
+        return HeadGradAllReduce(mode)
     # The fixed-rate codec's capacity is sized statically by the (static) bound.
     bound = config.grad_error_bound if config.grad_codec == "fixed" else None
-    return AllReduceConfig(FrameCodec(mode="rel", codec=config.grad_codec, min_error_bound=bound))
+    codec = FrameCodec(mode="rel", codec=config.grad_codec, min_error_bound=bound)
+    return HeadGradAllReduce(
+        mode, AllReduceConfig(codec), config.grad_error_bound, config.grad_error_feedback
+    )
 
 
-def init_state(config, head_params, num_devices: int) -> ErrorFeedbackState:
-    """The ``TrainState.grad_ef`` of a new run: zero residuals ``[P, *shape]`` per head
-    parameter with feedback, else an empty state (``residual={}``)."""
-    if not uses_feedback(config):
+def init_state(allreduce: HeadGradAllReduce, head_params, num_devices: int) -> ErrorFeedbackState:
+    """The ``TrainState.grad_ef`` of a new run: zero residuals ``[P, *shape]`` (each head
+    parameter's dtype, P = ``num_devices``) with error feedback, else an empty state
+    (``residual={}``)."""
+    if not allreduce.error_feedback:
         return ErrorFeedbackState({})
     return ErrorFeedbackState(
         jax.tree.map(lambda x: jnp.zeros((num_devices,) + x.shape, x.dtype), head_params)
     )
 
 
-def reduce_head_grads(config, g_head, grad_ef: ErrorFeedbackState, axis_name):
-    """Sums ``g_head`` over ``axis_name`` (inside ``shard_map``) as ``config`` says.
+def reduce_head_grads(allreduce: HeadGradAllReduce, g_head, grad_ef: ErrorFeedbackState, axis_name):
+    """Sums ``g_head`` over ``axis_name`` (inside ``shard_map``) as ``allreduce`` says.
 
     Args:
-      config: the run's ``Config`` (``grad_allreduce``, ``grad_error_bound``,
-        ``grad_error_feedback``).
+      allreduce: the run's :class:`HeadGradAllReduce`.
       g_head: this device's head gradients (pytree of float32, varying over the axis).
       grad_ef: this device's block of ``TrainState.grad_ef`` (residual leaves ``[1, ...]``).
       axis_name: the mesh axis.
@@ -71,20 +107,18 @@ def reduce_head_grads(config, g_head, grad_ef: ErrorFeedbackState, axis_name):
       ``(g, new_grad_ef, stats)``: the summed gradients (invariant), the new residual block
       (``[1, ...]`` leaves; empty without feedback) and this device's ``ExchangeStats``.
     """
-    mode = config.grad_allreduce
-    if mode not in MODES:
-        raise ValueError(f"grad_allreduce must be one of {MODES}, got {mode!r}")
-    if mode == "exact":
+    if allreduce.mode == "exact":
         g = jax.lax.psum(g_head, axis_name)
         nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(g_head))
         stats = ExchangeStats.exact(2 * nbytes, (2,), capacity_bytes=2 * nbytes)
         return g, grad_ef, stats
-    cfg = _allreduce_config(config)
-    eb = config.grad_error_bound if mode == "compressed" else None
-    if not uses_feedback(config):
-        g, stats = compressed_psum_with_stats(g_head, axis_name, error_bound=eb, config=cfg)
+    cfg, error_bound = allreduce.allreduce, allreduce.error_bound
+    if not allreduce.error_feedback:
+        g, stats = compressed_psum_with_stats(
+            g_head, axis_name, error_bound=error_bound, config=cfg
+        )
         return g, grad_ef, stats
     ef = error_feedback(axis_name, config=cfg)
     local = ErrorFeedbackState(jax.tree.map(lambda r: r[0], grad_ef.residual))
-    g, new, stats = ef.update_with_stats(g_head, local, eb)
+    g, new, stats = ef.update_with_stats(g_head, local, error_bound)
     return g, ErrorFeedbackState(jax.tree.map(lambda r: r[None], new.residual)), stats

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     from models.dlrm import train
     from models.dlrm.checkpoints import CheckpointError
     from models.dlrm.data.input_pipeline import DataError
+    from models.dlrm.run_setup import ConfigError
+    from models.dlrm.train_log import TrainingDivergedError
 
     progress = not args.no_progress
     try:
@@ -62,10 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, FileNotFoundError, CheckpointError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except train.ConfigError as e:
+    except ConfigError as e:
         print(f"error: {flags.flag_message(str(e))}", file=sys.stderr)
         return 2
-    except train.TrainingDivergedError as e:
+    except TrainingDivergedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (checkpoints.save holds

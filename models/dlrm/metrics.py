@@ -171,7 +171,7 @@ class FinalRecord:
       params_checksum: sum of ``|x|`` over every parameter (a bit-level resume check).
       auto_exchange: with ``--compression auto``: the probe, each candidate's predicted
         step, the choice and the measured vs predicted step and bytes per level
-        (``models.dlrm.cluster.auto_exchange.to_json``); None (absent from the line) otherwise.
+        (``models.dlrm.cluster.auto_report.to_json``); None (absent from the line) otherwise.
     """
 
     kind: ClassVar[str] = "final"

@@ -12,6 +12,8 @@ With the run's ``ExchangeConfig`` (``exchange_config(config, ...)``, built once 
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -23,6 +25,7 @@ from jax_lossy_comm import (
 )
 from jax_lossy_comm.codec_factory import BASELINES, FRAME_CODECS
 from models.dlrm.configs import Config
+from models.dlrm.mesh import resolve_topology
 
 #: ``--codec`` names that select a TorchRec/FBGEMM quantized-comm baseline (same call,
 #: no error bound; ``jax_lossy_comm.get_comm_codec`` makes their codecs).
@@ -71,6 +74,40 @@ def exchange_config(
         path=config.exchange_path,
         topology=topology,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingExchange:
+    """The run's embedding exchange, decided: what the step runs and what the log names.
+
+    Attributes:
+      compression: ``"on"`` (compressed) or ``"off"`` (exact); never ``"auto"``: the
+        automatic choice (``cluster.exchange_probe.choose_exchange``) returns this decided.
+      topology: ``"flat"`` or ``"hierarchical"``, resolved on the mesh
+        (``mesh.resolve_topology``).
+      config: the ``ExchangeConfig`` the step runs (``exchange_config``); None: the exact
+        ``jax.lax.all_to_all``.
+    """
+
+    compression: str
+    topology: str
+    config: ExchangeConfig | None
+
+
+def create_exchange(
+    config: Config, mesh: jax.sharding.Mesh, *, min_error_bound: float | None
+) -> EmbeddingExchange:
+    """The run's :class:`EmbeddingExchange` for ``Config.compression`` "on" or "off" (the
+    topology ``Config.exchange_topology`` resolved on ``mesh``; ``min_error_bound`` as in
+    ``exchange_config``).
+
+    Raises:
+      ValueError: as ``exchange_config`` and ``mesh.resolve_topology`` (compression "auto",
+        an unknown path or topology, "hierarchical" on a 1-D mesh).
+    """
+    topology = resolve_topology(config.exchange_topology, mesh)
+    ex = exchange_config(config, topology=topology, min_error_bound=min_error_bound)
+    return EmbeddingExchange(config.compression, topology, ex)
 
 
 def embedding_exchange(

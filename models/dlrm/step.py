@@ -10,7 +10,7 @@ Parallelism, over all P devices of all processes (the mesh axis ``"devices"``, o
    tables for the global batch, -1 padded (``sharding.plan_tables`` places tables).
 3. Local sum-pooled lookups -> pooled embeddings ``float32[B, L, dim]``.
 4. The embedding exchange (``pooled_all_to_all.embedding_exchange``: ``compressed_all_to_all`` or
-   the exact ``all_to_all``; flat or hierarchical, ``StepContext.topology``) ->
+   the exact ``all_to_all``; flat or hierarchical: the topology of ``StepContext.exchange``) ->
    ``float32[b, P * L, dim]``; the backward pass sends the cotangents back through the
    transposed exchange.
 5. Data-parallel head (bottom MLP, dot interaction, top MLP) on the local ``b`` samples;
@@ -39,9 +39,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import ExchangeConfig
-from jax_lossy_comm import error_bound as eb_lib
 from models.dlrm import grad_allreduce, pooled_all_to_all, sharding
-from models.dlrm.configs import Config
+from models.dlrm.error_bound_hook import ErrorBoundHook
 from models.dlrm.mesh import batch_axis
 
 
@@ -66,87 +65,39 @@ class TrainState(NamedTuple):
     grad_ef: Any
 
 
-class ErrorBoundHook:
-    """Per-table relative error bounds for the exchange, from the run's error-bound config
-    (the library's ``adaptive_error_bound`` bundle, with the step's statistics as a dict).
-
-    Args:
-      config: the run's ``ErrorBoundConfig`` (``Config.error_bound``).
-    """
-
-    def __init__(self, config: eb_lib.ErrorBoundConfig):
-        self.config = config
-        self.num_tables = config.num_tables
-        self._bundle = eb_lib.adaptive_error_bound(config)
-
-    def describe(self) -> str:
-        """One line for the log: base, tiers, schedule, policy."""
-        c = self.config
-        return (
-            f"adaptive: base {c.base}, tiers {[(t.name, t.value, list(t.tables)) for t in c.tiers]}, "
-            f"schedule {c.schedule} x{c.eb_constant} over {c.early_stage} steps, policy {c.policy}"
-        )
-
-    def min_error_bound(self) -> float | None:
-        """Static smallest relative bound the step can use: sizes the dense exchange's frames.
-
-        None when unknown (a callable schedule): the library then assumes its default.
-        """
-        try:
-            return eb_lib.min_error_bound(self.config)
-        except ValueError:
-            return None
-
-    @property
-    def needs_stats(self) -> bool:
-        """True when ``update`` uses the per-table statistics (the automatic policy); the tiers
-        policy ignores them, so the step need not compute them."""
-        return self.config.policy == "auto"
-
-    def init(self):
-        """The initial state (a pytree of arrays)."""
-        return self._bundle.init()
-
-    def bounds(self, state) -> jax.Array:
-        """float32[T] relative error bounds for the current step."""
-        return self._bundle.bounds(state)
-
-    def update(self, state, stats: dict[str, jax.Array] | None):
-        """Next state from this step's per-table stats (each float32[T], replicated; None when
-        ``needs_stats`` is False)."""
-        if stats is not None:
-            stats = eb_lib.TableStats(
-                cotangent_abs_mean=stats["cotangent_abs_mean"],
-                value_range=stats["value_range"],
-                distinct_fraction=stats["distinct_fraction"],
-            )
-        return self._bundle.update(state, stats)
-
-
 @dataclasses.dataclass(frozen=True)
 class StepContext:
-    """Static pieces the step functions close over."""
+    """The static pieces the step functions close over, each built once before the step is
+    made (``train_state.create_step_context``); the step sees these, never the whole
+    ``Config``.
 
-    config: Config
+    Attributes:
+      placement: where each table lives (``sharding.plan_tables``).
+      mesh: the device mesh (``mesh.batch_axis`` is the axis of every collective).
+      graphdefs: ``(head, embedding)`` Flax NNX graph definitions (``train_state.create_model``).
+      tx: the optax optimizer (``train_state.create_optimizer``).
+      eb_hook: the adaptive error bound (:class:`ErrorBoundHook`).
+      lr_schedule: step -> learning rate (``train_state.learning_rate_schedule``), read by
+        the sparse table update.
+      exchange: the embedding exchange (``pooled_all_to_all.EmbeddingExchange.config``);
+        None: the exact ``all_to_all``.
+      grad_allreduce: how the head gradients are summed (``grad_allreduce.from_config``).
+      sparse_update: embedding rows are updated in place by sparse SGD (SGD with
+        ``Config.sparse_embedding_update``); False: the dense optax update.
+      bag_sizes: ids per bag of each table in the batches (``data.Data.bag_sizes``); None:
+        every table fills the batch's bag axis.
+    """
+
     placement: sharding.TablePlacement
     mesh: jax.sharding.Mesh
     graphdefs: Any
     tx: optax.GradientTransformation
     eb_hook: ErrorBoundHook
-    lr_schedule: Any = None
-    # the embedding exchange's topology, resolved: "flat" or "hierarchical" (mesh.py)
-    topology: str = "flat"
-    # the embedding exchange, built once from the config (pooled_all_to_all.exchange_config); None:
-    # the exact all_to_all
-    exchange: ExchangeConfig | None = None
-    # ids per bag of each table in the batches (data.Data.bag_sizes); None: every table
-    # fills the batch's bag axis
+    lr_schedule: Any
+    exchange: ExchangeConfig | None
+    grad_allreduce: grad_allreduce.HeadGradAllReduce
+    sparse_update: bool
     bag_sizes: tuple[int, ...] | None = None
-
-    @property
-    def sparse_update(self) -> bool:
-        """Embedding rows are updated in place by sparse SGD (``Config.sparse_embedding_update``)."""
-        return self.config.optimizer == "sgd" and self.config.sparse_embedding_update
 
     @property
     def num_devices(self) -> int:
@@ -250,7 +201,7 @@ def _distinct_fraction(ids):
 def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
     """Builds the per-device function run under shard_map (see module docstring)."""
     head_gd, emb_gd = ctx.graphdefs
-    cfg, pl = ctx.config, ctx.placement
+    pl = ctx.placement
     ax = batch_axis(ctx.mesh)  # the axis of every collective below
     p = pl.num_devices
     st = pl.slot_table_flat
@@ -294,10 +245,10 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         old = jnp.take(table[0], uniq, axis=0, mode="fill", fill_value=0).astype(jnp.float32)
         return table.at[0, uniq].set((old + summed).astype(table.dtype), mode="drop")
 
-    def body(head_p, table, eb_slots, dense, ids, label, lr=None, grad_ef=None):
+    def body(head_p, table, error_bound_slots, dense, ids, label, lr=None, grad_ef=None):
         # dense float32[b, 13], ids int32[b, T, H], label float32[b], table float32[1, R, dim],
-        # eb_slots float32[L], lr float32[] (sparse update only), grad_ef this device's block
-        # of TrainState.grad_ef (training only).
+        # error_bound_slots float32[L] (REL, each local slot's), lr float32[] (sparse update
+        # only), grad_ef this device's block of TrainState.grad_ef (training only).
         b = dense.shape[0]
         global_b = b * p
         di = jax.lax.axis_index(ax)
@@ -314,7 +265,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             emb = nnx.merge(emb_gd, {"table": table})
             pooled = emb.lookup(ids_local, di) + probe  # [B, L, dim]
             y, stats = pooled_all_to_all.embedding_exchange(
-                pooled, eb_slots, ctx.exchange, axis_name=ax
+                pooled, error_bound_slots, ctx.exchange, axis_name=ax
             )
             # The head (MLPs, interaction, loss) is float32: cast the exchanged embeddings up
             # here (a bfloat16/float16 table's cotangents go back down in its dtype).
@@ -341,7 +292,9 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
                 local_loss, argnums=(0, 1, 2), has_aux=True
             )(head_v, table, probe)
-        g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(cfg, g_head, grad_ef, ax)
+        g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(
+            ctx.grad_allreduce, g_head, grad_ef, ax
+        )
         loss = jax.lax.psum(loss, ax)
         slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
         if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them
@@ -370,17 +323,25 @@ NODE_BYTES = ("intra_node_bytes", "inter_node_raw_bytes", "inter_node_moved_byte
 
 
 def _in_specs(mesh):
-    """in_specs of the step body: head params, table, eb_slots, dense, ids, label (see body)."""
+    """in_specs of the step body: head params, table, error_bound_slots, dense, ids, label."""
     ax = batch_axis(mesh)
     return (P(), P(ax), P(ax), P(ax), P(ax), P(ax))
 
 
 def _step_inputs(ctx: StepContext, state: TrainState, batch: dict):
-    """This step's bounds float32[T] and the step body's arguments (``_IN_SPECS`` order)."""
-    eb_t = ctx.eb_hook.bounds(state.eb_state)  # [T]
-    eb_slots = _slots_from_tables(ctx, eb_t, jnp.max(eb_t))
+    """This step's ``error_bound`` float32[T] (REL, per table) and the step body's arguments
+    (``_in_specs`` order; the bounds per slot, a dummy slot at the largest)."""
+    error_bound = ctx.eb_hook.bounds(state.eb_state)  # [T]
+    error_bound_slots = _slots_from_tables(ctx, error_bound, jnp.max(error_bound))
     head, table = state.params["head"], state.params["embedding"]["table"]
-    return eb_t, (head, table, eb_slots, batch["dense"], batch["ids"], batch["label"])
+    return error_bound, (
+        head,
+        table,
+        error_bound_slots,
+        batch["dense"],
+        batch["ids"],
+        batch["label"],
+    )
 
 
 def make_train_step(ctx: StepContext):
@@ -403,7 +364,7 @@ def make_train_step(ctx: StepContext):
     )
 
     def train_step(state: TrainState, batch):
-        eb_t, args = _step_inputs(ctx, state, batch)
+        error_bound, args = _step_inputs(ctx, state, batch)
         lr = jnp.asarray(ctx.lr_schedule(state.step) if sparse else 0.0, jnp.float32)
         loss, logits, g_head, g_table, slot_stats, byte_stats, grad_ef = smap(
             *args, lr, state.grad_ef
@@ -418,7 +379,7 @@ def make_train_step(ctx: StepContext):
                 "embedding": {"table": g_table},
             }
         else:
-            # float32 optimizer arithmetic (and state, train.setup) for any table dtype;
+            # float32 optimizer arithmetic (and state, train_state.init_state_fn) for any table dtype;
             # apply_updates rounds the new table once to its dtype.
             f32 = functools.partial(jax.tree.map, lambda a: a.astype(jnp.float32))
             grads = {"head": g_head, "embedding": {"table": g_table}}
@@ -443,7 +404,7 @@ def make_train_step(ctx: StepContext):
         metrics = dict(
             byte_stats,
             loss=loss,
-            error_bound=eb_t,
+            error_bound=error_bound,
             compression_ratio=ratio_t,
             **{f"stat_{k}": v for k, v in (table_stats or {}).items()},
         )

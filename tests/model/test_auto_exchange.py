@@ -12,11 +12,14 @@ import sys
 import pytest
 from support import require_eight_devices
 
+from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics, train
 from models.dlrm.cluster import auto_exchange as ae
+from models.dlrm.cluster import auto_report as report
+from models.dlrm.cluster import probe_result
 from models.dlrm.cluster import step_time as st
 from models.dlrm.configs import get_config
-from models.dlrm.pooled_all_to_all import exchange_config
+from models.dlrm.pooled_all_to_all import create_exchange, exchange_config
 
 TB = st.terabyte_spec()  # 26 tables -> 32 slots over 8 devices: X = 2048 x 4 x 64 x 4 bytes
 X = 2048 * 4 * 64 * 4
@@ -80,16 +83,16 @@ def test_hindsight_recalibrates_compute_from_the_measured_step():
     d = ae.decide(TB, cl, COMPUTE, codecs, modes=ae.candidates(cl))
     assert d.mode == "hierarchical"
     balance = COMPUTE.flops_per_s / COMPUTE.memory_bytes_per_s
-    same = ae.hindsight(d, TB, cl, codecs, d.step_s(), balance)
+    same = report.hindsight(d, TB, cl, codecs, d.step_s(), balance)
     assert same["agrees"] and same["choice"] == "hierarchical"
     assert same["compute_flops_per_s"] == pytest.approx(COMPUTE.flops_per_s, rel=1e-6)
     assert same["predicted_step_s"]["exact"] == pytest.approx(d.step_s("exact"), rel=1e-6)
-    slow = ae.hindsight(d, TB, cl, codecs, 50 * d.step_s(), balance)
+    slow = report.hindsight(d, TB, cl, codecs, 50 * d.step_s(), balance)
     assert slow["choice"] == "exact" and not slow["agrees"]
     assert slow["compute_flops_per_s"] < COMPUTE.flops_per_s / 40
     gain = 1 - slow["predicted_step_s"]["hierarchical"] / slow["predicted_step_s"]["exact"]
     assert gain < 0.05
-    assert ae.hindsight(d, TB, cl, codecs, 1e-4, balance) is None
+    assert report.hindsight(d, TB, cl, codecs, 1e-4, balance) is None
 
 
 def test_one_node_gives_exact():
@@ -147,15 +150,15 @@ def test_backward_exact_has_no_backward_codec():
 def test_link_fit_recovers_bandwidth_and_latency():
     # t(n) = peers x (latency + n / bandwidth): 3 peers, 50 us, 1 GB/s
     t = [3 * (5e-5 + n / 1e9) for n in (1024, 65536)]
-    link = ae.fit_link("inter-node", "nodes", 3, (1024, 65536), t)
+    link = probe_result.fit_link("inter-node", "nodes", 3, (1024, 65536), t)
     assert link.bandwidth == pytest.approx(1e9) and link.latency == pytest.approx(5e-5)
     assert "1 GB/s per device, latency 50 us" in link.describe()
-    flat = ae.fit_link("intra-node", "local", 3, (1024, 65536), (1e-4, 0.9e-4))  # noise
+    flat = probe_result.fit_link("intra-node", "local", 3, (1024, 65536), (1e-4, 0.9e-4))  # noise
     assert flat.bandwidth == math.inf and flat.latency == pytest.approx(0.9e-4 / 3)
-    none = ae.fit_link("inter-node", "-", 0, (1024, 65536), (0.0, 0.0))
+    none = probe_result.fit_link("inter-node", "-", 0, (1024, 65536), (0.0, 0.0))
     assert none.peers == 0 and none.describe() == "inter-node: no peers"
     with pytest.raises(ValueError, match="two ascending sizes"):
-        ae.fit_link("x", "y", 1, (2048, 1024), (1.0, 2.0))
+        probe_result.fit_link("x", "y", 1, (2048, 1024), (1.0, 2.0))
 
 
 def test_comparison_leaves_out_the_first_interval_and_reports_per_device_bytes():
@@ -169,17 +172,17 @@ def test_comparison_leaves_out_the_first_interval_and_reports_per_device_bytes()
                 "intra_node_bytes": 3 * per_peer * 8 * steps,
                 "inter_node_moved_bytes": 4 * per_peer * 8 * steps * 1.1}  # fmt: skip
 
-    c = ae.compare(d, TB, cl, 1.0, [iv(2, 100.0), iv(2, 4 * step), iv(4, 4 * step)])
+    c = report.compare(d, TB, cl, 1.0, [iv(2, 100.0), iv(2, 4 * step), iv(4, 4 * step)])
     assert c["intervals_used"] == 2 and c["steps"] == 6
     assert c["measured"]["step_s"] == pytest.approx(8 * step / 6)
     assert c["error"]["step_s"] == pytest.approx(6 / 8 - 1)
     assert c["measured"]["intra_node_bytes"] == pytest.approx(3 * per_peer)
     assert c["error"]["intra_node_bytes"] == pytest.approx(0.0, abs=1e-12)
     assert c["error"]["inter_node_bytes"] == pytest.approx(1 / 1.1 - 1)
-    lines = ae.end_lines(c)
+    lines = report.end_lines(c)
     assert "error -25.0%" in lines[1] and "inter-node 1.1 MiB vs 1.0 MiB (-9.1%)" in lines[2]
     with pytest.raises(ValueError, match="no logged interval"):
-        ae.compare(d, TB, cl, 1.0, [])
+        report.compare(d, TB, cl, 1.0, [])
 
 
 def test_auto_is_validated_and_never_reaches_the_exchange():
@@ -206,9 +209,13 @@ def test_explicit_compression_runs_no_probe(monkeypatch):
         raise AssertionError("the probe ran")
 
     monkeypatch.setattr(exchange_probe, "measure", fail)
+    mesh = mesh_lib.make_mesh()
     for choice in ("on", "off"):
         cfg = dataclasses.replace(get_config("tiny"), compression=choice)
-        assert exchange_probe.choose_exchange(cfg, mesh=None) == (cfg, None)
+        exchange, auto = exchange_probe.choose_exchange(cfg, mesh, min_error_bound=0.01)
+        assert auto is None
+        assert exchange == create_exchange(cfg, mesh, min_error_bound=0.01)
+        assert exchange.compression == choice and (exchange.config is None) == (choice == "off")
 
 
 # --- the trainer ----------------------------------------------------------------------------

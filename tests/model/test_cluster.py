@@ -353,12 +353,14 @@ def test_trainer_says_which_codec_implementation_runs_where():
     import dataclasses as dc
 
     from jax_lossy_comm import _ffi
-    from models.dlrm import train
+    from models.dlrm import train_log, train_state
     from models.dlrm.configs import get_config
+    from models.dlrm.pooled_all_to_all import EmbeddingExchange
 
     config = dc.replace(get_config("tiny"), compression="on")
-    ctx, _, _ = train.setup(config, mesh_lib.make_mesh())
-    lines = train.describe_run(config, ctx, "data")
+    ctx, _, _ = train_state.setup(config, mesh_lib.make_mesh())
+    on = EmbeddingExchange("on", "flat", ctx.exchange)
+    lines = train_log.describe_run(config, on, ctx, "data")
     assert f"({_ffi.describe('cpu')})" in lines[1], lines
-    exact = dc.replace(config, compression="off")
-    assert "codec" not in train.describe_run(exact, ctx, "data")[1].split(";")[0]
+    off = EmbeddingExchange("off", "flat", None)
+    assert "codec" not in train_log.describe_run(config, off, ctx, "data")[1].split(";")[0]

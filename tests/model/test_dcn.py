@@ -13,7 +13,7 @@ import pytest
 from flax import nnx
 
 from models.dlrm import mesh as mesh_lib
-from models.dlrm import models, sharding, train
+from models.dlrm import models, sharding, train_state
 from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
 from models.dlrm.configs.default import MLPERF_DCNV2_MULTI_HOT_SIZES
@@ -119,7 +119,7 @@ def _tiny_dcn(compression="off"):
 def _built(compression="off"):
     cfg = _tiny_dcn(compression)
     mesh = mesh_lib.make_mesh()
-    ctx, init_state, shard = train.setup(cfg, mesh)
+    ctx, init_state, shard = train_state.setup(cfg, mesh)
     state = jax.jit(init_state, out_shardings=shard)()
     gen = synthetic.SyntheticCriteo(
         cfg.table_rows(), bag_sizes=cfg.bag_sizes(), multi_hot_rule="mlperf", seed=1
@@ -131,7 +131,7 @@ def _built(compression="off"):
 def test_dcn_adagrad_step_equals_unsharded_reference():
     """One sharded step (8 devices, table-wise sharding, exact exchange) gives the loss and
     the Adagrad-updated head and tables of the same model on one device (ReferenceEmbedding
-    with one parameter per table, optax.adagrad from ``train.create_optimizer``)."""
+    with one parameter per table, optax.adagrad from ``train_state.create_optimizer``)."""
     cfg, mesh, ctx, shard, state, batch = _built()
     params0 = jax.device_get(state.params)
     tabs0 = sharding.split_tables(ctx.placement, np.asarray(params0["embedding"]["table"]))
@@ -145,7 +145,7 @@ def test_dcn_adagrad_step_equals_unsharded_reference():
 
     ref0 = {"head": params0["head"], "tables": [jnp.asarray(t) for t in tabs0]}
     loss_ref, grads = jax.value_and_grad(ref_loss)(ref0)
-    tx = train.create_optimizer(cfg)
+    tx = train_state.create_optimizer(cfg)
     updates, _ = tx.update(grads, tx.init(ref0), ref0)
     ref1 = jax.device_get(optax.apply_updates(ref0, updates))
 

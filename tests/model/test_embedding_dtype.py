@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from support import EIGHT_DEVICES
 
-from models.dlrm import checkpoints, main, models, train
+from models.dlrm import checkpoints, main, models, run_setup, train, train_log, train_state
 from models.dlrm.configs import get_config
-from models.dlrm.step import ErrorBoundHook
+from models.dlrm.error_bound_hook import ErrorBoundHook
+from models.dlrm.pooled_all_to_all import create_exchange
 
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason=EIGHT_DEVICES)
 
@@ -57,8 +58,8 @@ def test_pooled_lookup_sums_in_float32_and_rounds_once_to_the_table_dtype():
 @pytest.mark.slow
 def test_bfloat16_run_trains_at_the_fixed_rate_capacity_without_fallback(tmp_path):
     config = _config()
-    mesh = train.create_mesh(config)
-    ctx, init_state, shard = train.setup(config, mesh)
+    mesh = run_setup.create_mesh(config)
+    ctx, init_state, shard = train_state.setup(config, mesh)
     state = jax.jit(init_state, out_shardings=shard)()
     table = state.params["embedding"]["table"]
     assert table.dtype == jnp.bfloat16
@@ -69,7 +70,8 @@ def test_bfloat16_run_trains_at_the_fixed_rate_capacity_without_fallback(tmp_pat
         jnp.dtype(jnp.int32),
     }
     # the start-of-run placement line names the tables' dtype (it said float32)
-    placement = train.describe_run(config, ctx, "synthetic")[-1]
+    exchange = create_exchange(config, mesh, min_error_bound=ctx.eb_hook.min_error_bound())
+    placement = train_log.describe_run(config, exchange, ctx, "synthetic")[-1]
     assert f"x {config.embedding_dim} bfloat16 per device" in placement, placement
 
     out = str(tmp_path / "bf16")
@@ -104,9 +106,9 @@ def test_bfloat16_run_trains_at_the_fixed_rate_capacity_without_fallback(tmp_pat
 
     # the bfloat16 table round-trips through the checkpoint written at the end
     mngr = checkpoints.manager(out, config.max_checkpoints)
-    restored, meta = train.restore_latest(config, mngr, init_state, shard)
+    restored, meta = run_setup.restore_latest(config, mngr, init_state, shard)
     assert meta["step"] == 20 and restored.params["embedding"]["table"].dtype == jnp.bfloat16
-    assert train.params_checksum(restored, mesh) == result["params_checksum"]
+    assert train_state.params_checksum(restored, mesh) == result["params_checksum"]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models.dlrm import checkpoints, flags, train
+from models.dlrm import checkpoints, flags, train_state
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
@@ -32,7 +32,7 @@ def _run(mode: str, feedback: bool = True, codec: str = "auto"):
         grad_codec=codec,
     )
     mesh = mesh_lib.make_mesh()
-    ctx, init_state, shard = train.setup(cfg, mesh)
+    ctx, init_state, shard = train_state.setup(cfg, mesh)
     state = jax.jit(init_state, out_shardings=shard)()
     step = jax.jit(
         step_lib.make_train_step(ctx), in_shardings=(shard, None), out_shardings=(shard, None)
@@ -80,7 +80,7 @@ def test_modes_train_close_to_exact_and_report_bytes():
 
 def test_error_feedback_state_survives_checkpoint_bit_for_bit(tmp_path):
     _, _, state, ctx, shard, step, gen = _run("compressed", True)
-    cfg = ctx.config
+    cfg = get_config("tiny")  # _run's batch size
     mngr = checkpoints.manager(str(tmp_path), 2)
     checkpoints.save(mngr, state, {"step": int(state.step)})
     abstract = jax.tree.map(

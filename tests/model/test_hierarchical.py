@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from support import require_eight_devices
 
-from models.dlrm import flags, metrics, pooled_all_to_all, train
+from models.dlrm import flags, metrics, pooled_all_to_all, run_setup, train
 from models.dlrm import mesh as mesh_lib
 from models.dlrm.configs import get_config
 
@@ -116,10 +116,10 @@ def test_topology_resolution_flags_and_errors():
         mesh_lib.make_mesh(node_devices=3)
     cfg = dataclasses.replace(get_config("tiny"), node_devices=3)
     with pytest.raises(ValueError, match="node_devices=3 must divide the 8 devices"):
-        train.create_mesh(cfg)
+        run_setup.create_mesh(cfg)
     # forced hierarchical on one process without --node-devices: one node of 8
     forced = dataclasses.replace(get_config("tiny"), exchange_topology="hierarchical")
-    assert train.create_mesh(forced).devices.shape == (1, 8)
+    assert run_setup.create_mesh(forced).devices.shape == (1, 8)
     args = flags.build_parser().parse_args(
         ["--preset", "tiny", "--exchange-topology", "hierarchical", "--node-devices", "4"]
     )

@@ -20,7 +20,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 import jax_lossy_comm as jlc
-from models.dlrm import checkpoints, flags, main, plots, train
+from models.dlrm import checkpoints, flags, main, plots, train, train_log
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import get_config
 from models.dlrm.data import input_pipeline as ip
@@ -509,15 +509,15 @@ def test_ctrl_c_ends_the_run_with_one_line_naming_the_resume_step(tmp_path, monk
 
 def test_a_small_evaluation_set_warning_names_what_gives_more_rows():
     tiny = get_config("tiny")  # eval_rows 512
-    assert train.small_eval_warning(tiny, 1000) == ""
+    assert train_log.small_eval_warning(tiny, 1000) == ""
     warn = " -- warning: only {} evaluation rows, the AUC is noisy (use 1,000 or more: {})"
     # synthetic: --eval-rows rows; --eval-rows is what gives more
-    assert train.small_eval_warning(tiny, 512) == warn.format(512, "--eval-rows")
+    assert train_log.small_eval_warning(tiny, 512) == warn.format(512, "--eval-rows")
     # the evaluation data ran out before --eval-rows: --eval-rows cannot help
     file_eval = dataclasses.replace(tiny, data="train.tsv", eval_data="test.tsv")
-    assert train.small_eval_warning(file_eval, 391) == warn.format(391, "a larger --eval-data")
+    assert train_log.small_eval_warning(file_eval, 391) == warn.format(391, "a larger --eval-data")
     held_out = dataclasses.replace(tiny, data="day_0", holdout_every=10)
-    assert train.small_eval_warning(held_out, 100) == warn.format(
+    assert train_log.small_eval_warning(held_out, 100) == warn.format(
         100, "more --data rows or a --holdout-every below 10"
     )
 

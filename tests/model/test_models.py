@@ -19,7 +19,7 @@ import pytest
 from flax import nnx
 
 from models.dlrm import mesh as mesh_lib
-from models.dlrm import models, sharding, train
+from models.dlrm import models, sharding, train_state
 from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
 from models.dlrm.data import synthetic
@@ -88,7 +88,7 @@ def _built(lr, split_rows=-1):
         get_config("tiny"), compression="off", learning_rate=lr, split_rows=split_rows
     )
     mesh = mesh_lib.make_mesh()
-    ctx, init_state, shard = train.setup(cfg, mesh)
+    ctx, init_state, shard = train_state.setup(cfg, mesh)
     return cfg, mesh, ctx, jax.jit(init_state, out_shardings=shard)(), shard
 
 
@@ -188,7 +188,7 @@ def test_compressed_exchange_stays_close_and_reports_stats():
     pytest.importorskip("jax_lossy_comm")
     cfg, mesh, ctx, state, shard, batch = _setup(lr=1.0)
     cfg_on = dataclasses.replace(cfg, compression="on")
-    ctx_on, _, shard_on = train.setup(cfg_on, mesh)
+    ctx_on, _, shard_on = train_state.setup(cfg_on, mesh)
     gbatch = mesh_lib.to_global(batch, mesh, cfg.batch_size)
     step_on = jax.jit(step_lib.make_train_step(ctx_on), in_shardings=(shard_on, None))
     step_off = jax.jit(step_lib.make_train_step(ctx), in_shardings=(shard, None))
@@ -208,7 +208,7 @@ def test_compressed_backward_exchange_is_used_and_stays_close():
     new_params = {}
     for backward in ("exact", "compressed"):
         c = dataclasses.replace(cfg, compression="on", exchange_backward=backward)
-        ctx_b, _, shard_b = train.setup(c, mesh)
+        ctx_b, _, shard_b = train_state.setup(c, mesh)
         step = jax.jit(step_lib.make_train_step(ctx_b), in_shardings=(shard_b, None))
         new_state, _ = step(jax.tree.map(jnp.copy, state), gbatch)
         new_params[backward] = np.asarray(new_state.params["embedding"]["table"])
@@ -226,7 +226,7 @@ def test_sparse_embedding_update_equals_dense_optax_update():
     out = {}
     for sparse in (True, False):
         c = dataclasses.replace(cfg, sparse_embedding_update=sparse)
-        ctx_s, _, shard_s = train.setup(c, mesh)
+        ctx_s, _, shard_s = train_state.setup(c, mesh)
         assert ctx_s.sparse_update == sparse
         step = jax.jit(step_lib.make_train_step(ctx_s), in_shardings=(shard_s, None))
         out[sparse] = jax.device_get(step(jax.tree.map(jnp.copy, state), gbatch)[0].params)

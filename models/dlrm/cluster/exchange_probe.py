@@ -8,7 +8,7 @@ jitted program on the whole mesh, so every process runs the same sequence):
 * the link per level: an exact ``jax.lax.all_to_all`` over the intra-node mesh axis
   (``"local"``, or ``"devices"`` on a 1-D mesh) and over the inter-node axis (``"nodes"``) at
   two sizes per peer (``LINK_SMALL_BYTES`` and a size near the exchange's own, 64 KiB to 4 MiB),
-  fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`auto_exchange.fit_link`);
+  fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`probe_result.fit_link`);
 * the codec: the run's exchange codec (``Config.codec`` at the error-bound preset's base REL
   bound, the run's wire path) encoding and decoding one block of the forward exchange's shape
   per device, ``[P, L, B / P, dim]`` of uniform random values in [-1, 1] (no repeated rows:
@@ -16,7 +16,7 @@ jitted program on the whole mesh, so every process runs the same sequence):
   (raw / capacity on the dense path);
 * compute: a jitted ``[B / P, k] x [k, n]`` matmul of the top MLP's first layer, ``MATMUL_REPS``
   times in one program, for the dense FLOP/s; the memory bytes/s of embedding rows is not
-  measured but assumed from a machine balance (``auto_exchange.MACHINE_BALANCE``).
+  measured but assumed from a machine balance (``probe_result.MACHINE_BALANCE``).
 
 On several processes, process 0's timings are broadcast so that every process takes the same
 decision. ``Config.auto_inter_gbits`` > 0 replaces the measured inter-node bandwidth (a what-if
@@ -35,13 +35,17 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_lossy_comm import resolve_path
-from models.dlrm.cluster import auto_exchange
+from jax_lossy_comm import ExchangeConfig, resolve_path
+from models.dlrm.cluster import auto_exchange, auto_report, probe_result
 from models.dlrm.cluster import step_time as st
 from models.dlrm.configs import Config
-from models.dlrm.mesh import batch_axis
-from models.dlrm.pooled_all_to_all import QCOMM_CODECS, exchange_config
-from models.dlrm.step import ErrorBoundHook
+from models.dlrm.mesh import batch_axis, resolve_topology
+from models.dlrm.pooled_all_to_all import (
+    QCOMM_CODECS,
+    EmbeddingExchange,
+    create_exchange,
+    exchange_config,
+)
 
 REPS = 5
 WARMUP = 2
@@ -117,34 +121,46 @@ def time_matmul(mesh, rows: int, k: int, n: int) -> float:
     return 2.0 * rows * k * n * MATMUL_REPS / t
 
 
-def time_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.CodecSpec, str]:
+def time_codec(
+    mesh,
+    exchange: ExchangeConfig,
+    model: st.ModelSpec,
+    *,
+    error_bound: float,
+    dtype: str,
+    codec_name: str,
+    seed: int,
+) -> tuple[st.CodecSpec, str]:
     """The exchange codec's compress / decompress throughput (raw bytes/s per device) and its
     ratio on one random block of the forward exchange's shape per device (module docstring).
+
+    Args:
+      mesh: the run's mesh.
+      exchange: the compressed candidate's ``ExchangeConfig`` (its forward codec and path).
+      model: the step-time model's shapes (batch, table slots, dim, value bytes).
+      error_bound: the relative (REL) bound the codec is timed at (the error-bound
+        preset's base).
+      dtype: the embedding dtype (``Config.embedding_dtype``), what the exchange sends.
+      codec_name: ``Config.codec``, for the note.
+      seed: seeds the random block.
 
     Returns:
       ``(CodecSpec, note)``: the note says what was timed, for the log.
     """
     p = mesh.size
     slots, rows, dim = model.table_slots(p) // p, model.global_batch // p, model.embedding_dim
-    eb_hook = ErrorBoundHook(config.error_bound)
-    ex = exchange_config(
-        dataclasses.replace(config, compression="on"),
-        topology="flat",
-        min_error_bound=eb_hook.min_error_bound(),
-    )
-    codec, dtype = ex.forward, jnp.dtype(config.embedding_dtype)
-    path = resolve_path(config.exchange_path)
+    codec, dtype = exchange.forward, jnp.dtype(dtype)
+    path = resolve_path(exchange.path)
     chunk = (rows, dim) if codec.per_table else (slots * rows, dim)
     grid = (p, slots) if codec.per_table else (p,)
     cap = codec.capacity_bytes(chunk, dtype, dense=path in ("dense", "packed"))
-    base = float(config.error_bound.base)
 
-    rng = np.random.default_rng(config.seed)
+    rng = np.random.default_rng(seed)
     x = _sharded(mesh, (p * p, slots, rows, dim), lambda s: rng.uniform(-1, 1, s), dtype)
 
     def encode(xb):
-        eb = jnp.full(grid, base, jnp.float32) if codec.variable_size else None
-        return codec.encode(xb.reshape(grid + chunk), eb, cap)
+        bounds = jnp.full(grid, error_bound, jnp.float32) if codec.variable_size else None
+        return codec.encode(xb.reshape(grid + chunk), bounds, cap)
 
     bax = P(batch_axis(mesh))
     enc = _smap(mesh, encode, (bax, bax))
@@ -166,7 +182,7 @@ def time_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.CodecSpec,
         wire_bytes = float(cap * np.prod(grid))
     else:
         wire_bytes = float(np.abs(np.asarray(nbytes.addressable_shards[0].data)).sum())
-    name = config.codec if config.codec in QCOMM_CODECS else f"{config.codec} at REL {base}"
+    name = codec_name if codec_name in QCOMM_CODECS else f"{codec_name} at REL {error_bound}"
     note = (
         f"codec: {name}, {path} path, on a uniform random block {dtype.name}[{p}, {slots}, "
         f"{rows}, {dim}] per device (every device at once)"
@@ -175,9 +191,12 @@ def time_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.CodecSpec,
     return spec, note
 
 
-def measure(config: Config, mesh, model: st.ModelSpec) -> auto_exchange.Probe:
+def measure(
+    config: Config, mesh, model: st.ModelSpec, exchange: ExchangeConfig
+) -> probe_result.Probe:
     """Runs the probe on ``mesh`` (every process the same programs; process 0's figures for
-    all) and returns what it measured, ``Config.auto_inter_gbits`` applied."""
+    all) and returns what it measured, ``Config.auto_inter_gbits`` applied; the codec timed
+    is ``exchange``'s (the compressed candidate)."""
     t0 = time.perf_counter()
     p = mesh.size
     per_peer = model.exchange_bytes(p) / p
@@ -188,7 +207,15 @@ def measure(config: Config, mesh, model: st.ModelSpec) -> auto_exchange.Probe:
         times += time_all_to_all(mesh, axis, size, sizes) if size > 1 else [0.0, 0.0]
     k, n = model.interaction_width(), model.top_mlp[0]
     flops = time_matmul(mesh, model.global_batch // p, k, n)
-    codec, codec_note = time_codec(mesh, config, model)
+    codec, codec_note = time_codec(
+        mesh,
+        exchange,
+        model,
+        error_bound=float(config.error_bound.base),
+        dtype=config.embedding_dtype,
+        codec_name=config.codec,
+        seed=config.seed,
+    )
     values = np.array(
         [*times, flops, codec.compress_bytes_per_s, codec.decompress_bytes_per_s, codec.ratio],
         np.float32,
@@ -200,16 +227,14 @@ def measure(config: Config, mesh, model: st.ModelSpec) -> auto_exchange.Probe:
     values = [float(v) for v in values]
     links = []
     for i, (level, axis, size) in enumerate(_levels(mesh)):
-        links.append(
-            auto_exchange.fit_link(level, axis, size - 1, sizes, values[2 * i : 2 * i + 2])
-        )
+        links.append(probe_result.fit_link(level, axis, size - 1, sizes, values[2 * i : 2 * i + 2]))
     intra, inter = links
     if config.auto_inter_gbits > 0 and inter.peers:
         inter = dataclasses.replace(
             inter, bandwidth=config.auto_inter_gbits * 1e9 / 8, override=True
         )
     platform = mesh.devices.flat[0].platform
-    balance = auto_exchange.MACHINE_BALANCE["cpu" if platform == "cpu" else "gpu"]
+    balance = probe_result.MACHINE_BALANCE["cpu" if platform == "cpu" else "gpu"]
     flops = values[4]
     notes = (
         f"compute: a [{model.global_batch // p}, {k}] x [{k}, {n}] float32 matmul (the top MLP's "
@@ -217,7 +242,7 @@ def measure(config: Config, mesh, model: st.ModelSpec) -> auto_exchange.Probe:
         f"{balance:g} FLOP per byte (not measured)",
         codec_note,
     )
-    probe = auto_exchange.Probe(
+    probe = probe_result.Probe(
         intra=intra,
         inter=inter,
         codec=st.CodecSpec(values[5], values[6], values[7]),
@@ -228,18 +253,35 @@ def measure(config: Config, mesh, model: st.ModelSpec) -> auto_exchange.Probe:
     return probe
 
 
-def choose_exchange(config: Config, mesh) -> tuple[Config, auto_exchange.AutoChoice | None]:
-    """``config`` with ``compression`` and ``exchange_topology`` decided when
-    ``config.compression == "auto"`` (module docstring; :func:`auto_exchange.decide`), and the
-    :class:`auto_exchange.AutoChoice` for the logs; ``(config, None)`` otherwise (no probe).
+def choose_exchange(
+    config: Config, mesh, *, min_error_bound: float | None
+) -> tuple[EmbeddingExchange, auto_report.AutoChoice | None]:
+    """The run's embedding exchange and, with ``config.compression == "auto"``, the
+    :class:`auto_report.AutoChoice` behind it (module docstring; :func:`auto_exchange.decide`)
+    for the logs; ``(pooled_all_to_all.create_exchange(...), None)`` otherwise (no probe).
 
-    An explicit ``exchange_topology`` ("flat" / "hierarchical") is kept: only that compressed
-    candidate competes with exact.
+    The compressed candidate's ``ExchangeConfig`` is built once, timed by the probe and, when
+    chosen, returned with the chosen topology. An explicit ``exchange_topology`` ("flat" /
+    "hierarchical") is kept: only that compressed candidate competes with exact.
+
+    Args:
+      config: the run's Config.
+      mesh: the run's mesh (the probe runs on it).
+      min_error_bound: the static smallest relative bound of the run
+        (``ErrorBoundHook.min_error_bound``); sizes the dense exchange's frames.
+
+    Raises:
+      ValueError: as ``pooled_all_to_all.create_exchange``.
     """
     if config.compression != "auto":
-        return config, None
+        return create_exchange(config, mesh, min_error_bound=min_error_bound), None
     model = st.ModelSpec.from_config(config)
-    probe = measure(config, mesh, model)
+    candidate = exchange_config(
+        dataclasses.replace(config, compression="on"),
+        topology="flat",
+        min_error_bound=min_error_bound,
+    )
+    probe = measure(config, mesh, model, candidate)
     nodes, local = (1, mesh.size) if len(mesh.axis_names) == 1 else mesh.devices.shape
     platform = mesh.devices.flat[0].platform
     cluster = probe.cluster(nodes, local, tree_allreduce=platform != "cpu")
@@ -255,7 +297,9 @@ def choose_exchange(config: Config, mesh) -> tuple[Config, auto_exchange.AutoCho
         margin=config.auto_margin,
         topology=config.exchange_topology,
     )
-    chosen = dataclasses.replace(
-        config, compression=decision.compression, exchange_topology=decision.topology
+    topology = resolve_topology(decision.topology, mesh)
+    chosen = (
+        dataclasses.replace(candidate, topology=topology) if decision.compression == "on" else None
     )
-    return chosen, auto_exchange.AutoChoice(probe, decision, model, cluster, codecs)
+    exchange = EmbeddingExchange(decision.compression, topology, chosen)
+    return exchange, auto_report.AutoChoice(probe, decision, model, cluster, codecs)
