@@ -42,7 +42,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.testbed.step_time_inputs import (
+from bench.testbed.step_time_projections import (
+    BRACKETS,
+    CONFIGS,
+    GPU,
+    GPUS_PER_NODE,
+    PROJ_OUT,
+    build_projections,
+    plot_projections,
+    print_predictions,
+    render_projections,
+)
+from bench.testbed.testbed_inputs import (
     LATENCY_TESTBED_S,
     RATES_FILE,
     RESULTS,
@@ -56,17 +67,6 @@ from bench.testbed.step_time_inputs import (
     stats_inputs,
     testbed_cluster,
     testbed_codecs,
-)
-from bench.testbed.step_time_projections import (
-    BRACKETS,
-    CONFIGS,
-    GPU,
-    GPUS_PER_NODE,
-    PROJ_OUT,
-    build_projections,
-    plot_projections,
-    print_predictions,
-    render_projections,
 )
 from models.dlrm.cluster import step_time as st
 

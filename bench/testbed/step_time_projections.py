@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.testbed.step_time_inputs import RATES_FILE, RESULTS, codec_speeds, fmt_ms, median_runs
+from bench.testbed.testbed_inputs import RATES_FILE, RESULTS, codec_speeds, fmt_ms, median_runs
 from models.dlrm.cluster import step_time as st
 
 PROJ_OUT = "step_time_projections"

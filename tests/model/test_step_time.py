@@ -1,5 +1,5 @@
 """The step-time model (models/dlrm/cluster/step_time.py), its testbed check
-(bench/testbed/step_time_check.py, step_time_inputs.py) and projections (step_time_projections.py)."""
+(bench/testbed/step_time_check.py, testbed_inputs.py) and projections (step_time_projections.py)."""
 
 import dataclasses
 import json
@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from bench.testbed import step_time_check as bst
-from bench.testbed import step_time_inputs as sti
 from bench.testbed import step_time_projections as stp
+from bench.testbed import testbed_inputs as sti
 from models.dlrm.cluster import step_time as st
 
 FREE = st.CodecSpec(math.inf, math.inf, 10.0)
