@@ -210,7 +210,7 @@ class _Plan(NamedTuple):
 
 
 # ---------------------------------------------------------------------------- one direction
-def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
+def _one_way(plan: _Plan, x, error_bound, *, backward_pass: bool = False):
     """One exchange of ``x`` (the forward, or the cotangent's with ``backward_pass``) through
     its codec: ``(y, ExchangeStats)``.
 
@@ -246,8 +246,8 @@ def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
     else:
         send = c
     if codec.variable_size:
-        eb_send = jnp.broadcast_to(eb, grid).reshape(send.shape[: -len(shape)])
-        frames, nbytes = codec.encode(send, eb_send, cap)
+        chunk_error_bound = jnp.broadcast_to(error_bound, grid).reshape(send.shape[: -len(shape)])
+        frames, nbytes = codec.encode(send, chunk_error_bound, cap)
         sent = send_frames(ax, plan.path, frames, nbytes, agree_axis=plan.axis_name)
 
         def compressed(_):
@@ -312,30 +312,30 @@ def _one_way(plan: _Plan, x, eb, *, backward_pass: bool = False):
 
 
 # ---------------------------------------------------------- the straight-through gradient
-def _exchange(plan: _Plan, x, eb, beb):
+def _exchange(plan: _Plan, x, error_bound, backward_error_bound):
     """The exchange with its straight-through derivative: ``(y, ExchangeStats)``."""
     if plan.backward is None:
-        return _exchange_exact(plan, x, eb, beb)
-    return _exchange_coded(plan, x, eb, beb)
+        return _exchange_exact(plan, x, error_bound, backward_error_bound)
+    return _exchange_coded(plan, x, error_bound, backward_error_bound)
 
 
 # Exact backward: a custom_jvp whose tangent is the exact (linear) all-to-all of the input's
 # tangent, so forward mode, reverse mode (JAX transposes the all-to-all: split and concat
 # swapped) and every higher order work as through jax.lax.all_to_all.
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _exchange_exact(plan: _Plan, x, eb, beb):
-    return _one_way(plan, x, eb)
+def _exchange_exact(plan: _Plan, x, error_bound, backward_error_bound):
+    return _one_way(plan, x, error_bound)
 
 
 def _exchange_exact_jvp(plan, primals, tangents):
-    x, eb, beb = primals
+    x, error_bound, backward_error_bound = primals
     # Itself, not _one_way: under an outer derivative (grad of grad) this rule is
     # differentiated too, and the codec's FFI calls must not be.
-    y, stats = _exchange_exact(plan, x, eb, beb)
+    y, stats = _exchange_exact(plan, x, error_bound, backward_error_bound)
     # Symbolic zeros: typed like each statistic (float0 for the counts), varying or not.
     stats_dot = jax.custom_derivatives.zero_from_primal(stats, symbolic_zeros=True)
     t = tangents[0]
-    if isinstance(t, jax.custom_derivatives.SymbolicZero):  # a derivative in eb only
+    if isinstance(t, jax.custom_derivatives.SymbolicZero):  # a derivative in error_bound only
         return (y, stats), (jax.custom_derivatives.zero_from_primal(y, True), stats_dot)
     lay = plan.layout
     if lay.tiled:
@@ -352,19 +352,22 @@ _exchange_exact.defjvp(_exchange_exact_jvp, symbolic_zeros=True)
 # Compressed backward: a custom_vjp (reverse mode, first order only: the coded cotangent
 # exchange is not a linear map that JAX could run forward or differentiate again).
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _exchange_coded(plan: _Plan, x, eb, beb):
-    return _one_way(plan, x, eb)
+def _exchange_coded(plan: _Plan, x, error_bound, backward_error_bound):
+    return _one_way(plan, x, error_bound)
 
 
-def _exchange_coded_fwd(plan, x, eb, beb):
+def _exchange_coded_fwd(plan, x, error_bound, backward_error_bound):
     # Itself, not _one_way: under an outer derivative the codec's FFI calls are not
     # differentiated (JAX then reports the custom_vjp's forward-mode error).
-    return _exchange_coded(plan, x, eb, beb), (eb, beb)
+    return _exchange_coded(plan, x, error_bound, backward_error_bound), (
+        error_bound,
+        backward_error_bound,
+    )
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _backward_exchange(plan: _Plan, ct_y, beb):
-    return _one_way(plan, ct_y, beb, backward_pass=True)[0]
+def _backward_exchange(plan: _Plan, ct_y, backward_error_bound):
+    return _one_way(plan, ct_y, backward_error_bound, backward_pass=True)[0]
 
 
 @_backward_exchange.defjvp
@@ -379,9 +382,13 @@ def _backward_exchange_jvp(plan, primals, tangents):
 
 
 def _exchange_coded_bwd(plan, res, cts):
-    eb, beb = res
-    ct_x = _backward_exchange(plan, cts[0].astype(plan.dtype), beb)
-    return ct_x.astype(plan.dtype), jnp.zeros_like(eb), jnp.zeros_like(beb)
+    error_bound, backward_error_bound = res
+    ct_x = _backward_exchange(plan, cts[0].astype(plan.dtype), backward_error_bound)
+    return (
+        ct_x.astype(plan.dtype),
+        jnp.zeros_like(error_bound),
+        jnp.zeros_like(backward_error_bound),
+    )
 
 
 _exchange_coded.defvjp(_exchange_coded_fwd, _exchange_coded_bwd)
@@ -507,20 +514,6 @@ def _exchange_with_stats(
     path = resolve_path(config.path)
     dense = path in ("dense", "packed")
     fwd, bwd = config.forward, config.backward
-    eb, eb_c = _codec_bound(fwd, error_bound, lay.grid, "error_bound")
-    if backward_error_bound is None:
-        beb, beb_c = eb, eb_c
-    else:
-        beb, beb_c = _prepare_bound(
-            backward_error_bound, lay.transposed().grid, "backward_error_bound"
-        )
-
-    def capacity(codec, table_lay, bound):
-        lay_ = table_lay if codec.per_table else table_lay.per_peer()
-        return codec.capacity_bytes(lay_.chunk_shape, dtype, dense=dense, error_bound=bound)
-
-    cap = capacity(fwd, lay, eb_c)
-    bcap = 0 if bwd is None else capacity(bwd, lay.transposed(), beb_c)
     if (
         bwd is not None
         and bwd.error_bounded
@@ -528,8 +521,24 @@ def _exchange_with_stats(
         and backward_error_bound is None
     ):
         raise ValueError(f"backward_error_bound is required by {type(bwd).__name__}")
+    # Each bound as the traced float32 operand and, where it is known at trace time, its
+    # static value (which sizes the frames' capacity).
+    error_bound, static_bound = _codec_bound(fwd, error_bound, lay.grid, "error_bound")
+    if backward_error_bound is None:
+        backward_error_bound, backward_static_bound = error_bound, static_bound
+    else:
+        backward_error_bound, backward_static_bound = _prepare_bound(
+            backward_error_bound, lay.transposed().grid, "backward_error_bound"
+        )
+
+    def capacity(codec, table_lay, bound):
+        lay_ = table_lay if codec.per_table else table_lay.per_peer()
+        return codec.capacity_bytes(lay_.chunk_shape, dtype, dense=dense, error_bound=bound)
+
+    cap = capacity(fwd, lay, static_bound)
+    bcap = 0 if bwd is None else capacity(bwd, lay.transposed(), backward_static_bound)
     plan = _Plan(axis_name, lay, dtype, path, fwd, cap, bwd, bcap, config.topology)
-    return _exchange(plan, x, eb, beb)
+    return _exchange(plan, x, error_bound, backward_error_bound)
 
 
 def compressed_all_to_all(
@@ -617,18 +626,18 @@ def compressed_all_to_all(
       >>> import jax_lossy_comm as jlc
       >>> mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
       >>> cfg = jlc.ExchangeConfig(jlc.FrameCodec(min_error_bound=0.01), table_axis=1)
-      >>> def f(x, eb):
-      ...     y = jlc.compressed_all_to_all(x, "i", 0, 1, tiled=True, error_bound=eb,
+      >>> def f(x, error_bound):
+      ...     y = jlc.compressed_all_to_all(x, "i", 0, 1, tiled=True, error_bound=error_bound,
       ...                                   config=cfg)
       ...     return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True)
       >>> g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P()),
       ...                           out_specs=(P("i"), P("i"))))
       >>> x = jnp.sin(jnp.arange(8 * 64 * 2 * 16, dtype=jnp.float32)).reshape(8 * 64, 2, 16)
-      >>> eb = jnp.array([0.01, 0.05])  # REL bound per table
-      >>> y, exact = g(x, eb)
+      >>> error_bound = jnp.array([0.01, 0.05])  # REL bound per table
+      >>> y, exact = g(x, error_bound)
       >>> y.shape
       (64, 16, 16)
-      >>> bool(jnp.abs(y - exact).max() <= 0.05 * 2.0)  # within eb_abs = eb * (max - min)
+      >>> bool(jnp.abs(y - exact).max() <= 0.05 * 2.0)  # within eb_abs = error_bound * (max - min)
       True
 
       Hierarchical on 2 nodes x 4 devices: blocks within a node arrive exact, the others
@@ -639,13 +648,13 @@ def compressed_all_to_all(
       >>> ax = ("node", "local")
       >>> hcfg = jlc.ExchangeConfig(jlc.FrameCodec(min_error_bound=0.01), table_axis=1,
       ...                           topology="hierarchical")
-      >>> def h(x, eb):
-      ...     y = jlc.compressed_all_to_all(x, ax, 0, 1, tiled=True, error_bound=eb,
+      >>> def h(x, error_bound):
+      ...     y = jlc.compressed_all_to_all(x, ax, 0, 1, tiled=True, error_bound=error_bound,
       ...                                   config=hcfg)
       ...     return y, jax.lax.all_to_all(x, ax, 0, 1, tiled=True)
       >>> gh = jax.jit(jax.shard_map(h, mesh=mesh2, in_specs=(P(ax), P()),
       ...                            out_specs=(P(ax), P(ax))))
-      >>> y, exact = gh(x, eb)  # column 2 * source + table: sources 0-3 are node 0
+      >>> y, exact = gh(x, error_bound)  # column 2 * source + table: sources 0-3 are node 0
       >>> y0, e0 = np.asarray(y[:8]), np.asarray(exact[:8])  # device 0's [8, 8 * 2, 16]
       >>> bool((y0[:, :8] == e0[:, :8]).all()), bool((y0[:, 8:] == e0[:, 8:]).all())
       (True, False)
