@@ -55,18 +55,32 @@ struct CudaRuntime {
     return (int)cudaGetDevice(device);  // XLA makes the stream's device current
 #endif
   }
-  int sm_count(int device, int* sms) {
-    return (int)cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+  // Per-device attributes: asked of `device` by ordinal, the current device is left alone.
+  int device_limits(int device, lc::gpu::DeviceLimits* d) {
+    struct Q { int* v; cudaDeviceAttr a; } q[] = {
+        {&d->sms, cudaDevAttrMultiProcessorCount},
+        {&d->max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor},
+        {&d->max_blocks_per_sm, cudaDevAttrMaxBlocksPerMultiprocessor},
+        {&d->regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor},
+        {&d->smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor},
+        {&d->smem_reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock}};
+    for (const Q& x : q) {
+      cudaError_t e = cudaDeviceGetAttribute(x.v, x.a, device);
+      if (e != cudaSuccess) return (int)e;
+    }
+    return 0;
   }
-  // Occupancy is asked of the calling thread's current device: made `device` for the query.
+  // Registers and static shared memory of a kernel: the same on every device of the built
+  // architectures; on the CUDA runtime this also loads the kernel (lazy module loading) into
+  // the calling thread's context, the stream's device that XLA made current.
   template <class K>
-  int blocks_per_sm(K kernel, int threads, int device, int* blocks) {
-    int current = 0;
-    cudaError_t e = cudaGetDevice(&current);
-    if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, 0);
-    if (current != device) cudaSetDevice(current);
-    return (int)e;
+  int kernel_resources(K kernel, lc::gpu::KernelResources* r) {
+    cudaFuncAttributes a;
+    cudaError_t e = cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel));
+    if (e != cudaSuccess) return (int)e;
+    r->regs_per_thread = a.numRegs;
+    r->static_smem = a.sharedSizeBytes;
+    return 0;
   }
   template <class... P, class... A>
   int launch(void (*kernel)(P...), unsigned grid, unsigned threads, cudaStream_t stream, A... args) {
@@ -104,13 +118,16 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
 
 ffi::Error DecompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                           ffi::Buffer<ffi::U8> frames, ffi::Buffer<ffi::S32> nbytes,
-                          ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::Buffer<ffi::S32>> status) {
+                          ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::Buffer<ffi::S32>> status,
+                          ffi::Dictionary attrs) {
   Chunks c;
+  bool fixed_rate = false;
   ffi::Error err = lc::ffi_args::check_decompress(frames, nbytes, x, status, c);
+  if (err.success()) err = lc::ffi_args::decompress_attrs(attrs, &fixed_rate);
   if (err.failure()) return err;
   return to_error(launcher().decode<true>(scratch, stream, c, frames.typed_data(), nbytes.typed_data(),
                                           static_cast<uint8_t*>(x->untyped_data()),
-                                          status->typed_data()),
+                                          status->typed_data(), fixed_rate),
                   "lc_decompress");
 }
 

@@ -28,8 +28,6 @@ constexpr int kSortShared = 1024;                       // sort keys in shared m
 // Resident blocks of the dictionary encoder per SM the compiler must allow: 4 keeps it at 128
 // registers without spills (sm_90, nvcc 13); 6 spills about 50 bytes; measure on a GPU.
 constexpr int kDictMinBlocks = 4;
-constexpr size_t kDictEncodeScratch = size_t(1) << 29;  // bytes of encoder workspaces, at most
-constexpr size_t kDictDecodeScratch = size_t(1) << 28;  // bytes of decoder workspaces, at most
 constexpr size_t kNoSeg = ~(size_t)0;
 static_assert(kRunTile % lc::kSeg == 0 && lc::kSeg % kRun == 0, "stream tiles hold whole segments");
 static_assert(kGroup * kWarps == kThreads, "one outlier mask per thread");

@@ -92,7 +92,9 @@ struct DecodeShared {
 
 // One block per frame: header, checksum, and the whole decode of raw and fixed-rate frames;
 // every frame's parsed header goes to info[c], and frames with a dictionary or Huffman sections
-// (kind kKindGeneric) are left to decode_dict_kernel.
+// (kind kKindGeneric) are left to decode_dict_kernel. Without info (nullptr: the caller
+// declared every frame fixed-rate or raw, the one launch of such a decompress) those frames get
+// status kUnsupportedForm and NaN values, as lc::decode_fixed_rate on the CPU.
 template <int D, bool kWrite>
 __global__ void __launch_bounds__(kThreads)
 decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict__ nbytes,
@@ -112,11 +114,12 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
     __syncthreads();
     const FastFrame F = sh.frame;
     int32_t st = F.status;
-    if (tid == 0) info[c] = F;
-    if (F.kind == kKindGeneric) {
+    if (info != nullptr && tid == 0) info[c] = F;
+    if (F.kind == kKindGeneric && info != nullptr) {
       __syncthreads();
       continue;
     }
+    if (F.kind == kKindGeneric) st = lc::kUnsupportedForm;
     const int pb = lc::pos_bytes_for(n);
     bool increasing = true;
     if (F.kind == kKindFixed) {
@@ -183,17 +186,16 @@ struct DictDecShared {
 };
 
 // Decoded code q of dictionary value i: its value, into the output (no dictionary) or into the
-// dictionary values dv (rounded to the dtype, as lc::decode_frame_t's lut).
+// dictionary values dv (in the dtype, as lc::decode_frame_t's lut).
 template <int D, bool kWrite>
 struct EmitValue {
   uint8_t* out;
-  float* dv;
+  uint8_t* dv;
   float base, step;
   __device__ void operator()(uint64_t i, uint32_t q) {
     if (!kWrite) return;
     const float v = lc::Val<D>::round(base + (float)q * step);
-    if (out) Dev<D>::store(out, i, v);
-    else dv[i] = v;
+    Dev<D>::store(out ? out : dv, i, v);
   }
 };
 struct EmitIndex {
@@ -301,14 +303,14 @@ __device__ int32_t decode_section(uint64_t count, bool huff, int max_nsym, int b
   return __syncthreads_or(bad) ? lc::kCorrupt : lc::kOk;
 }
 
-// Workspace of one block of decode_dict_kernel: dictionary values (float), row indices.
-LC_HD size_t dict_dec_ws_bytes(uint64_t rows, uint64_t dim) {
-  return lc::align16(4 * rows * dim) + lc::align16(4 * rows);
+// Workspace of one block of decode_dict_kernel: dictionary values (in the dtype), row indices.
+LC_HD size_t dict_dec_ws_bytes(uint64_t rows, uint64_t dim, int dtype) {
+  return lc::align16((size_t)(rows * dim) * lc::dtype_size(dtype)) + lc::align16(4 * rows);
 }
 
 // Frames with a dictionary or Huffman sections (info[c].kind == kKindGeneric): the rest of
 // lc::decode_frame_t, one block per frame, same checks in the same order. Workspace per block:
-// dictionary values (float) and row indices.
+// dictionary values (in the dtype) and row indices (dict_dec_ws_bytes).
 template <int D, bool kWrite>
 __global__ void __launch_bounds__(kThreads)
 decode_dict_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict__ nbytes,
@@ -320,8 +322,8 @@ decode_dict_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
   uint8_t* wb = ws + (size_t)blockIdx.x * ws_stride;
-  float* dv = reinterpret_cast<float*>(wb);
-  uint32_t* idx = reinterpret_cast<uint32_t*>(wb + lc::align16(4 * n));
+  uint8_t* dv = wb;
+  uint32_t* idx = reinterpret_cast<uint32_t*>(wb + lc::align16((size_t)n * isz));
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     if (info[c].kind != kKindGeneric) continue;
     const uint8_t* f = frames + (size_t)c * cap;
@@ -368,7 +370,9 @@ decode_dict_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
         const uint32_t n32 = (uint32_t)n, d32 = (uint32_t)dim;  // chunks are < 2 GiB
         for (uint32_t i = tid; i < n32; i += kThreads) {
           const uint32_t r = i / d32;
-          Dev<D>::store(out, i, dv[(size_t)idx[r] * d32 + (i - r * d32)]);
+          const size_t k = (size_t)idx[r] * d32 + (i - r * d32);
+          if (isz == 4) reinterpret_cast<uint32_t*>(out)[i] = reinterpret_cast<const uint32_t*>(dv)[k];
+          else reinterpret_cast<uint16_t*>(out)[i] = reinterpret_cast<const uint16_t*>(dv)[k];
         }
         __syncthreads();
       }

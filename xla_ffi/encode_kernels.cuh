@@ -76,11 +76,12 @@ struct EncodeShared {
 };
 
 // Quantizes the chunk tile by tile and writes the packed codes at out[codes_off, ...) (clipped to
-// cap). With `record`, outlier positions go to outl[] in increasing order and sh.n_out counts them.
+// cap). With `record`, sh.n_out counts the outliers and the positions of the first `slots` go to
+// outl[] in increasing order (lc::outlier_slots: a frame never holds more).
 template <int D>
 __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan& p, uint8_t* out,
-                              size_t cap, size_t codes_off, uint32_t* outl, bool record,
-                              EncodeShared& sh) {
+                              size_t cap, size_t codes_off, uint32_t* outl, uint64_t slots,
+                              bool record, EncodeShared& sh) {
   const int tid = threadIdx.x, bits = p.bits;
   const size_t packed = lc::packed_bytes(n, bits);
   const size_t tile_bytes = (size_t)(kTile / 8) * bits;
@@ -121,7 +122,10 @@ __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan
       const uint64_t g0 = base + (uint64_t)tid * kGroup;
       if (cnt)
         for (int k = 0; k < kGroup; ++k)
-          if (mine[k] >> 31) outl[o++] = (uint32_t)(g0 + k);
+          if (mine[k] >> 31) {
+            if (o < slots) outl[o] = (uint32_t)(g0 + k);
+            ++o;
+          }
       __syncthreads();  // every thread has read sh.n_out
       if (tid == 0) sh.n_out += tot;
     }
@@ -145,6 +149,7 @@ encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
   constexpr int isz = Dev<D>::kSize;
   const size_t raw = lc::raw_frame_bytes(rows, dim, D);
   uint32_t* outl = reinterpret_cast<uint32_t*>(ws + (size_t)blockIdx.x * ws_stride);
+  const uint64_t slots = lc::outlier_slots(rows, dim, D, cap);  // outl[] holds this many
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     const uint8_t* in = x + (size_t)c * n * isz;
     uint8_t* out = frames + (size_t)c * cap;
@@ -158,11 +163,11 @@ encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
       //    unless the count needs more, in which case the codes are written again further on.
       if (tid == 0) sh.n_out = 0;
       __syncthreads();
-      quantize_pack<D>(in, n, p, out, cap, codes_off, outl, true, sh);
+      quantize_pack<D>(in, n, p, out, cap, codes_off, outl, slots, true, sh);
       n_out = sh.n_out;
       if (lc::varint_size(n_out) != 1) {
         codes_off = lc::quant_header_bytes(rows, dim, n_out, false, 0);
-        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, false, sh);
+        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, slots, false, sh);
       }
       fixed = lc::fixed_frame_bytes(rows, dim, p.bits, D, n_out);
     }
@@ -181,8 +186,8 @@ encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
 // Workspace of one block of encode_dict_kernel, in scratch memory.
 struct DictWs {
   uint32_t* codes;    // [n] quantization code of every value
-  uint32_t* outl;     // [n] outlier positions, increasing
-  int32_t* table;     // [hs] hash table of code rows (when too large for shared memory)
+  uint32_t* outl;     // [slots] outlier positions, increasing (lc::outlier_slots)
+  int32_t* table;     // [hs] hash table of code rows (absent when it fits in shared memory)
   uint32_t* rep;      // [rows] hash slot of each row, then the smallest row with its codes
   uint32_t* dnum;     // [rows] dictionary number of each first-occurrence row
   uint32_t* index;    // [rows] dictionary number of each row
@@ -199,21 +204,30 @@ struct DictWs {
   uint32_t hs;        // hash table size (a power of two >= 2 rows)
 };
 
-LC_HD size_t dict_ws_bytes(uint64_t rows, uint64_t dim) {
+// Bytes of the hash table in scratch: none when it fits in shared memory (dedup_code_rows).
+LC_HD size_t dict_table_bytes(uint64_t rows) {
+  const uint32_t hs = lc::hash_size_for(rows);
+  return hs <= (uint32_t)lc::kMaxHuffSymbols ? 0 : lc::align16(4 * (size_t)hs);
+}
+
+// Bytes of one DictWs: codes, the outlier positions of a frame of `cap` bytes, the hash table
+// when shared memory cannot hold it, 4 arrays of rows, the Huffman tables.
+LC_HD size_t dict_ws_bytes(uint64_t rows, uint64_t dim, int dtype, size_t cap) {
   const uint64_t n = rows * dim, S = lc::kMaxHuffSymbols;
-  return lc::align16(4 * n) * 2 + lc::align16(4 * (size_t)lc::hash_size_for(rows)) +
+  return lc::align16(4 * n) + lc::align16(4 * (size_t)lc::outlier_slots(rows, dim, dtype, cap)) +
+         dict_table_bytes(rows) +
          lc::align16(4 * rows) * 4 + lc::align16(8 * S) + lc::align16(4 * S) * 4 +
          lc::align16(2 * S) * 2 + lc::align16(S) * 2;
 }
 
-LC_HD DictWs carve_dict_ws(uint8_t* base, uint64_t rows, uint64_t dim) {
+LC_HD DictWs carve_dict_ws(uint8_t* base, uint64_t rows, uint64_t dim, int dtype, size_t cap) {
   const uint64_t n = rows * dim, S = lc::kMaxHuffSymbols;
   DictWs w;
   size_t o = 0;
   w.hs = lc::hash_size_for(rows);
   w.codes = (uint32_t*)(base + o); o += lc::align16(4 * n);
-  w.outl = (uint32_t*)(base + o); o += lc::align16(4 * n);
-  w.table = (int32_t*)(base + o); o += lc::align16(4 * (size_t)w.hs);
+  w.outl = (uint32_t*)(base + o); o += lc::align16(4 * (size_t)lc::outlier_slots(rows, dim, dtype, cap));
+  w.table = (int32_t*)(base + o); o += dict_table_bytes(rows);
   w.rep = (uint32_t*)(base + o); o += lc::align16(4 * rows);
   w.dnum = (uint32_t*)(base + o); o += lc::align16(4 * rows);
   w.index = (uint32_t*)(base + o); o += lc::align16(4 * rows);
@@ -251,7 +265,7 @@ struct DictShared {
 // the tile, so thread t then owns the flags of values [32 t, 32 t + 32) for the ordered scan.
 template <int D>
 __device__ void quantize_codes(const uint8_t* in, uint64_t n, const lc::QuantPlan& p, uint32_t* codes,
-                               uint32_t* outl, DictShared& sh) {
+                               uint32_t* outl, uint64_t slots, DictShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) sh.n_out = 0;
   __syncthreads();
@@ -276,8 +290,9 @@ __device__ void quantize_codes(const uint8_t* in, uint64_t n, const lc::QuantPla
       const uint32_t ex = block_scan(cnt, sh.red, &tot);
       uint64_t o = sh.n_out + ex;
       const uint64_t g0 = base + 32 * (uint64_t)tid;
-      while (m) {
-        outl[o++] = (uint32_t)(g0 + (uint32_t)(__ffs((int)m) - 1));
+      while (m) {  // the first `slots` positions: a frame never holds more
+        if (o < slots) outl[o] = (uint32_t)(g0 + (uint32_t)(__ffs((int)m) - 1));
+        ++o;
         m &= m - 1;
       }
       __syncthreads();  // every thread has read sh.n_out
@@ -552,7 +567,8 @@ encode_dict_kernel(LC_ENCODE_KERNEL_PARAMS) {
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
   const size_t raw = lc::raw_frame_bytes(rows, dim, D);
-  const DictWs w = carve_dict_ws(ws + (size_t)blockIdx.x * ws_stride, rows, dim);
+  const DictWs w = carve_dict_ws(ws + (size_t)blockIdx.x * ws_stride, rows, dim, D, cap);
+  const uint64_t slots = lc::outlier_slots(rows, dim, D, cap);
   const bool allow_huff = codec == lc::kCodecAuto || codec == lc::kCodecEntropy;
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     const uint8_t* in = x + (size_t)c * n * isz;
@@ -564,7 +580,7 @@ encode_dict_kernel(LC_ENCODE_KERNEL_PARAMS) {
       continue;
     }
     // 1. Codes and outliers of every value.
-    quantize_codes<D>(in, n, p, w.codes, w.outl, sh);
+    quantize_codes<D>(in, n, p, w.codes, w.outl, slots, sh);
     const uint64_t n_out = sh.n_out;
     // 2. Distinct code rows, first-occurrence order.
     const uint32_t nu = dedup_code_rows(w, (uint32_t)rows, (uint32_t)dim, sh.red, sh.hist);

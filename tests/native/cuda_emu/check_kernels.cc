@@ -36,6 +36,7 @@ int checks = 0;
 // dictionary/Huffman frames (original and corrupted).
 int seen_form[7] = {0};
 int seen_status[16] = {0};
+int seen_unsupported = 0;
 
 // Golden corpus: one FNV-1a 64 digest per case of the CPU frames, byte counts, decoded values
 // and statuses (valid and corrupted frames), written to the file named by `golden FILE`; the
@@ -138,12 +139,14 @@ void encode_gpu(const std::vector<uint8_t>& in, const std::vector<float>& eb, in
   nbytes.assign(batch, 12345);
   const uint64_t n = rows * dim;
   if (codec == lc::kCodecFixed || codec == lc::kCodecRaw) {
-    const size_t stride = al256(4 * n);
-    std::vector<uint8_t> ws(stride * grid + 256, 0xA5);  // scratch is not zeroed either
+    // Outlier positions: only as many as the frame can hold (ASan catches a write past them).
+    const size_t stride = al256(4 * (size_t)lc::outlier_slots(rows, dim, D, cap));
+    (void)n;
+    std::vector<uint8_t> ws(stride * grid, 0xA5);  // scratch is not zeroed either
     emu::launch(grid, kThreads, encode_fixed_kernel<D>, in.data(), eb.data(), batch, rows, dim,
                 mode, codec, frames.data(), cap, nbytes.data(), ws.data(), stride);
   } else {
-    const size_t stride = al256(dict_ws_bytes(rows, dim));
+    const size_t stride = al256(dict_ws_bytes(rows, dim, D, cap));
     std::vector<uint8_t> ws(stride * grid, 0xA5);
     emu::launch(grid, kThreads, encode_dict_kernel<D>, in.data(), eb.data(), batch, rows, dim,
                 mode, codec, frames.data(), cap, nbytes.data(), ws.data(), stride);
@@ -153,16 +156,21 @@ void encode_gpu(const std::vector<uint8_t>& in, const std::vector<float>& eb, in
 template <int D, bool kWrite>
 void decode_gpu(const std::vector<uint8_t>& frames, const std::vector<int32_t>& nbytes,
                 int64_t batch, uint64_t rows, uint64_t dim, size_t cap, unsigned grid,
-                std::vector<uint8_t>& out, std::vector<int32_t>& status) {
+                std::vector<uint8_t>& out, std::vector<int32_t>& status, bool fixed_rate = false) {
   const size_t chunk = rows * dim * Dev<D>::kSize;
   out.assign(kWrite ? batch * chunk : 0, 0xCD);
   status.assign(batch, 777);
   std::vector<FastFrame> info(batch);
   memset((void*)info.data(), 0xEE, sizeof(FastFrame) * batch);
-  const size_t stride = al256(dict_dec_ws_bytes(rows, dim));
+  uint8_t* x = kWrite ? out.data() : nullptr;
+  if (fixed_rate) {  // one launch, no parsed headers, no workspace
+    emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
+                cap, rows, dim, x, status.data(), (FastFrame*)nullptr);
+    return;
+  }
+  const size_t stride = al256(dict_dec_ws_bytes(rows, dim, D));
   const unsigned dgrid = grid + 1;  // a different grid from the fast kernel's
   std::vector<uint8_t> ws(stride * dgrid, 0xA5);
-  uint8_t* x = kWrite ? out.data() : nullptr;
   emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
               cap, rows, dim, x, status.data(), info.data());
   emu::launch(dgrid, kThreads, decode_dict_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
@@ -269,6 +277,22 @@ void check_data(const std::string& kind, const std::vector<float>& data, int64_t
       if (og[i] != oc[i]) { fail(std::string(name) + ": decoded byte " + std::to_string(i % chunk) + " of frame " + std::to_string(i / chunk) + " status " + std::to_string(sc[i / chunk])); break; }
   }
   if (vg != vc) fail(std::string(name) + ": frame_status differs");
+  // fixed_rate=1: one launch; dictionary and Huffman frames get UNSUPPORTED_FORM, as on the CPU.
+  {
+    std::vector<uint8_t> of(total * chunk), ofg;
+    std::vector<int32_t> sf(total), sfg;
+    for (int64_t c = 0; c < total; ++c)
+      sf[c] = lc::decode_frame<true>(frames.data() + c * cap, nb[c], cap, rows, dim, D,
+                                     of.data() + c * chunk, w, true);
+    decode_gpu<D, true>(frames, nb, total, rows, dim, cap, grid, ofg, sfg, true);
+    ++checks;
+    if (sfg != sf || ofg != of) fail(std::string(name) + ": fixed_rate decode differs");
+    for (int64_t c = 0; c < total; ++c) {
+      if (sf[c] == lc::kUnsupportedForm) ++seen_unsupported;
+      if (sf[c] != sc[c] && !(sf[c] == lc::kUnsupportedForm && (frames[c * cap + 2] & (lc::kFlagDedup | lc::kFlagCodesHuff))))
+        fail(std::string(name) + ": fixed_rate changed the status of a fixed-rate or raw frame");
+    }
+  }
   if (golden) {
     Fnv d;
     d.add(fc); d.add(nc); d.add(frames); d.add(nb); d.add(sc); d.add(vc); d.add(oc);
@@ -392,6 +416,7 @@ int main(int argc, char** argv) {
   const char* forms[] = {"raw", "fixed-rate", "dictionary", "Huffman codes", "Huffman index"};
   for (int k = 0; k < 5; ++k)
     if (!seen_form[k]) fail(std::string("coverage: no ") + forms[k] + " frame");
+  if (!seen_unsupported) fail("coverage: fixed_rate decoding never met a dictionary frame");
   for (int st : {lc::kOk, lc::kTruncated, lc::kBadHeader, lc::kBadChecksum, lc::kCorrupt, lc::kTrailingBytes})
     if (!seen_status[st]) fail("coverage: no dictionary/Huffman frame decoded to status " + std::to_string(st));
   printf("forms: raw %d, fixed-rate %d, dictionary %d, Huffman codes %d, Huffman index %d\n",
