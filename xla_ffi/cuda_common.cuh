@@ -28,10 +28,23 @@ constexpr int kSortShared = 1024;                       // sort keys in shared m
 // Resident blocks of the dictionary encoder per SM the compiler must allow: 4 keeps it at 128
 // registers without spills (sm_90, nvcc 13); 6 spills about 50 bytes; measure on a GPU.
 constexpr int kDictMinBlocks = 4;
+// Resident blocks per SM the fixed-rate encoder and the fast decoder must allow (at most 64
+// registers a thread): the 16-byte loads of a tile keep 7 or 8 vectors per thread in flight, and
+// without the bound the compiler spends registers on them that would cost blocks (sm_90, nvcc
+// 13: 90-128 registers, 4-5 blocks). tools/sass_report.py shows the registers and spills.
+constexpr int kFixedMinBlocks = 8;
 constexpr size_t kNoSeg = ~(size_t)0;
 static_assert(kRunTile % lc::kSeg == 0 && lc::kSeg % kRun == 0, "stream tiles hold whole segments");
 static_assert(kGroup * kWarps == kThreads, "one outlier mask per thread");
 static_assert((1 << lc::kMaxHuffLen) == lc::kMaxHuffSymbols, "decode table size");
+
+// Kernel paths a test wants to see taken (tests/native/cuda_emu/emu.h counts them; nothing on
+// the GPU).
+enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec = 2,
+                     kPathDecodeScalar = 3 };
+#ifndef LC_GPU_PATH
+#define LC_GPU_PATH(k) ((void)0)
+#endif
 
 // ---------------------------------------------------------------- typed values
 template <int D> struct Dev;
@@ -39,6 +52,11 @@ template <> struct Dev<lc::kF32> {
   static constexpr int kSize = 4;
   static __device__ __forceinline__ float load(const uint8_t* p, uint64_t i) {
     return reinterpret_cast<const float*>(p)[i];
+  }
+  // Value e of a 16-byte vector of values (registers, little-endian as the GPU).
+  static __device__ __forceinline__ float from_vec(const uint4& v, int e) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    return lc::u2f(w[e]);
   }
   static __device__ __forceinline__ void store(uint8_t* p, uint64_t i, float f) {
     reinterpret_cast<float*>(p)[i] = f;
@@ -49,6 +67,10 @@ template <> struct Dev<lc::kBF16> {
   static __device__ __forceinline__ float load(const uint8_t* p, uint64_t i) {
     return lc::bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
   }
+  static __device__ __forceinline__ float from_vec(const uint4& v, int e) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    return lc::bf16_to_f32((uint16_t)(w[e >> 1] >> (16 * (e & 1))));
+  }
   static __device__ __forceinline__ void store(uint8_t* p, uint64_t i, float f) {
     reinterpret_cast<uint16_t*>(p)[i] = lc::f32_to_bf16(f);
   }
@@ -57,6 +79,10 @@ template <> struct Dev<lc::kF16> {
   static constexpr int kSize = 2;
   static __device__ __forceinline__ float load(const uint8_t* p, uint64_t i) {
     return lc::f16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+  }
+  static __device__ __forceinline__ float from_vec(const uint4& v, int e) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    return lc::f16_to_f32((uint16_t)(w[e >> 1] >> (16 * (e & 1))));
   }
   static __device__ __forceinline__ void store(uint8_t* p, uint64_t i, float f) {
     reinterpret_cast<uint16_t*>(p)[i] = lc::f32_to_f16(f);
@@ -107,18 +133,28 @@ __device__ __forceinline__ void block_minmax(float& mn, float& mx, float* rmin, 
   __syncthreads();
 }
 
-// The frame checksum (format.h: checksum_seed + checksum_word) computed by the whole block. A
-// 4-aligned frame's whole words are read as words (what checksum_word assembles from their
-// bytes, little-endian as the GPU); word 1 (the checksum field) and a partial last word go
-// through checksum_word.
+// The frame checksum (format.h: checksum_seed + checksum_word) computed by the whole block, at
+// any alignment of the frame: its words 2 .. n/4 - 2 come from aligned word loads (two
+// neighbours funnel-shifted when the frame is not 4-aligned; every byte read is the frame's),
+// unrolled with no guard so that several loads are in flight; word 1 (the checksum field), the
+// first and the last whole word and a partial last word go through the guarded path.
 __device__ __forceinline__ uint32_t block_checksum(const uint8_t* f, size_t n, uint32_t* red) {
   uint32_t s = 0;
-  const size_t words = (n + 3) / 4;
-  const size_t whole = ((uintptr_t)f & 3) == 0 ? n / 4 : 0;
-  const uint32_t* fw = reinterpret_cast<const uint32_t*>(f);
+  const size_t words = (n + 3) / 4, whole = n / 4;
+  const unsigned sh = (unsigned)((uintptr_t)f & 3);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(f - sh);  // aligned words
+  const size_t mid_end = whole >= 1 ? whole - 1 : 0;              // words [2, mid_end)
+  if (sh == 0) {
+#pragma unroll 4
+    for (size_t i = 2 + threadIdx.x; i < mid_end; i += kThreads)
+      s += lc::fmix32(a[i] ^ (uint32_t)(i * 0x9E3779B9u));
+  } else {
+#pragma unroll 4
+    for (size_t i = 2 + threadIdx.x; i < mid_end; i += kThreads)
+      s += lc::fmix32(__funnelshift_r(a[i], a[i + 1], 8 * sh) ^ (uint32_t)(i * 0x9E3779B9u));
+  }
   for (size_t i = threadIdx.x; i < words; i += kThreads)
-    s += i < whole && i != 1 ? lc::fmix32(fw[i] ^ (uint32_t)(i * 0x9E3779B9u))
-                             : lc::checksum_word(f, n, i);
+    if (i < 2 || i >= mid_end) s += lc::checksum_word(f, n, i);
   s = block_sum(s, red);
   return lc::checksum_seed(n) + s;
 }

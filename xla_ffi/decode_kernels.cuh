@@ -85,7 +85,8 @@ __device__ FastFrame fast_parse(const uint8_t* f, int64_t nbytes, size_t cap, ui
 }
 
 struct DecodeShared {
-  uint32_t words[kTileWords + 2];  // one tile of packed codes, word-aligned (+1 word of slack)
+  uint32_t words[kTileWords + 8];  // one tile of packed codes, aligned (+1 word read past it,
+                                   // up to 16-byte granules on the full-tile path)
   uint32_t red[kWarps];
   FastFrame frame;
 };
@@ -96,7 +97,7 @@ struct DecodeShared {
 // declared every frame fixed-rate or raw, the one launch of such a decompress) those frames get
 // status kUnsupportedForm and NaN values, as lc::decode_fixed_rate on the CPU.
 template <int D, bool kWrite>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
 decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict__ nbytes,
                    int64_t batch, size_t cap, uint64_t rows, uint64_t dim, uint8_t* __restrict__ x,
                    int32_t* __restrict__ status, FastFrame* __restrict__ info) {
@@ -144,12 +145,47 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
         size_t len = packed - rstart;
         if (len > tile_bytes) len = tile_bytes;
         const uint8_t* region = sp + rstart;
-        const uint8_t* a0 = (const uint8_t*)((uintptr_t)region & ~(uintptr_t)3);
-        const unsigned shift = (unsigned)(region - a0);
-        const size_t nwords = (shift + len + 3) / 4;
-        for (size_t m = tid; m < nwords; m += kThreads)
-          sh.words[m] = load_word_guarded(a0 + 4 * m, region, region + len);
-        if (tid == 0) sh.words[nwords] = 0;
+        // Full tiles: the 16-byte granules that cover the tile, when they lie inside the frame's
+        // bytes, all loads issued before the stores to shared memory (bytes of neighbouring
+        // sections around the tile are staged too and never extracted).
+        const unsigned gshift = (unsigned)((uintptr_t)region & 15);
+        const uint8_t* g0 = region - gshift;  // pointer arithmetic: the loads stay global (LDG)
+        const size_t ngran = (gshift + len + 15) / 16;
+        unsigned shift;
+        if (base + kTile <= n && g0 >= f && g0 + 16 * ngran <= f + nb) {
+          LC_GPU_PATH(kPathDecodeVec);
+          constexpr int kMaxGran = (kTileWords * 4 + 30) / 16 / kThreads + 1;
+          const uint4* src = reinterpret_cast<const uint4*>(g0);
+          // Two rounds of up to 4 loads a thread (64 bytes in flight, 8 KiB a block).
+#pragma unroll
+          for (int r = 0; r < kMaxGran; r += 4) {
+            uint4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              if (r + k < kMaxGran && (size_t)((r + k) * kThreads + tid) < ngran)
+                v[k] = src[(r + k) * kThreads + tid];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const size_t m = (size_t)((r + k) * kThreads + tid);
+              if (r + k < kMaxGran && m < ngran) {
+                sh.words[4 * m] = v[k].x;
+                sh.words[4 * m + 1] = v[k].y;
+                sh.words[4 * m + 2] = v[k].z;
+                sh.words[4 * m + 3] = v[k].w;
+              }
+            }
+          }
+          shift = gshift;
+          if (tid == 0) sh.words[4 * ngran] = 0;
+        } else {
+          LC_GPU_PATH(kPathDecodeScalar);
+          const uint8_t* a0 = (const uint8_t*)((uintptr_t)region & ~(uintptr_t)3);
+          shift = (unsigned)(region - a0);
+          const size_t nwords = (shift + len + 3) / 4;
+          for (size_t m = tid; m < nwords; m += kThreads)
+            sh.words[m] = load_word_guarded(a0 + 4 * m, region, region + len);
+          if (tid == 0) sh.words[nwords] = 0;
+        }
         __syncthreads();
 #pragma unroll 8
         for (int j = 0; j < kGroup; ++j) {

@@ -37,6 +37,7 @@ int checks = 0;
 int seen_form[7] = {0};
 int seen_status[16] = {0};
 int seen_unsupported = 0;
+long half_vec_hits = 0;
 
 // Golden corpus: one FNV-1a 64 digest per case of the CPU frames, byte counts, decoded values
 // and statuses (valid and corrupted frames), written to the file named by `golden FILE`; the
@@ -410,13 +411,22 @@ int main(int argc, char** argv) {
     else dumps = argv[i];
   }
   run_dtype<lc::kF32>(quick);
+  const long f32_vec = emu::path_hits[lc::gpu::kPathEncodeVec];
   run_dtype<lc::kBF16>(quick);
+  half_vec_hits = emu::path_hits[lc::gpu::kPathEncodeVec] - f32_vec;
   run_dtype<lc::kF16>(quick);
   if (!dumps.empty()) run_dumps(dumps, quick);
   const char* forms[] = {"raw", "fixed-rate", "dictionary", "Huffman codes", "Huffman index"};
   for (int k = 0; k < 5; ++k)
     if (!seen_form[k]) fail(std::string("coverage: no ") + forms[k] + " frame");
   if (!seen_unsupported) fail("coverage: fixed_rate decoding never met a dictionary frame");
+  // The 16-byte full-tile paths (f32 and the half types) and the guarded ones all ran.
+  printf("paths: encode 16-byte tiles %ld, guarded %ld; decode 16-byte tiles %ld, guarded %ld\n",
+         emu::path_hits[lc::gpu::kPathEncodeVec], emu::path_hits[lc::gpu::kPathEncodeScalar],
+         emu::path_hits[lc::gpu::kPathDecodeVec], emu::path_hits[lc::gpu::kPathDecodeScalar]);
+  for (int k = 0; k < 4; ++k)
+    if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
+  if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");
   for (int st : {lc::kOk, lc::kTruncated, lc::kBadHeader, lc::kBadChecksum, lc::kCorrupt, lc::kTrailingBytes})
     if (!seen_status[st]) fail("coverage: no dictionary/Huffman frame decoded to status " + std::to_string(st));
   printf("forms: raw %d, fixed-rate %d, dictionary %d, Huffman codes %d, Huffman index %d\n",
