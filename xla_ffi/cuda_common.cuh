@@ -28,11 +28,13 @@ constexpr int kSortShared = 1024;                       // sort keys in shared m
 // Resident blocks of the dictionary encoder per SM the compiler must allow: 4 keeps it at 128
 // registers without spills (sm_90, nvcc 13); 6 spills about 50 bytes; measure on a GPU.
 constexpr int kDictMinBlocks = 4;
-// Resident blocks per SM the fixed-rate encoder and the fast decoder must allow (at most 64
-// registers a thread): the 16-byte loads of a tile keep 7 or 8 vectors per thread in flight, and
+// Resident blocks per SM the fixed-rate encoder must allow (at most 64 registers a thread): the 16-byte loads of a tile keep 7 or 8 vectors per thread in flight, and
 // without the bound the compiler spends registers on them that would cost blocks (sm_90, nvcc
 // 13: 90-128 registers, 4-5 blocks). tools/sass_report.py shows the registers and spills.
 constexpr int kFixedMinBlocks = 8;
+// The fast decoder: 7 (72 registers); at 8 (64 registers) its multi-block loop spills 24-60
+// bytes (sm_90, nvcc 13).
+constexpr int kDecodeMinBlocks = 7;
 constexpr size_t kNoSeg = ~(size_t)0;
 static_assert(kRunTile % lc::kSeg == 0 && lc::kSeg % kRun == 0, "stream tiles hold whole segments");
 static_assert(kGroup * kWarps == kThreads, "one outlier mask per thread");
@@ -41,7 +43,7 @@ static_assert((1 << lc::kMaxHuffLen) == lc::kMaxHuffSymbols, "decode table size"
 // Kernel paths a test wants to see taken (tests/native/cuda_emu/emu.h counts them; nothing on
 // the GPU).
 enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec = 2,
-                     kPathDecodeScalar = 3 };
+                     kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4 };
 #ifndef LC_GPU_PATH
 #define LC_GPU_PATH(k) ((void)0)
 #endif
@@ -136,7 +138,7 @@ __device__ __forceinline__ void block_minmax(float& mn, float& mx, float* rmin, 
 // The frame checksum (format.h: checksum_seed + checksum_word) computed by the whole block, at
 // any alignment of the frame: its words 2 .. n/4 - 2 come from aligned word loads (two
 // neighbours funnel-shifted when the frame is not 4-aligned; every byte read is the frame's),
-// unrolled with no guard so that several loads are in flight; word 1 (the checksum field), the
+// unrolled (2: 64 registers without spills) with no guard so that several loads are in flight; word 1 (the checksum field), the
 // first and the last whole word and a partial last word go through the guarded path.
 __device__ __forceinline__ uint32_t block_checksum(const uint8_t* f, size_t n, uint32_t* red) {
   uint32_t s = 0;
@@ -145,11 +147,11 @@ __device__ __forceinline__ uint32_t block_checksum(const uint8_t* f, size_t n, u
   const uint32_t* a = reinterpret_cast<const uint32_t*>(f - sh);  // aligned words
   const size_t mid_end = whole >= 1 ? whole - 1 : 0;              // words [2, mid_end)
   if (sh == 0) {
-#pragma unroll 4
+#pragma unroll 2
     for (size_t i = 2 + threadIdx.x; i < mid_end; i += kThreads)
       s += lc::fmix32(a[i] ^ (uint32_t)(i * 0x9E3779B9u));
   } else {
-#pragma unroll 4
+#pragma unroll 2
     for (size_t i = 2 + threadIdx.x; i < mid_end; i += kThreads)
       s += lc::fmix32(__funnelshift_r(a[i], a[i + 1], 8 * sh) ^ (uint32_t)(i * 0x9E3779B9u));
   }
@@ -317,16 +319,19 @@ __device__ void write_outliers(const uint8_t* in, const uint32_t* outl, uint64_t
 
 // Outlier values copied to their positions (checked < n). A valid frame has increasing
 // positions: one thread each; otherwise frame order by one thread (a repeated position keeps the
-// last value, as on the CPU).
+// last value, as on the CPU). With parts > 1, only the positions in tiles part, part + parts, ...
+// (the block's share of a frame spread over several blocks).
 template <int D>
 __device__ void scatter_outliers(uint8_t* out, const uint8_t* pos, const uint8_t* vals,
-                                 uint64_t n_out, int pb, bool increasing) {
+                                 uint64_t n_out, int pb, bool increasing, uint64_t part = 0,
+                                 uint64_t parts = 1) {
   constexpr int isz = Dev<D>::kSize;
   const int tid = threadIdx.x;
   if (increasing || tid == 0) {
     const uint64_t k0 = increasing ? (uint64_t)tid : 0, step = increasing ? kThreads : 1;
     for (uint64_t k = k0; k < n_out; k += step) {
       const uint32_t q = lc::outlier_pos(pos, k, pb);
+      if (parts > 1 && (q / (uint32_t)kTile) % (uint32_t)parts != (uint32_t)part) continue;
       for (int b = 0; b < isz; ++b) out[(size_t)q * isz + b] = vals[k * isz + b];
     }
   }

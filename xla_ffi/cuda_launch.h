@@ -124,6 +124,20 @@ inline int64_t grid_blocks(int64_t batch, int64_t resident, size_t ws_stride, si
   return blocks < 1 ? 1 : blocks;
 }
 
+// Blocks per frame of decode_fast_kernel: when the chunks are fewer than the resident blocks,
+// a frame's tiles are spread over up to ceil(resident / batch) blocks, at most one per tile and
+// at most kMaxDecodeParts (each part checks the whole frame's checksum: the frame is read, from
+// L2, once per part); frame status (no values) takes one block per frame.
+constexpr int64_t kMaxDecodeParts = 8;
+inline int64_t decode_parts(const Chunks& c, int64_t resident, bool values) {
+  const uint64_t n = (uint64_t)c.rows * (uint64_t)c.dim;
+  const int64_t tiles = (int64_t)((n + kTile - 1) / kTile);
+  if (!values || c.batch <= 0 || c.batch >= resident || tiles <= 1) return 1;
+  int64_t p = (resident + c.batch - 1) / c.batch;
+  if (p > kMaxDecodeParts) p = kMaxDecodeParts;
+  return p < tiles ? p : tiles;
+}
+
 inline ScratchPlan make_plan(size_t head, size_t stride, int64_t blocks) {
   const size_t ws = head + stride * (size_t)blocks;
   return {stride, head, blocks, ws == 0 ? 0 : ws + kWsAlign - kScratchAlign};
@@ -258,11 +272,12 @@ struct Launcher {
     e = resident_all<D>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
     if (e != 0) return runtime_error(e);
     const int64_t fast_resident = kWrite ? r[2] : r[4], dict_resident = kWrite ? r[3] : r[5];
-    const int64_t blocks = grid_blocks(c.batch, fast_resident, 0, 0);
+    const int64_t parts = decode_parts(c, fast_resident, kWrite);
+    const int64_t blocks = grid_blocks(c.batch * parts, fast_resident, 0, 0);
     const ScratchPlan plan = decode_plan(c, fixed_rate, dict_resident, budget);
     if (fixed_rate) {
       e = rt.launch(decode_fast_kernel<D, kWrite>, (unsigned)blocks, kThreads, stream, frames,
-                    nbytes, c.batch, (size_t)c.cap, rows, dim, x, status, (FastFrame*)nullptr);
+                    nbytes, c.batch, (size_t)c.cap, rows, dim, x, status, (FastFrame*)nullptr, parts);
       return e == 0 ? launch_ok() : runtime_error(e);
     }
     uint8_t* ws = allocate_aligned(scratch, plan.bytes - (kWsAlign - kScratchAlign));
@@ -270,7 +285,7 @@ struct Launcher {
     FastFrame* info = reinterpret_cast<FastFrame*>(ws);
     uint8_t* work = ws + plan.head;
     e = rt.launch(decode_fast_kernel<D, kWrite>, (unsigned)blocks, kThreads, stream, frames,
-                  nbytes, c.batch, (size_t)c.cap, rows, dim, x, status, info);
+                  nbytes, c.batch, (size_t)c.cap, rows, dim, x, status, info, parts);
     if (e == 0)
       e = rt.launch(decode_dict_kernel<D, kWrite>, (unsigned)plan.blocks, kThreads, stream,
                     frames, nbytes, c.batch, (size_t)c.cap, rows, dim, x, status,

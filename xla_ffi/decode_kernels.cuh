@@ -95,17 +95,24 @@ struct DecodeShared {
 // every frame's parsed header goes to info[c], and frames with a dictionary or Huffman sections
 // (kind kKindGeneric) are left to decode_dict_kernel. Without info (nullptr: the caller
 // declared every frame fixed-rate or raw, the one launch of such a decompress) those frames get
-// status kUnsupportedForm and NaN values, as lc::decode_fixed_rate on the CPU.
+// status kUnsupportedForm and NaN values, as lc::decode_frame with fixed_rate on the CPU.
+// A frame's values may be spread over `parts` blocks (few chunks, many SMs): part k of frame c
+// (work item c * parts + k) writes the values of tiles k, k + parts, ... and the outliers that
+// fall in them; every part checks the header, checksum and positions itself (the frame is
+// re-read from L2), part 0 writes the status and the parsed header.
 template <int D, bool kWrite>
-__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks)
 decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict__ nbytes,
                    int64_t batch, size_t cap, uint64_t rows, uint64_t dim, uint8_t* __restrict__ x,
-                   int32_t* __restrict__ status, FastFrame* __restrict__ info) {
+                   int32_t* __restrict__ status, FastFrame* __restrict__ info, int64_t parts) {
   __shared__ DecodeShared sh;
   const int tid = threadIdx.x;
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
-  for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
+  for (int64_t w = blockIdx.x; w < batch * parts; w += gridDim.x) {
+    // 32-bit division: parts > 1 only when the chunks are fewer than the resident blocks.
+    const int64_t c = parts == 1 ? w : (int64_t)((uint32_t)w / (uint32_t)parts);
+    const uint64_t part = (uint64_t)(w - c * parts), step = (uint64_t)parts * kTile;
     const uint8_t* f = frames + (size_t)c * cap;
     const int64_t nb = nbytes[c];
     uint8_t* out = kWrite ? x + (size_t)c * n * isz : nullptr;
@@ -115,7 +122,7 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
     __syncthreads();
     const FastFrame F = sh.frame;
     int32_t st = F.status;
-    if (info != nullptr && tid == 0) info[c] = F;
+    if (info != nullptr && tid == 0 && part == 0) info[c] = F;
     if (F.kind == kKindGeneric && info != nullptr) {
       __syncthreads();
       continue;
@@ -128,18 +135,25 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
       check_positions(f + F.pos_off, F.n_out, pb, n, &bad, &increasing);
       if (bad) st = lc::kCorrupt;
     }
-    if (tid == 0) status[c] = st;
+    if (tid == 0 && part == 0) status[c] = st;
     if (kWrite && st != lc::kOk) {
-      for (uint64_t i = tid; i < n; i += kThreads) Dev<D>::store(out, i, lc::u2f(0x7fc00000u));
+      for (uint64_t t0 = part * kTile; t0 < n; t0 += step) {
+        const uint64_t t1 = t0 + kTile < n ? t0 + kTile : n;
+        for (uint64_t i = t0 + tid; i < t1; i += kThreads) Dev<D>::store(out, i, lc::u2f(0x7fc00000u));
+      }
     } else if (kWrite && F.kind == kKindRaw) {
-      block_copy(out, f + F.src_off, (size_t)n * isz);
+      for (uint64_t t0 = part * kTile; t0 < n; t0 += step) {
+        const uint64_t t1 = t0 + kTile < n ? t0 + kTile : n;
+        block_copy(out + t0 * isz, f + F.src_off + t0 * isz, (size_t)(t1 - t0) * isz);
+      }
     } else if (kWrite && F.kind == kKindFixed) {
       const int bits = F.bits;
       const uint32_t mask = bits ? (1u << bits) - 1u : 0u;
       const uint8_t* sp = f + F.src_off;
       const size_t packed = lc::packed_bytes(n, bits);
       const size_t tile_bytes = (size_t)(kTile / 8) * bits;
-      for (uint64_t base = 0; base < n; base += kTile) {
+      for (uint64_t base = part * kTile; base < n; base += step) {
+        if (part != 0) LC_GPU_PATH(kPathDecodeMultiBlock);
         // Stage the tile's packed bytes as aligned words (bytes outside the section read as 0).
         const size_t rstart = (size_t)(base / kTile) * tile_bytes;
         size_t len = packed - rstart;
@@ -200,7 +214,8 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
         }
         __syncthreads();
       }
-      scatter_outliers<D>(out, f + F.pos_off, f + F.val_off, F.n_out, pb, increasing);
+      scatter_outliers<D>(out, f + F.pos_off, f + F.val_off, F.n_out, pb, increasing, part,
+                          (uint64_t)parts);
     }
     __syncthreads();
   }

@@ -372,6 +372,19 @@ int main() {
     check(!L.rt.grids.empty() && L.rt.grids[0] == 1, "grid within twice the frames' bytes");
     L.budget = lc::gpu::ScratchBudget();
   }
+  // Few chunks of several tiles: decompress spreads each frame over ceil(6 / 2) = 3 blocks (of
+  // its 4 tiles), frame status keeps one block per frame.
+  for (int dtype : {lc::kF32, lc::kBF16})
+    for (int codec : {lc::kCodecFixed, lc::kCodecRaw, lc::kCodecAuto}) {
+      L.rt.grids.clear();
+      run_case(L, stream, dtype, 2, 256, 64, codec, seed++);
+      // compress; decompress: fast over 3 blocks a frame, dictionary; frame status: fast,
+      // dictionary; decompress with fixed_rate: fast over 3 blocks a frame
+      const std::vector<unsigned> want = {2, 6, 2, 2, 2, 6};
+      std::string got;
+      for (unsigned g : L.rt.grids) got += " " + std::to_string(g);
+      check(L.rt.grids == want, "multi-block decode grids, codec " + std::to_string(codec) + ":" + got);
+    }
   printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

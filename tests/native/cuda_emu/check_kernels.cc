@@ -165,15 +165,16 @@ void decode_gpu(const std::vector<uint8_t>& frames, const std::vector<int32_t>& 
   memset((void*)info.data(), 0xEE, sizeof(FastFrame) * batch);
   uint8_t* x = kWrite ? out.data() : nullptr;
   if (fixed_rate) {  // one launch, no parsed headers, no workspace
+    // ... and each frame's tiles over 3 blocks (the multi-block path)
     emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
-                cap, rows, dim, x, status.data(), (FastFrame*)nullptr);
+                cap, rows, dim, x, status.data(), (FastFrame*)nullptr, (int64_t)3);
     return;
   }
   const size_t stride = al256(dict_dec_ws_bytes(rows, dim, D));
   const unsigned dgrid = grid + 1;  // a different grid from the fast kernel's
   std::vector<uint8_t> ws(stride * dgrid, 0xA5);
   emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
-              cap, rows, dim, x, status.data(), info.data());
+              cap, rows, dim, x, status.data(), info.data(), (int64_t)(kWrite ? 2 : 1));
   emu::launch(dgrid, kThreads, decode_dict_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
               cap, rows, dim, x, status.data(), (const FastFrame*)info.data(), ws.data(), stride);
 }
@@ -424,7 +425,8 @@ int main(int argc, char** argv) {
   printf("paths: encode 16-byte tiles %ld, guarded %ld; decode 16-byte tiles %ld, guarded %ld\n",
          emu::path_hits[lc::gpu::kPathEncodeVec], emu::path_hits[lc::gpu::kPathEncodeScalar],
          emu::path_hits[lc::gpu::kPathDecodeVec], emu::path_hits[lc::gpu::kPathDecodeScalar]);
-  for (int k = 0; k < 4; ++k)
+  printf("paths: decode frames spread over several blocks %ld\n", emu::path_hits[lc::gpu::kPathDecodeMultiBlock]);
+  for (int k = 0; k < 5; ++k)
     if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
   if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");
   for (int st : {lc::kOk, lc::kTruncated, lc::kBadHeader, lc::kBadChecksum, lc::kCorrupt, lc::kTrailingBytes})
