@@ -3,8 +3,9 @@
 // Same operands, attributes and frame format as codec_cpu.cc: a frame made here decodes on the
 // CPU to the same values and the reverse (-fmad=false keeps the float operations of both sides
 // identical). Leading dimensions of the input are a batch of independent chunks [rows, dim];
-// every kernel takes the whole batch in one launch, one thread block per chunk at a time (a
-// grid-stride loop over chunks, the grid sized to the occupancy and to the scratch budget).
+// every kernel takes the whole batch in one launch, a grid-stride loop over chunks (the fast
+// decoder's over a chunk's tiles too when chunks are few), the grid sized to the occupancy and
+// to the call's scratch budget (cuda_launch.h).
 // The kernels live in encode_kernels.cuh and decode_kernels.cuh, the launch code (scratch
 // sizing and carving, grids, launches) in cuda_launch.h: tests/native/cuda_emu runs both on the CPU.
 // This file binds them to the CUDA runtime and to XLA's FFI.
