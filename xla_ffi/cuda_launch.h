@@ -143,6 +143,13 @@ inline ScratchPlan make_plan(size_t head, size_t stride, int64_t blocks) {
   return {stride, head, blocks, ws == 0 ? 0 : ws + kWsAlign - kScratchAlign};
 }
 
+// What is left of a call's budget `b` for the workspaces once the `head` bytes and the
+// alignment slack are taken, so that the whole request stays within `b`.
+inline size_t workspace_budget(size_t b, size_t head) {
+  const size_t fixed = head + kWsAlign - kScratchAlign;
+  return b > fixed ? b - fixed : 0;
+}
+
 // The compress call's grid and scratch (see the formulas at the top).
 inline ScratchPlan compress_plan(const Chunks& c, int codec, int64_t resident,
                                  const ScratchBudget& budget) {
@@ -152,7 +159,7 @@ inline ScratchPlan compress_plan(const Chunks& c, int codec, int64_t resident,
       fixed ? align256(4 * (size_t)lc::outlier_slots(rows, dim, c.dtype, (size_t)c.cap))
             : align256(dict_ws_bytes(rows, dim, c.dtype, (size_t)c.cap));
   const size_t b = call_budget(c, fixed ? budget.fixed_encode : budget.dict_encode, budget);
-  return make_plan(0, stride, grid_blocks(c.batch, resident, stride, b));
+  return make_plan(0, stride, grid_blocks(c.batch, resident, stride, workspace_budget(b, 0)));
 }
 
 // The decompress / frame-status call's dictionary grid and scratch (fixed_rate: none).
@@ -161,8 +168,8 @@ inline ScratchPlan decode_plan(const Chunks& c, bool fixed_rate, int64_t dict_re
   if (fixed_rate) return {0, 0, 0, 0};
   const size_t stride = align256(dict_dec_ws_bytes((uint64_t)c.rows, (uint64_t)c.dim, c.dtype));
   const size_t b = call_budget(c, budget.dict_decode, budget);
-  return make_plan(align256(sizeof(FastFrame) * (size_t)c.batch), stride,
-                   grid_blocks(c.batch, dict_resident, stride, b));
+  const size_t head = align256(sizeof(FastFrame) * (size_t)c.batch);
+  return make_plan(head, stride, grid_blocks(c.batch, dict_resident, stride, workspace_budget(b, head)));
 }
 
 // `bytes` of scratch starting at a kWsAlign boundary: asks for kScratchAlign (XLA rejects more)
