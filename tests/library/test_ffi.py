@@ -96,8 +96,8 @@ def test_extension_problem_names_the_cause_and_the_fix():
 
 
 def _decompress_call(frames, nbytes, rows, dim, **attrs):
-    """``lc_decompress`` called directly, with attributes that :func:`jlc.decompress` does not
-    pass (yet): ``fixed_rate``."""
+    """``lc_decompress`` called directly, with any attributes (:func:`jlc.decompress` passes
+    only ``fixed_rate=1``, for ``fixed_rate=True``)."""
     import jax
     import jax.numpy as jnp
 
