@@ -196,10 +196,12 @@ def report(arch: str, nvdisasm: str, tmp: Path) -> list[dict]:
             for k, v in lp["ldg"].items():
                 widths[k] = widths.get(k, 0) + v
         occ = occupancy(lim, u["regs"], u["smem"])
-        # cuda_launch.h decode_parts: decompress spreads a frame's tiles over several blocks
+        # cuda_launch.h decode_parts / encode_parts: decompress and the fixed-rate encoder
+        # spread a chunk's tiles over several blocks (up to 8, one per tile at most; the
+        # encoder's parts records fit the budget on this shape)
         parts = 1
-        if "decode_fast_kernel" in fn and "Lb1E" in fn:
-            parts = min(math.ceil(lim["sms"] * occ / EXCHANGE_CHUNKS), EXCHANGE_TILES)
+        if ("decode_fast_kernel" in fn and "Lb1E" in fn) or "encode_fixed_parts_kernel" in fn:
+            parts = min(math.ceil(lim["sms"] * occ / EXCHANGE_CHUNKS), EXCHANGE_TILES, 8)
         grid = min(EXCHANGE_CHUNKS * parts, lim["sms"] * occ)
         exch = round(grid / lim["sms"], 1)
         rows.append(

@@ -43,7 +43,8 @@ static_assert((1 << lc::kMaxHuffLen) == lc::kMaxHuffSymbols, "decode table size"
 // Kernel paths a test wants to see taken (tests/native/cuda_emu/emu.h counts them; nothing on
 // the GPU).
 enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec = 2,
-                     kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4 };
+                     kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4,
+                     kPathEncodeMultiBlock = 5 };
 #ifndef LC_GPU_PATH
 #define LC_GPU_PATH(k) ((void)0)
 #endif

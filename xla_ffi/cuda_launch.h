@@ -24,7 +24,10 @@
 // isz bytes, frames of `cap` bytes, B blocks in the grid, align256 rounding each block's part up):
 //   compress, codec fixed/raw:   B * align256(4 * slots), slots = lc::outlier_slots(rows, dim,
 //                                dtype, cap) <= min(n, cap / (pos_bytes + isz)); 0 when no
-//                                outlier fits the frame (then nothing is allocated)
+//                                outlier fits the frame (then nothing is allocated); codec
+//                                fixed over P = encode_parts blocks a chunk (few chunks):
+//                                batch * P * align256(64 + 4 min(slots, ceil(tiles / P) 4096))
+//                                (P lowered until that fits the budget; P = 1: as above)
 //   compress, auto/dedup/entropy: B * align256(dict_ws_bytes) = B * align256(4 n + 4 slots +
 //                                [rows > 2048: 4 hash_size(rows)] + 16 rows + 120 KiB)
 //   decompress, fixed_rate=1:    0 (one kernel, decode_fast_kernel)
@@ -101,6 +104,7 @@ struct ScratchPlan {
   size_t stride, head;  // head: bytes before the workspaces (decode: the parsed headers)
   int64_t blocks;
   size_t bytes;
+  int64_t parts = 1;  // fixed-rate compress: blocks per chunk (encode_parts)
 };
 
 // What a launch returns: kOk, a runtime error (its code in `error`) or no scratch.
@@ -138,6 +142,19 @@ inline int64_t decode_parts(const Chunks& c, int64_t resident, bool values) {
   return p < tiles ? p : tiles;
 }
 
+// Blocks per chunk of the fixed-rate encoder (encode_fixed_parts_kernel) as decode_parts: when
+// the chunks are fewer than the resident blocks, up to kMaxEncodeParts, at most one per tile
+// (each part reads the whole chunk once for its range: from L2 after the first).
+constexpr int64_t kMaxEncodeParts = 8;
+inline int64_t encode_parts(const Chunks& c, int64_t resident) {
+  const uint64_t n = (uint64_t)c.rows * (uint64_t)c.dim;
+  const int64_t tiles = (int64_t)((n + kTile - 1) / kTile);
+  if (c.batch <= 0 || c.batch >= resident || tiles <= 1) return 1;
+  int64_t p = (resident + c.batch - 1) / c.batch;
+  if (p > kMaxEncodeParts) p = kMaxEncodeParts;
+  return p < tiles ? p : tiles;
+}
+
 inline ScratchPlan make_plan(size_t head, size_t stride, int64_t blocks) {
   const size_t ws = head + stride * (size_t)blocks;
   return {stride, head, blocks, ws == 0 ? 0 : ws + kWsAlign - kScratchAlign};
@@ -159,6 +176,19 @@ inline ScratchPlan compress_plan(const Chunks& c, int codec, int64_t resident,
       fixed ? align256(4 * (size_t)lc::outlier_slots(rows, dim, c.dtype, (size_t)c.cap))
             : align256(dict_ws_bytes(rows, dim, c.dtype, (size_t)c.cap));
   const size_t b = call_budget(c, fixed ? budget.fixed_encode : budget.dict_encode, budget);
+  // Every (chunk, part) keeps its record until the finishing launch: batch * parts of them;
+  // fewer parts when they do not fit the budget.
+  for (int64_t parts = codec == kCodecFixed && c.cap > 0 ? encode_parts(c, resident) : 1;
+       parts > 1; --parts) {
+    const size_t pstride = align256(part_ws_bytes(rows, dim, c.dtype, (size_t)c.cap, parts));
+    const int64_t items = c.batch * parts;
+    if (pstride * (size_t)items <= workspace_budget(b, 0)) {
+      ScratchPlan p = make_plan(0, pstride, items);
+      p.blocks = items < resident ? items : resident;
+      p.parts = parts;
+      return p;
+    }
+  }
   return make_plan(0, stride, grid_blocks(c.batch, resident, stride, workspace_budget(b, 0)));
 }
 
@@ -228,7 +258,10 @@ struct Launcher {
   template <int D>
   int resident_all(int dev, int64_t* enc_fixed, int64_t* enc_dict, int64_t* dec_fast,
                    int64_t* dec_dict, int64_t* st_fast, int64_t* st_dict) {
+    int64_t unused = 0;
     int e = resident.get(rt, encode_fixed_kernel<D>, dev, enc_fixed);
+    if (e == 0) e = resident.get(rt, encode_fixed_parts_kernel<D>, dev, &unused);
+    if (e == 0) e = resident.get(rt, encode_fixed_finish_kernel<D>, dev, &unused);
     if (e == 0) e = resident.get(rt, encode_dict_kernel<D>, dev, enc_dict);
     if (e == 0) e = resident.get(rt, decode_fast_kernel<D, true>, dev, dec_fast);
     if (e == 0) e = resident.get(rt, decode_dict_kernel<D, true>, dev, dec_dict);
@@ -255,7 +288,16 @@ struct Launcher {
       ws = allocate_aligned(scratch, plan.bytes - (kWsAlign - kScratchAlign));
       if (ws == nullptr) return scratch_error();
     }
-    if (fixed)
+    if (plan.parts > 1) {  // a chunk over plan.parts blocks, then one block per chunk finishes
+      e = rt.launch(encode_fixed_parts_kernel<D>, (unsigned)plan.blocks, kThreads, stream, x, eb,
+                    c.batch, rows, dim, mode, codec, frames, (size_t)c.cap, nbytes, ws, plan.stride,
+                    plan.parts);
+      const int64_t fin = c.batch < r[0] ? c.batch : r[0];
+      if (e == 0)
+        e = rt.launch(encode_fixed_finish_kernel<D>, (unsigned)fin, kThreads, stream, x, eb,
+                      c.batch, rows, dim, mode, codec, frames, (size_t)c.cap, nbytes, ws,
+                      plan.stride, plan.parts);
+    } else if (fixed)
       e = rt.launch(encode_fixed_kernel<D>, (unsigned)plan.blocks, kThreads, stream, x, eb, c.batch,
                     rows, dim, mode, codec, frames, (size_t)c.cap, nbytes, ws, plan.stride);
     else

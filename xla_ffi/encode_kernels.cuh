@@ -81,7 +81,8 @@ struct EncodeShared {
 template <int D>
 __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan& p, uint8_t* out,
                               size_t cap, size_t codes_off, uint32_t* outl, uint64_t slots,
-                              bool record, EncodeShared& sh) {
+                              bool record, EncodeShared& sh, uint64_t first = 0,
+                              uint64_t last = ~0ull) {
   const int tid = threadIdx.x, bits = p.bits;
   const size_t packed = lc::packed_bytes(n, bits);
   const size_t tile_bytes = (size_t)(kTile / 8) * bits;
@@ -92,7 +93,10 @@ __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan
   // loads for the quantization loop.
   constexpr int kVec = 16 / Dev<D>::kSize, kLoads = kGroup / kVec;
   const bool aligned = ((uintptr_t)in & 15) == 0;
-  for (uint64_t base = 0; base < n; base += kTile) {
+  // Values [first, last) of the chunk (whole tiles; the multi-block encoder's part), outlier
+  // positions relative to the chunk.
+  const uint64_t end = last < n ? last : n;
+  for (uint64_t base = first; base < end; base += kTile) {
     if (aligned && base + kTile <= n) {
       LC_GPU_PATH(kPathEncodeVec);
       const uint4* src = reinterpret_cast<const uint4*>(in + base * Dev<D>::kSize);
@@ -205,6 +209,121 @@ encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
     const lc::FormChoice form = lc::choose_form(codec, p.ok, raw, fixed, 0, cap);
     if (emit_unquantized<D>(form, in, rows, dim, out, cap, nbytes + c, sh.red)) continue;
     // 3. Header, outlier section, zero tail, checksum.
+    const size_t pos_off = codes_off + lc::packed_bytes(n, p.bits);
+    const size_t val_off = pos_off + (size_t)n_out * pb;
+    if (tid == 0) lc::write_header(out, quant_header(D, mode, p, rows, dim, n_out));
+    write_outliers<D>(in, outl, n_out, pb, out, pos_off, val_off);
+    finish_frame(out, cap, form.bytes, nbytes + c, sh.red);
+  }
+}
+
+// ------------------------------------------------ fixed-rate frames over several blocks
+// When the chunks are fewer than the resident blocks, a chunk's tiles are spread over `parts`
+// blocks (encode_parts, cuda_launch.h) in two launches; the frame is the same byte for byte:
+//  1. encode_fixed_parts_kernel: part q of chunk c (one block) reduces the chunk's whole range
+//     (each part: the chunk is read once per part, from L2 after the first), so every part has
+//     the same plan, then quantizes, verifies and packs tiles [q T / parts, (q + 1) T / parts)
+//     into the codes section as if the outlier count took one byte (the fixed layout is known
+//     statically: parts write disjoint bytes), and records its outliers' positions (at most
+//     part_slots: what the frame or the part's tiles can hold) and count in its own record;
+//  2. encode_fixed_finish_kernel: one block per chunk adds the parts' counts; if the count
+//     needs a longer varint the codes are written again one place further on (by this block,
+//     rare: 128 or more outliers); it picks the form as the one-block kernel (raw rewrites the
+//     whole frame), concatenates the parts' positions in order (each part's list is complete
+//     whenever the frame can hold them all) and writes the header, the outlier section, the
+//     zero tail and the checksum (the second small pass over the frame, from L2).
+struct PartRecord {
+  lc::QuantPlan plan;  // the chunk's plan (every part computes the same)
+  uint64_t n_out;      // outliers in this part's tiles
+};
+constexpr size_t kPartHead = 64;  // bytes of a part's record before its positions
+static_assert(sizeof(PartRecord) <= kPartHead, "a part's record fits its head");
+
+// Outlier positions one part records: no more than a frame holds, no more than the values of
+// the largest part (ceil(tiles / parts) tiles).
+LC_HD uint64_t part_slots(uint64_t rows, uint64_t dim, int dtype, size_t cap, int64_t parts) {
+  const uint64_t tiles = (rows * dim + kTile - 1) / kTile;
+  const uint64_t most = (tiles + (uint64_t)parts - 1) / (uint64_t)parts * kTile;
+  const uint64_t slots = lc::outlier_slots(rows, dim, dtype, cap);
+  return slots < most ? slots : most;
+}
+
+// Scratch of one (chunk, part): the record, then the positions of up to part_slots outliers.
+LC_HD size_t part_ws_bytes(uint64_t rows, uint64_t dim, int dtype, size_t cap, int64_t parts) {
+  return kPartHead + 4 * (size_t)part_slots(rows, dim, dtype, cap, parts);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
+encode_fixed_parts_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
+  __shared__ EncodeShared sh;
+  const uint64_t n = rows * dim;
+  const uint64_t tiles = (n + kTile - 1) / kTile;
+  const uint64_t slots = part_slots(rows, dim, D, cap, parts);
+  if (threadIdx.x == 0) LC_GPU_PATH(kPathEncodeMultiBlock);
+  for (int64_t item = blockIdx.x; item < batch * parts; item += gridDim.x) {
+    const int64_t c = item / parts, q = item % parts;
+    const uint8_t* in = x + (size_t)c * n * Dev<D>::kSize;
+    uint8_t* rec = ws + (size_t)item * ws_stride;
+    uint32_t* outl = reinterpret_cast<uint32_t*>(rec + kPartHead);
+    const lc::QuantPlan p = chunk_plan<D>(in, n, ebs[c], mode, codec, sh.rmin, sh.rmax);
+    if (threadIdx.x == 0) sh.n_out = 0;
+    __syncthreads();
+    if (p.ok) {
+      const uint64_t t0 = tiles * (uint64_t)q / (uint64_t)parts;
+      const uint64_t t1 = tiles * (uint64_t)(q + 1) / (uint64_t)parts;
+      quantize_pack<D>(in, n, p, frames + (size_t)c * cap, cap,
+                       lc::quant_header_bytes(rows, dim, 0, false, 0), outl, slots, true, sh,
+                       t0 * kTile, t1 * kTile);
+    }
+    if (threadIdx.x == 0) {
+      PartRecord* r = reinterpret_cast<PartRecord*>(rec);
+      r->plan = p;
+      r->n_out = sh.n_out;
+    }
+    __syncthreads();  // before the next item resets sh.n_out
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
+encode_fixed_finish_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
+  __shared__ EncodeShared sh;
+  const int tid = threadIdx.x;
+  const uint64_t n = rows * dim;
+  const size_t raw = lc::raw_frame_bytes(rows, dim, D);
+  const uint64_t slots = lc::outlier_slots(rows, dim, D, cap);
+  for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
+    const uint8_t* in = x + (size_t)c * n * Dev<D>::kSize;
+    uint8_t* out = frames + (size_t)c * cap;
+    uint8_t* rec0 = ws + (size_t)(c * parts) * ws_stride;
+    uint32_t* outl = reinterpret_cast<uint32_t*>(rec0 + kPartHead);
+    const lc::QuantPlan p = reinterpret_cast<const PartRecord*>(rec0)->plan;
+    uint64_t n_out = 0;
+    for (int64_t q = 0; q < parts; ++q)
+      n_out += reinterpret_cast<const PartRecord*>(rec0 + (size_t)q * ws_stride)->n_out;
+    size_t codes_off = lc::quant_header_bytes(rows, dim, 0, false, 0), fixed = 0;
+    const int pb = lc::pos_bytes_for(n);
+    if (p.ok) {
+      if (lc::varint_size(n_out) != 1) {
+        codes_off = lc::quant_header_bytes(rows, dim, n_out, false, 0);
+        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, slots, false, sh);
+      }
+      fixed = lc::fixed_frame_bytes(rows, dim, p.bits, D, n_out);
+    }
+    const lc::FormChoice form = lc::choose_form(codec, p.ok, raw, fixed, 0, cap);
+    if (emit_unquantized<D>(form, in, rows, dim, out, cap, nbytes + c, sh.red)) continue;
+    // The fixed form fits, so n_out <= slots and every part's list is complete: append parts
+    // 1.. to part 0's list, in order.
+    uint64_t o = reinterpret_cast<const PartRecord*>(rec0)->n_out;
+    for (int64_t q = 1; q < parts; ++q) {
+      const uint8_t* rq = rec0 + (size_t)q * ws_stride;
+      const uint64_t m = reinterpret_cast<const PartRecord*>(rq)->n_out;
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(rq + kPartHead);
+      for (uint64_t k = tid; k < m; k += kThreads) outl[o + k] = src[k];
+      o += m;
+    }
+    __syncthreads();  // the positions are in place
     const size_t pos_off = codes_off + lc::packed_bytes(n, p.bits);
     const size_t val_off = pos_off + (size_t)n_out * pb;
     if (tid == 0) lc::write_header(out, quant_header(D, mode, p, rows, dim, n_out));
