@@ -11,10 +11,12 @@ the exchange's collectives, in two phases:
    (:class:`jax_lossy_comm.Layout`), encoded, and sent as in :func:`compressed_all_to_all`
    (:func:`jax_lossy_comm.wire.send_frames`: dense, packed or ragged path); each device
    decodes the P contributions to its chunk and sums them in float32;
-2. all-gather: each device encodes its reduced chunk once and every device receives all P
-   reduced frames (``all_gather``s of the static chunks that cover the largest frame, as
-   the packed path moves its buffers; the whole capacity on the dense path) and
-   decodes them: every device ends with the same, bit-identical sum.
+2. all-gather: each device encodes its reduced chunk once, cut into up to ``SHARD_CHUNKS``
+   chunks of whole rows (so that a GPU runs many blocks and asks for little scratch), and
+   every device receives all P devices' reduced frames (``all_gather``s of the static
+   chunks that cover the largest frames, as the packed path moves its buffers; the whole
+   capacity on the dense path) and decodes them: every device ends with the same,
+   bit-identical sum.
 
 No ``psum_scatter`` (gloo gets it wrong on chunks of about 4 MiB and up, jax-ml/jax#40830):
 only ``all_to_all``, ``all_gather``, ``ragged_all_to_all`` (ragged path) and two scalar
@@ -22,7 +24,8 @@ only ``all_to_all``, ``all_gather``, ``ragged_all_to_all`` (ragged path) and two
 
 Error bound (every finite element of the result, chunk ``c`` of the flattened buffer, with
 ``x_i`` device ``i``'s contribution and ``R_i`` the value range ``max - min`` of its chunk
-``c``; ``R_s`` the range of the reduced chunk before its re-compression)::
+``c``; ``R_s`` the range of the reduced chunk before its re-compression, an upper bound of
+the range of each of its re-compressed parts)::
 
     |y - sum_i x_i| <= sum_i eb_abs(i) + eb_abs(s) + rounding
       ABS:  eb_abs = eb                  ->  (P + 1) * eb
@@ -74,6 +77,7 @@ from jax.flatten_util import ravel_pytree
 from jax_lossy_comm._compat import all_gather_invariant
 from jax_lossy_comm.codec import check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
+from jax_lossy_comm.frame import header_bytes
 from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.stats import ExchangeStats
 from jax_lossy_comm.vma import as_varying
@@ -104,6 +108,14 @@ __all__ = [
 #: Values per codec row of the flattened buffer: each peer's chunk is ``[rows, CHUNK_DIM]``
 #: (a multiple of ``Int8Rowwise``'s row of 32; at most ``CHUNK_DIM - 1`` padding per peer).
 CHUNK_DIM = 256
+
+#: The reduced shard ``[rows, CHUNK_DIM]`` is re-compressed as up to this many chunks of at
+#: least ``SHARD_CHUNK_ROWS`` rows (:func:`_shard_chunks`): a GPU encoder runs a block or more
+#: per chunk (an H200 holds 132 SMs x 7 encoder blocks = 924), and a chunk's workspace (4
+#: bytes a value for the codes) stays far below the frames' capacity. One chunk of a 1 GiB
+#: gradient's shard over 8 devices asked for 143 MiB of scratch.
+SHARD_CHUNKS = 1024
+SHARD_CHUNK_ROWS = 64  # 16,384 values: 4 tiles of the fixed-rate code, the exchange's chunk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +170,8 @@ class _Plan(NamedTuple):
     path: str  # resolved: "dense" | "packed" | "ragged" | "_ragged_emulated"
     codec: CommCodec
     capacity: int
+    shard_chunks: tuple  # (k, rows_k): the reduced shard's chunks (_shard_chunks)
+    shard_capacity: int  # capacity of each of them
     feedback: bool  # compute the residual (error feedback)
     n: int  # values of x (the buffer's unpadded length)
     unravel: object  # float[n] -> x's pytree (ravel_pytree's inverse)
@@ -166,6 +180,15 @@ class _Plan(NamedTuple):
 def _geometry(n: int, p: int) -> tuple[int, int]:
     """``(rows, CHUNK_DIM)``: each peer's chunk of a buffer of ``n`` values."""
     return max(1, -(-n // (p * CHUNK_DIM))), CHUNK_DIM
+
+
+def _shard_chunks(rows: int) -> tuple[int, int]:
+    """``(k, rows_k)``: the reduced shard of ``rows`` rows is coded as ``k`` chunks of
+    ``rows_k`` rows, the last padded with its last row (``k * rows_k - rows < k`` rows, no
+    new value, so no chunk's range grows). Each chunk's range is at most the shard's, so the
+    REL bound of the re-compression (module docstring, ``eb * R_s``) still holds."""
+    k = max(1, min(SHARD_CHUNKS, rows // SHARD_CHUNK_ROWS))
+    return k, -(-rows // k)
 
 
 def _send_fixed(axis_name, wire, nbytes) -> SentFrames:
@@ -178,24 +201,26 @@ def _send_fixed(axis_name, wire, nbytes) -> SentFrames:
     return SentFrames(receive, moved, jnp.int32(0), None)
 
 
-def _gather_frames(plan: _Plan, frame, nbytes):
-    """All-gather of one variable-size frame ``uint8[cap]`` + ``int32[]`` count per device:
-    ``(frames uint8[P, cap], nbytes int32[P], moved_bytes, n_over, any_over)``; the gathered
-    arrays are invariant over the axis (every device holds the same)."""
-    ax, cap = plan.axis_name, plan.capacity
-    n_over = (nbytes < 0).astype(jnp.int32)
-    agg = jax.lax.pmax(jnp.stack([n_over, 4 + jnp.maximum(nbytes, 0)]), ax)
+def _gather_frames(plan: _Plan, frames, nbytes):
+    """All-gather of the ``K`` variable-size frames ``uint8[K, cap]`` + ``int32[K]`` counts of
+    each device: ``(frames uint8[P, K, cap], nbytes int32[P, K], moved_bytes, n_over,
+    any_over)``; the gathered arrays are invariant over the axis (every device holds the
+    same)."""
+    ax, cap = plan.axis_name, plan.shard_capacity
+    k = frames.shape[0]
+    n_over = (nbytes < 0).astype(jnp.int32).sum()
+    agg = jax.lax.pmax(jnp.stack([n_over, 4 * k + jnp.maximum(nbytes, 0).sum()]), ax)
 
     def gather(b):
         return all_gather_invariant(b, ax)
 
     if plan.path == "dense":
-        buf = pack_frames(frame[None, None], nbytes[None, None], 4 + cap)[0]
-        per_peer, collect = jnp.float32(4 + cap), gather
+        buf = pack_frames(frames[None], nbytes[None], k * (4 + cap))[0]
+        per_peer, collect = jnp.float32(k * (4 + cap)), gather
     else:
-        chunks = packed_chunks(1, cap)
+        chunks = packed_chunks(k, cap)
         counts = chunk_counts(chunks, agg[1])
-        buf = pack_frames(frame[None, None], nbytes[None, None], PACKED_CHUNKS * chunks[0])[0]
+        buf = pack_frames(frames[None], nbytes[None], PACKED_CHUNKS * chunks[0])[0]
         per_peer = (counts * jnp.asarray(chunks, jnp.int32)).sum().astype(jnp.float32)
 
         def collect(b):
@@ -203,8 +228,7 @@ def _gather_frames(plan: _Plan, frame, nbytes):
             return run_chunked(gather, b, out, counts, chunks)
 
     def receive():
-        rf, rnb = unpack_frames(collect(buf), 1, cap)
-        return rf[:, 0], rnb[:, 0]
+        return unpack_frames(collect(buf), k, cap)
 
     moved = per_peer * plan.layout.p
     return receive, moved, n_over, agg[0] > 0
@@ -237,14 +261,23 @@ def _allreduce(plan: _Plan, buf, eb):
         if over1 is None
         else jax.lax.cond(over1, skipped, reduce_scatter, None)
     )
-    wire2, nb2 = codec.encode(s[None], None if eb1 is None else eb1[:1], plan.capacity)
+    k, rows_k = plan.shard_chunks
+    s_k = jnp.pad(s, ((0, k * rows_k - chunk[0]), (0, 0)), mode="edge")
+    s_k = s_k.reshape(k, rows_k, chunk[1])
+    wire2, nb2 = codec.encode(
+        s_k, None if eb1 is None else jnp.broadcast_to(eb, (k,)), plan.shard_capacity
+    )
+
+    def shard(y_k):  # [P, K, rows_k, dim] -> [P, rows, dim]
+        return y_k.reshape(p, k * rows_k, chunk[1])[:, : chunk[0]]
+
     if codec.variable_size:
-        receive2, moved2, over2_n, over2 = _gather_frames(plan, wire2[0], nb2[0])
+        receive2, moved2, over2_n, over2 = _gather_frames(plan, wire2, nb2)
         fallback = over1 | over2
 
         def gathered(_):
             rf, rnb = receive2()
-            return codec.decode(rf, rnb, shape=chunk, dtype=dt)
+            return shard(codec.decode(rf, rnb, shape=(rows_k, chunk[1]), dtype=dt))
 
         def exact(_):
             # jax.lax.psum of x's own leaves (not of the buffer): the same all-reduce the
@@ -260,8 +293,9 @@ def _allreduce(plan: _Plan, buf, eb):
         moved = jnp.where(over1, raw, moved)
         n_over = sent.overflow_count + over2_n
     else:
-        rw2 = all_gather_invariant(wire2[0], ax)
-        y = codec.decode(rw2, jnp.broadcast_to(nb2, (p,)), shape=chunk, dtype=dt)
+        rw2 = all_gather_invariant(wire2, ax)
+        nb2_all = jnp.broadcast_to(nb2, (p, k))
+        y = shard(codec.decode(rw2, nb2_all, shape=(rows_k, chunk[1]), dtype=dt))
         fallback = jnp.asarray(False)
         moved = sent.moved_bytes + p * jnp.float32(wire2.size * wire2.dtype.itemsize)
         n_over = jnp.int32(0)
@@ -273,7 +307,7 @@ def _allreduce(plan: _Plan, buf, eb):
     residual = (chunks.astype(jnp.float32) - own.astype(jnp.float32)) + err2
     residual = jnp.where(fallback, 0.0, residual).astype(dt)
     fb1 = jnp.abs(nbytes).astype(jnp.float32).sum()
-    fb2 = jnp.abs(nb2[0]).astype(jnp.float32)
+    fb2 = jnp.abs(nb2).astype(jnp.float32).sum()
     item = np.dtype(dt).itemsize
     stats = ExchangeStats(
         raw_bytes=jnp.float32(2 * buf.size * item),
@@ -344,9 +378,20 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     cap = codec.capacity_bytes(
         lay.chunk_shape, dt, dense=path in ("dense", "packed"), error_bound=eb_c
     )
+    # Per-table codecs code any grid of chunks; the per-peer baselines (BF16, Int8Rowwise: no
+    # FFI, no scratch) keep the shard whole.
+    k, rows_k = _shard_chunks(rows) if codec.per_table else (1, rows)
+    if isinstance(codec, FrameCodec) and codec.capacity is not None:
+        # a given (speculative) capacity is per chunk of the layout: the same bytes per value
+        cap2 = max(header_bytes(rows_k, dim), -(-codec.capacity * rows_k // rows))
+    else:
+        cap2 = codec.capacity_bytes(
+            (rows_k, dim), dt, dense=path in ("dense", "packed"), error_bound=eb_c
+        )
     buf = jnp.pad(flat, (0, p * rows * dim - n), mode="edge")  # keeps each chunk's range
     buf = as_varying(buf, axis_name)  # psum of a value invariant over the axis: P * x
-    return _Plan(axis_name, lay, dt, path, codec, cap, feedback, n, unravel), buf, eb, n, unravel
+    plan = _Plan(axis_name, lay, dt, path, codec, cap, (k, rows_k), cap2, feedback, n, unravel)
+    return plan, buf, eb, n, unravel
 
 
 def _is_float(leaf) -> bool:

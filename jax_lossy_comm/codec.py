@@ -230,6 +230,7 @@ def decompress_with_status(
     *,
     shape: Sequence[int],
     dtype=jnp.float32,
+    fixed_rate: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Decodes frames made by :func:`compress` (on any platform) and reports each frame's status.
 
@@ -238,6 +239,10 @@ def decompress_with_status(
       nbytes: ``int32[...]`` byte counts (negative: overflow).
       shape: chunk shape ``(rows, dim)`` (or the full output shape); static.
       dtype: output dtype, the input dtype of ``compress`` (static).
+      fixed_rate: static; True declares every frame fixed-rate or raw (``compress`` with
+        ``codec="fixed"`` or ``"raw"``): the CUDA decoder then runs one kernel and asks for
+        no dictionary workspace. A frame of another form decodes to NaN with status
+        ``UNSUPPORTED_FORM`` (10), on every platform.
 
     Returns:
       ``(x_hat, status)``: ``x_hat [..., rows, dim]`` of ``dtype`` and ``status int32[...]``
@@ -278,7 +283,8 @@ def decompress_with_status(
             ),
             vmap_method="broadcast_all",
         )
-        x, status = call(frames, nbytes)
+        attrs = {"fixed_rate": np.int32(1)} if fixed_rate else {}
+        x, status = call(frames, nbytes, **attrs)
     return typed_like((x, status), frames, nbytes)
 
 
@@ -289,6 +295,7 @@ def decompress(
     shape: Sequence[int],
     dtype=jnp.float32,
     return_status: bool = False,
+    fixed_rate: bool = False,
 ):
     """Decodes frames made by :func:`compress` (on any platform) back to values.
 
@@ -299,6 +306,8 @@ def decompress(
       dtype: output dtype, the input dtype of ``compress`` (static).
       return_status: deprecated (a DeprecationWarning): True returns ``(x_hat, status)``;
         call :func:`decompress_with_status` for the status.
+      fixed_rate: static; True declares every frame fixed-rate or raw (as
+        :func:`decompress_with_status`: no dictionary workspace on CUDA; other forms NaN).
 
     Returns:
       ``x_hat [..., rows, dim]`` of ``dtype``. A frame that is malformed, truncated, corrupt
@@ -317,7 +326,9 @@ def decompress(
       >>> x_hat.shape, bool(jnp.abs(x_hat - x).max() <= 0.05 * 1.0)
       ((2, 8, 4), True)
     """
-    x, status = decompress_with_status(frames, nbytes, shape=shape, dtype=dtype)
+    x, status = decompress_with_status(
+        frames, nbytes, shape=shape, dtype=dtype, fixed_rate=fixed_rate
+    )
     if return_status:
         warnings.warn(
             "decompress(return_status=True) is deprecated; call decompress_with_status(...), "

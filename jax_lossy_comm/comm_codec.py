@@ -190,5 +190,7 @@ class FrameCodec:
         )
 
     def decode(self, wire, nbytes, *, shape, dtype) -> jax.Array:
-        """``decompress`` of every frame: ``dtype[G..., rows, dim]``."""
-        return decompress(wire, nbytes, shape=shape, dtype=dtype)
+        """``decompress`` of every frame: ``dtype[G..., rows, dim]`` (codec ``"fixed"`` /
+        ``"raw"``: with ``fixed_rate``, no dictionary workspace on CUDA)."""
+        fixed_rate = self.codec in ("fixed", "raw")
+        return decompress(wire, nbytes, shape=shape, dtype=dtype, fixed_rate=fixed_rate)

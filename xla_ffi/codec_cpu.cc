@@ -54,13 +54,14 @@ void encode_all(const uint8_t* in, const float* eb, const Chunks& c, int mode, i
 }
 
 template <bool kWrite>
-void decode_all(const uint8_t* f, const int32_t* nb, const Chunks& c, uint8_t* out, int32_t* status) {
+void decode_all(const uint8_t* f, const int32_t* nb, const Chunks& c, uint8_t* out, int32_t* status,
+                bool fixed_rate = false) {
   IeeeSubnormals ieee;
   const size_t chunk_bytes = (size_t)(c.rows * c.dim) * lc::dtype_size(c.dtype);
   lc::Workspace w = lc::carve_workspace(scratch(lc::workspace_bytes(c.rows, c.dim)), c.rows, c.dim);
   for (int64_t k = 0; k < c.batch; ++k)
     status[k] = lc::decode_frame<kWrite>(f + k * c.cap, nb[k], (size_t)c.cap, c.rows, c.dim, c.dtype,
-                                         kWrite ? out + k * chunk_bytes : nullptr, w);
+                                         kWrite ? out + k * chunk_bytes : nullptr, w, fixed_rate);
 }
 
 ffi::Error CompressImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::F32> eb,
@@ -75,12 +76,15 @@ ffi::Error CompressImpl(ffi::AnyBuffer x, ffi::Buffer<ffi::F32> eb,
 }
 
 ffi::Error DecompressImpl(ffi::Buffer<ffi::U8> frames, ffi::Buffer<ffi::S32> nbytes,
-                          ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::Buffer<ffi::S32>> status) {
+                          ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::Buffer<ffi::S32>> status,
+                          ffi::Dictionary attrs) {
   Chunks c;
+  bool fixed_rate = false;
   ffi::Error err = lc::ffi_args::check_decompress(frames, nbytes, x, status, c);
+  if (err.success()) err = lc::ffi_args::decompress_attrs(attrs, &fixed_rate);
   if (err.failure()) return err;
   decode_all<true>(frames.typed_data(), nbytes.typed_data(), c,
-                   static_cast<uint8_t*>(x->untyped_data()), status->typed_data());
+                   static_cast<uint8_t*>(x->untyped_data()), status->typed_data(), fixed_rate);
   return ffi::Error::Success();
 }
 

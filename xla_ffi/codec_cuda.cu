@@ -3,8 +3,9 @@
 // Same operands, attributes and frame format as codec_cpu.cc: a frame made here decodes on the
 // CPU to the same values and the reverse (-fmad=false keeps the float operations of both sides
 // identical). Leading dimensions of the input are a batch of independent chunks [rows, dim];
-// every kernel takes the whole batch in one launch, one thread block per chunk at a time (a
-// grid-stride loop over chunks, the grid sized to the occupancy and to the scratch budget).
+// every kernel takes the whole batch in one launch, a grid-stride loop over chunks (the fast
+// decoder's over a chunk's tiles too when chunks are few), the grid sized to the occupancy and
+// to the call's scratch budget (cuda_launch.h).
 // The kernels live in encode_kernels.cuh and decode_kernels.cuh, the launch code (scratch
 // sizing and carving, grids, launches) in cuda_launch.h: tests/native/cuda_emu runs both on the CPU.
 // This file binds them to the CUDA runtime and to XLA's FFI.
@@ -55,18 +56,32 @@ struct CudaRuntime {
     return (int)cudaGetDevice(device);  // XLA makes the stream's device current
 #endif
   }
-  int sm_count(int device, int* sms) {
-    return (int)cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+  // Per-device attributes: asked of `device` by ordinal, the current device is left alone.
+  int device_limits(int device, lc::gpu::DeviceLimits* d) {
+    struct Q { int* v; cudaDeviceAttr a; } q[] = {
+        {&d->sms, cudaDevAttrMultiProcessorCount},
+        {&d->max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor},
+        {&d->max_blocks_per_sm, cudaDevAttrMaxBlocksPerMultiprocessor},
+        {&d->regs_per_sm, cudaDevAttrMaxRegistersPerMultiprocessor},
+        {&d->smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor},
+        {&d->smem_reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock}};
+    for (const Q& x : q) {
+      cudaError_t e = cudaDeviceGetAttribute(x.v, x.a, device);
+      if (e != cudaSuccess) return (int)e;
+    }
+    return 0;
   }
-  // Occupancy is asked of the calling thread's current device: made `device` for the query.
+  // Registers and static shared memory of a kernel: the same on every device of the built
+  // architectures; on the CUDA runtime this also loads the kernel (lazy module loading) into
+  // the calling thread's context, the stream's device that XLA made current.
   template <class K>
-  int blocks_per_sm(K kernel, int threads, int device, int* blocks) {
-    int current = 0;
-    cudaError_t e = cudaGetDevice(&current);
-    if (e == cudaSuccess && current != device) e = cudaSetDevice(device);
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, 0);
-    if (current != device) cudaSetDevice(current);
-    return (int)e;
+  int kernel_resources(K kernel, lc::gpu::KernelResources* r) {
+    cudaFuncAttributes a;
+    cudaError_t e = cudaFuncGetAttributes(&a, reinterpret_cast<const void*>(kernel));
+    if (e != cudaSuccess) return (int)e;
+    r->regs_per_thread = a.numRegs;
+    r->static_smem = a.sharedSizeBytes;
+    return 0;
   }
   template <class... P, class... A>
   int launch(void (*kernel)(P...), unsigned grid, unsigned threads, cudaStream_t stream, A... args) {
@@ -104,13 +119,16 @@ ffi::Error CompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi:
 
 ffi::Error DecompressImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                           ffi::Buffer<ffi::U8> frames, ffi::Buffer<ffi::S32> nbytes,
-                          ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::Buffer<ffi::S32>> status) {
+                          ffi::Result<ffi::AnyBuffer> x, ffi::Result<ffi::Buffer<ffi::S32>> status,
+                          ffi::Dictionary attrs) {
   Chunks c;
+  bool fixed_rate = false;
   ffi::Error err = lc::ffi_args::check_decompress(frames, nbytes, x, status, c);
+  if (err.success()) err = lc::ffi_args::decompress_attrs(attrs, &fixed_rate);
   if (err.failure()) return err;
   return to_error(launcher().decode<true>(scratch, stream, c, frames.typed_data(), nbytes.typed_data(),
                                           static_cast<uint8_t*>(x->untyped_data()),
-                                          status->typed_data()),
+                                          status->typed_data(), fixed_rate),
                   "lc_decompress");
 }
 

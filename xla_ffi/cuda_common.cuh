@@ -28,12 +28,26 @@ constexpr int kSortShared = 1024;                       // sort keys in shared m
 // Resident blocks of the dictionary encoder per SM the compiler must allow: 4 keeps it at 128
 // registers without spills (sm_90, nvcc 13); 6 spills about 50 bytes; measure on a GPU.
 constexpr int kDictMinBlocks = 4;
-constexpr size_t kDictEncodeScratch = size_t(1) << 29;  // bytes of encoder workspaces, at most
-constexpr size_t kDictDecodeScratch = size_t(1) << 28;  // bytes of decoder workspaces, at most
+// Resident blocks per SM the fixed-rate encoder must allow (at most 64 registers a thread): the 16-byte loads of a tile keep 7 or 8 vectors per thread in flight, and
+// without the bound the compiler spends registers on them that would cost blocks (sm_90, nvcc
+// 13: 90-128 registers, 4-5 blocks). tools/sass_report.py shows the registers and spills.
+constexpr int kFixedMinBlocks = 8;
+// The fast decoder: 7 (72 registers); at 8 (64 registers) its multi-block loop spills 24-60
+// bytes (sm_90, nvcc 13).
+constexpr int kDecodeMinBlocks = 7;
 constexpr size_t kNoSeg = ~(size_t)0;
 static_assert(kRunTile % lc::kSeg == 0 && lc::kSeg % kRun == 0, "stream tiles hold whole segments");
 static_assert(kGroup * kWarps == kThreads, "one outlier mask per thread");
 static_assert((1 << lc::kMaxHuffLen) == lc::kMaxHuffSymbols, "decode table size");
+
+// Kernel paths a test wants to see taken (tests/native/cuda_emu/emu.h counts them; nothing on
+// the GPU).
+enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec = 2,
+                     kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4,
+                     kPathEncodeMultiBlock = 5 };
+#ifndef LC_GPU_PATH
+#define LC_GPU_PATH(k) ((void)0)
+#endif
 
 // ---------------------------------------------------------------- typed values
 template <int D> struct Dev;
@@ -41,6 +55,11 @@ template <> struct Dev<lc::kF32> {
   static constexpr int kSize = 4;
   static __device__ __forceinline__ float load(const uint8_t* p, uint64_t i) {
     return reinterpret_cast<const float*>(p)[i];
+  }
+  // Value e of a 16-byte vector of values (registers, little-endian as the GPU).
+  static __device__ __forceinline__ float from_vec(const uint4& v, int e) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    return lc::u2f(w[e]);
   }
   static __device__ __forceinline__ void store(uint8_t* p, uint64_t i, float f) {
     reinterpret_cast<float*>(p)[i] = f;
@@ -51,6 +70,10 @@ template <> struct Dev<lc::kBF16> {
   static __device__ __forceinline__ float load(const uint8_t* p, uint64_t i) {
     return lc::bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
   }
+  static __device__ __forceinline__ float from_vec(const uint4& v, int e) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    return lc::bf16_to_f32((uint16_t)(w[e >> 1] >> (16 * (e & 1))));
+  }
   static __device__ __forceinline__ void store(uint8_t* p, uint64_t i, float f) {
     reinterpret_cast<uint16_t*>(p)[i] = lc::f32_to_bf16(f);
   }
@@ -59,6 +82,10 @@ template <> struct Dev<lc::kF16> {
   static constexpr int kSize = 2;
   static __device__ __forceinline__ float load(const uint8_t* p, uint64_t i) {
     return lc::f16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+  }
+  static __device__ __forceinline__ float from_vec(const uint4& v, int e) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    return lc::f16_to_f32((uint16_t)(w[e >> 1] >> (16 * (e & 1))));
   }
   static __device__ __forceinline__ void store(uint8_t* p, uint64_t i, float f) {
     reinterpret_cast<uint16_t*>(p)[i] = lc::f32_to_f16(f);
@@ -109,18 +136,28 @@ __device__ __forceinline__ void block_minmax(float& mn, float& mx, float* rmin, 
   __syncthreads();
 }
 
-// The frame checksum (format.h: checksum_seed + checksum_word) computed by the whole block. A
-// 4-aligned frame's whole words are read as words (what checksum_word assembles from their
-// bytes, little-endian as the GPU); word 1 (the checksum field) and a partial last word go
-// through checksum_word.
+// The frame checksum (format.h: checksum_seed + checksum_word) computed by the whole block, at
+// any alignment of the frame: its words 2 .. n/4 - 2 come from aligned word loads (two
+// neighbours funnel-shifted when the frame is not 4-aligned; every byte read is the frame's),
+// unrolled (2: 64 registers without spills) with no guard so that several loads are in flight; word 1 (the checksum field), the
+// first and the last whole word and a partial last word go through the guarded path.
 __device__ __forceinline__ uint32_t block_checksum(const uint8_t* f, size_t n, uint32_t* red) {
   uint32_t s = 0;
-  const size_t words = (n + 3) / 4;
-  const size_t whole = ((uintptr_t)f & 3) == 0 ? n / 4 : 0;
-  const uint32_t* fw = reinterpret_cast<const uint32_t*>(f);
+  const size_t words = (n + 3) / 4, whole = n / 4;
+  const unsigned sh = (unsigned)((uintptr_t)f & 3);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(f - sh);  // aligned words
+  const size_t mid_end = whole >= 1 ? whole - 1 : 0;              // words [2, mid_end)
+  if (sh == 0) {
+#pragma unroll 2
+    for (size_t i = 2 + threadIdx.x; i < mid_end; i += kThreads)
+      s += lc::fmix32(a[i] ^ (uint32_t)(i * 0x9E3779B9u));
+  } else {
+#pragma unroll 2
+    for (size_t i = 2 + threadIdx.x; i < mid_end; i += kThreads)
+      s += lc::fmix32(__funnelshift_r(a[i], a[i + 1], 8 * sh) ^ (uint32_t)(i * 0x9E3779B9u));
+  }
   for (size_t i = threadIdx.x; i < words; i += kThreads)
-    s += i < whole && i != 1 ? lc::fmix32(fw[i] ^ (uint32_t)(i * 0x9E3779B9u))
-                             : lc::checksum_word(f, n, i);
+    if (i < 2 || i >= mid_end) s += lc::checksum_word(f, n, i);
   s = block_sum(s, red);
   return lc::checksum_seed(n) + s;
 }
@@ -283,16 +320,19 @@ __device__ void write_outliers(const uint8_t* in, const uint32_t* outl, uint64_t
 
 // Outlier values copied to their positions (checked < n). A valid frame has increasing
 // positions: one thread each; otherwise frame order by one thread (a repeated position keeps the
-// last value, as on the CPU).
+// last value, as on the CPU). With parts > 1, only the positions in tiles part, part + parts, ...
+// (the block's share of a frame spread over several blocks).
 template <int D>
 __device__ void scatter_outliers(uint8_t* out, const uint8_t* pos, const uint8_t* vals,
-                                 uint64_t n_out, int pb, bool increasing) {
+                                 uint64_t n_out, int pb, bool increasing, uint64_t part = 0,
+                                 uint64_t parts = 1) {
   constexpr int isz = Dev<D>::kSize;
   const int tid = threadIdx.x;
   if (increasing || tid == 0) {
     const uint64_t k0 = increasing ? (uint64_t)tid : 0, step = increasing ? kThreads : 1;
     for (uint64_t k = k0; k < n_out; k += step) {
       const uint32_t q = lc::outlier_pos(pos, k, pb);
+      if (parts > 1 && (q / (uint32_t)kTile) % (uint32_t)parts != (uint32_t)part) continue;
       for (int b = 0; b < isz; ++b) out[(size_t)q * isz + b] = vals[k * isz + b];
     }
   }

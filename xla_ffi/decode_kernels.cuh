@@ -85,24 +85,34 @@ __device__ FastFrame fast_parse(const uint8_t* f, int64_t nbytes, size_t cap, ui
 }
 
 struct DecodeShared {
-  uint32_t words[kTileWords + 2];  // one tile of packed codes, word-aligned (+1 word of slack)
+  uint32_t words[kTileWords + 8];  // one tile of packed codes, aligned (+1 word read past it,
+                                   // up to 16-byte granules on the full-tile path)
   uint32_t red[kWarps];
   FastFrame frame;
 };
 
 // One block per frame: header, checksum, and the whole decode of raw and fixed-rate frames;
 // every frame's parsed header goes to info[c], and frames with a dictionary or Huffman sections
-// (kind kKindGeneric) are left to decode_dict_kernel.
+// (kind kKindGeneric) are left to decode_dict_kernel. Without info (nullptr: the caller
+// declared every frame fixed-rate or raw, the one launch of such a decompress) those frames get
+// status kUnsupportedForm and NaN values, as lc::decode_frame with fixed_rate on the CPU.
+// A frame's values may be spread over `parts` blocks (few chunks, many SMs): part k of frame c
+// (work item c * parts + k) writes the values of tiles k, k + parts, ... and the outliers that
+// fall in them; every part checks the header, checksum and positions itself (the frame is
+// re-read from L2), part 0 writes the status and the parsed header.
 template <int D, bool kWrite>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks)
 decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict__ nbytes,
                    int64_t batch, size_t cap, uint64_t rows, uint64_t dim, uint8_t* __restrict__ x,
-                   int32_t* __restrict__ status, FastFrame* __restrict__ info) {
+                   int32_t* __restrict__ status, FastFrame* __restrict__ info, int64_t parts) {
   __shared__ DecodeShared sh;
   const int tid = threadIdx.x;
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
-  for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
+  for (int64_t w = blockIdx.x; w < batch * parts; w += gridDim.x) {
+    // 32-bit division: parts > 1 only when the chunks are fewer than the resident blocks.
+    const int64_t c = parts == 1 ? w : (int64_t)((uint32_t)w / (uint32_t)parts);
+    const uint64_t part = (uint64_t)(w - c * parts), step = (uint64_t)parts * kTile;
     const uint8_t* f = frames + (size_t)c * cap;
     const int64_t nb = nbytes[c];
     uint8_t* out = kWrite ? x + (size_t)c * n * isz : nullptr;
@@ -112,11 +122,12 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
     __syncthreads();
     const FastFrame F = sh.frame;
     int32_t st = F.status;
-    if (tid == 0) info[c] = F;
-    if (F.kind == kKindGeneric) {
+    if (info != nullptr && tid == 0 && part == 0) info[c] = F;
+    if (F.kind == kKindGeneric && info != nullptr) {
       __syncthreads();
       continue;
     }
+    if (F.kind == kKindGeneric) st = lc::kUnsupportedForm;
     const int pb = lc::pos_bytes_for(n);
     bool increasing = true;
     if (F.kind == kKindFixed) {
@@ -124,29 +135,71 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
       check_positions(f + F.pos_off, F.n_out, pb, n, &bad, &increasing);
       if (bad) st = lc::kCorrupt;
     }
-    if (tid == 0) status[c] = st;
+    if (tid == 0 && part == 0) status[c] = st;
     if (kWrite && st != lc::kOk) {
-      for (uint64_t i = tid; i < n; i += kThreads) Dev<D>::store(out, i, lc::u2f(0x7fc00000u));
+      for (uint64_t t0 = part * kTile; t0 < n; t0 += step) {
+        const uint64_t t1 = t0 + kTile < n ? t0 + kTile : n;
+        for (uint64_t i = t0 + tid; i < t1; i += kThreads) Dev<D>::store(out, i, lc::u2f(0x7fc00000u));
+      }
     } else if (kWrite && F.kind == kKindRaw) {
-      block_copy(out, f + F.src_off, (size_t)n * isz);
+      for (uint64_t t0 = part * kTile; t0 < n; t0 += step) {
+        const uint64_t t1 = t0 + kTile < n ? t0 + kTile : n;
+        block_copy(out + t0 * isz, f + F.src_off + t0 * isz, (size_t)(t1 - t0) * isz);
+      }
     } else if (kWrite && F.kind == kKindFixed) {
       const int bits = F.bits;
       const uint32_t mask = bits ? (1u << bits) - 1u : 0u;
       const uint8_t* sp = f + F.src_off;
       const size_t packed = lc::packed_bytes(n, bits);
       const size_t tile_bytes = (size_t)(kTile / 8) * bits;
-      for (uint64_t base = 0; base < n; base += kTile) {
+      for (uint64_t base = part * kTile; base < n; base += step) {
+        if (part != 0) LC_GPU_PATH(kPathDecodeMultiBlock);
         // Stage the tile's packed bytes as aligned words (bytes outside the section read as 0).
         const size_t rstart = (size_t)(base / kTile) * tile_bytes;
         size_t len = packed - rstart;
         if (len > tile_bytes) len = tile_bytes;
         const uint8_t* region = sp + rstart;
-        const uint8_t* a0 = (const uint8_t*)((uintptr_t)region & ~(uintptr_t)3);
-        const unsigned shift = (unsigned)(region - a0);
-        const size_t nwords = (shift + len + 3) / 4;
-        for (size_t m = tid; m < nwords; m += kThreads)
-          sh.words[m] = load_word_guarded(a0 + 4 * m, region, region + len);
-        if (tid == 0) sh.words[nwords] = 0;
+        // Full tiles: the 16-byte granules that cover the tile, when they lie inside the frame's
+        // bytes, all loads issued before the stores to shared memory (bytes of neighbouring
+        // sections around the tile are staged too and never extracted).
+        const unsigned gshift = (unsigned)((uintptr_t)region & 15);
+        const uint8_t* g0 = region - gshift;  // pointer arithmetic: the loads stay global (LDG)
+        const size_t ngran = (gshift + len + 15) / 16;
+        unsigned shift;
+        if (base + kTile <= n && g0 >= f && g0 + 16 * ngran <= f + nb) {
+          LC_GPU_PATH(kPathDecodeVec);
+          constexpr int kMaxGran = (kTileWords * 4 + 30) / 16 / kThreads + 1;
+          const uint4* src = reinterpret_cast<const uint4*>(g0);
+          // Two rounds of up to 4 loads a thread (64 bytes in flight, 8 KiB a block).
+#pragma unroll
+          for (int r = 0; r < kMaxGran; r += 4) {
+            uint4 v[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              if (r + k < kMaxGran && (size_t)((r + k) * kThreads + tid) < ngran)
+                v[k] = src[(r + k) * kThreads + tid];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              const size_t m = (size_t)((r + k) * kThreads + tid);
+              if (r + k < kMaxGran && m < ngran) {
+                sh.words[4 * m] = v[k].x;
+                sh.words[4 * m + 1] = v[k].y;
+                sh.words[4 * m + 2] = v[k].z;
+                sh.words[4 * m + 3] = v[k].w;
+              }
+            }
+          }
+          shift = gshift;
+          if (tid == 0) sh.words[4 * ngran] = 0;
+        } else {
+          LC_GPU_PATH(kPathDecodeScalar);
+          const uint8_t* a0 = (const uint8_t*)((uintptr_t)region & ~(uintptr_t)3);
+          shift = (unsigned)(region - a0);
+          const size_t nwords = (shift + len + 3) / 4;
+          for (size_t m = tid; m < nwords; m += kThreads)
+            sh.words[m] = load_word_guarded(a0 + 4 * m, region, region + len);
+          if (tid == 0) sh.words[nwords] = 0;
+        }
         __syncthreads();
 #pragma unroll 8
         for (int j = 0; j < kGroup; ++j) {
@@ -161,7 +214,8 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
         }
         __syncthreads();
       }
-      scatter_outliers<D>(out, f + F.pos_off, f + F.val_off, F.n_out, pb, increasing);
+      scatter_outliers<D>(out, f + F.pos_off, f + F.val_off, F.n_out, pb, increasing, part,
+                          (uint64_t)parts);
     }
     __syncthreads();
   }
@@ -183,17 +237,16 @@ struct DictDecShared {
 };
 
 // Decoded code q of dictionary value i: its value, into the output (no dictionary) or into the
-// dictionary values dv (rounded to the dtype, as lc::decode_frame_t's lut).
+// dictionary values dv (in the dtype, as lc::decode_frame_t's lut).
 template <int D, bool kWrite>
 struct EmitValue {
   uint8_t* out;
-  float* dv;
+  uint8_t* dv;
   float base, step;
   __device__ void operator()(uint64_t i, uint32_t q) {
     if (!kWrite) return;
     const float v = lc::Val<D>::round(base + (float)q * step);
-    if (out) Dev<D>::store(out, i, v);
-    else dv[i] = v;
+    Dev<D>::store(out ? out : dv, i, v);
   }
 };
 struct EmitIndex {
@@ -301,14 +354,14 @@ __device__ int32_t decode_section(uint64_t count, bool huff, int max_nsym, int b
   return __syncthreads_or(bad) ? lc::kCorrupt : lc::kOk;
 }
 
-// Workspace of one block of decode_dict_kernel: dictionary values (float), row indices.
-LC_HD size_t dict_dec_ws_bytes(uint64_t rows, uint64_t dim) {
-  return lc::align16(4 * rows * dim) + lc::align16(4 * rows);
+// Workspace of one block of decode_dict_kernel: dictionary values (in the dtype), row indices.
+LC_HD size_t dict_dec_ws_bytes(uint64_t rows, uint64_t dim, int dtype) {
+  return lc::align16((size_t)(rows * dim) * lc::dtype_size(dtype)) + lc::align16(4 * rows);
 }
 
 // Frames with a dictionary or Huffman sections (info[c].kind == kKindGeneric): the rest of
 // lc::decode_frame_t, one block per frame, same checks in the same order. Workspace per block:
-// dictionary values (float) and row indices.
+// dictionary values (in the dtype) and row indices (dict_dec_ws_bytes).
 template <int D, bool kWrite>
 __global__ void __launch_bounds__(kThreads)
 decode_dict_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict__ nbytes,
@@ -320,8 +373,8 @@ decode_dict_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
   uint8_t* wb = ws + (size_t)blockIdx.x * ws_stride;
-  float* dv = reinterpret_cast<float*>(wb);
-  uint32_t* idx = reinterpret_cast<uint32_t*>(wb + lc::align16(4 * n));
+  uint8_t* dv = wb;
+  uint32_t* idx = reinterpret_cast<uint32_t*>(wb + lc::align16((size_t)n * isz));
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     if (info[c].kind != kKindGeneric) continue;
     const uint8_t* f = frames + (size_t)c * cap;
@@ -368,7 +421,9 @@ decode_dict_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
         const uint32_t n32 = (uint32_t)n, d32 = (uint32_t)dim;  // chunks are < 2 GiB
         for (uint32_t i = tid; i < n32; i += kThreads) {
           const uint32_t r = i / d32;
-          Dev<D>::store(out, i, dv[(size_t)idx[r] * d32 + (i - r * d32)]);
+          const size_t k = (size_t)idx[r] * d32 + (i - r * d32);
+          if (isz == 4) reinterpret_cast<uint32_t*>(out)[i] = reinterpret_cast<const uint32_t*>(dv)[k];
+          else reinterpret_cast<uint16_t*>(out)[i] = reinterpret_cast<const uint16_t*>(dv)[k];
         }
         __syncthreads();
       }

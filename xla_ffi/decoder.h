@@ -13,14 +13,17 @@ namespace lc {
 
 // Decodes frame f[0, nbytes) into out (rows*dim values of dtype D) when kWrite; checks it fully
 // either way. Expected rows/dim/dtype come from the caller (the static output shape). On any
-// error the output is filled with NaN and the status says why.
+// error the output is filled with NaN and the status says why. With fixed_rate (the caller
+// declares every frame raw or fixed-rate, so that the CUDA decoder needs no dictionary
+// workspace), a valid header of a dictionary or Huffman form gives kUnsupportedForm.
 template <bool kWrite, int D>
 LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, uint64_t rows,
-                             uint64_t dim, uint8_t* out, Workspace& w) {
+                             uint64_t dim, uint8_t* out, Workspace& w, bool fixed_rate = false) {
   FrameHeader h;
   Reader r = {nullptr, nullptr, true};
   const uint8_t* raw = nullptr;
   int32_t st = parse_header(f, nbytes, capacity, rows, dim, D, FrameChecksum(), h, r, &raw);
+  if (st == kOk && fixed_rate && h.form == kFormQuant && (h.dedup || h.codes_huff)) st = kUnsupportedForm;
   const uint64_t n = rows * dim;
   const int isz = dtype_size(D);
   if (st == kOk && h.form == kFormRaw && kWrite && n) memcpy(out, raw, (size_t)n * isz);
@@ -95,10 +98,13 @@ LC_HD int32_t decode_frame_t(const uint8_t* f, int64_t nbytes, size_t capacity, 
 
 template <bool kWrite>
 LC_HD int32_t decode_frame(const uint8_t* f, int64_t nbytes, size_t capacity, uint64_t rows,
-                           uint64_t dim, int dtype, uint8_t* out, Workspace& w) {
-  if (dtype == kBF16) return decode_frame_t<kWrite, kBF16>(f, nbytes, capacity, rows, dim, out, w);
-  if (dtype == kF16) return decode_frame_t<kWrite, kF16>(f, nbytes, capacity, rows, dim, out, w);
-  return decode_frame_t<kWrite, kF32>(f, nbytes, capacity, rows, dim, out, w);
+                           uint64_t dim, int dtype, uint8_t* out, Workspace& w,
+                           bool fixed_rate = false) {
+  if (dtype == kBF16)
+    return decode_frame_t<kWrite, kBF16>(f, nbytes, capacity, rows, dim, out, w, fixed_rate);
+  if (dtype == kF16)
+    return decode_frame_t<kWrite, kF16>(f, nbytes, capacity, rows, dim, out, w, fixed_rate);
+  return decode_frame_t<kWrite, kF32>(f, nbytes, capacity, rows, dim, out, w, fixed_rate);
 }
 
 }  // namespace lc

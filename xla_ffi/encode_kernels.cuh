@@ -76,26 +76,62 @@ struct EncodeShared {
 };
 
 // Quantizes the chunk tile by tile and writes the packed codes at out[codes_off, ...) (clipped to
-// cap). With `record`, outlier positions go to outl[] in increasing order and sh.n_out counts them.
+// cap). With `record`, sh.n_out counts the outliers and the positions of the first `slots` go to
+// outl[] in increasing order (lc::outlier_slots: a frame never holds more).
 template <int D>
 __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan& p, uint8_t* out,
-                              size_t cap, size_t codes_off, uint32_t* outl, bool record,
-                              EncodeShared& sh) {
+                              size_t cap, size_t codes_off, uint32_t* outl, uint64_t slots,
+                              bool record, EncodeShared& sh, uint64_t first = 0,
+                              uint64_t last = ~0ull) {
   const int tid = threadIdx.x, bits = p.bits;
   const size_t packed = lc::packed_bytes(n, bits);
   const size_t tile_bytes = (size_t)(kTile / 8) * bits;
-  for (uint64_t base = 0; base < n; base += kTile) {
-#pragma unroll 8
-    for (int j = 0; j < kGroup; ++j) {
-      const int L = j * kThreads + tid;  // coalesced loads
-      const uint64_t i = base + L;
-      uint32_t e = 0;
-      if (i < n) {
+  // Full tiles of 16-byte-aligned input: every 16-byte load of the tile is issued before the
+  // quantization (kLoads vectors of kVec values per thread, coalesced, 128 bytes in flight per
+  // thread), no per-value guard; the values, as float bits, wait in the thread's own code slots
+  // (no barrier: each slot is written and read by one thread), which frees the registers of the
+  // loads for the quantization loop.
+  constexpr int kVec = 16 / Dev<D>::kSize, kLoads = kGroup / kVec;
+  const bool aligned = ((uintptr_t)in & 15) == 0;
+  // Values [first, last) of the chunk (whole tiles; the multi-block encoder's part), outlier
+  // positions relative to the chunk.
+  const uint64_t end = last < n ? last : n;
+  for (uint64_t base = first; base < end; base += kTile) {
+    if (aligned && base + kTile <= n) {
+      LC_GPU_PATH(kPathEncodeVec);
+      const uint4* src = reinterpret_cast<const uint4*>(in + base * Dev<D>::kSize);
+      uint4 v[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) v[j] = src[j * kThreads + tid];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j)
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          const int L = (j * kThreads + tid) * kVec + e;
+          sh.codes[L + (L >> 5)] = lc::f2u(Dev<D>::from_vec(v[j], e));
+        }
+#pragma unroll 4
+      for (int k = 0; k < kGroup; ++k) {
+        const int L = ((k / kVec) * kThreads + tid) * kVec + k % kVec;
+        uint32_t& slot = sh.codes[L + (L >> 5)];
         bool ok;
-        uint32_t q = quantize_one<D>(Dev<D>::load(in, i), p, &ok);
-        e = q | (ok ? 0u : 0x80000000u);
+        const uint32_t q = quantize_one<D>(lc::u2f(slot), p, &ok);
+        slot = q | (ok ? 0u : 0x80000000u);
       }
-      sh.codes[L + (L >> 5)] = e;
+    } else {
+      LC_GPU_PATH(kPathEncodeScalar);
+#pragma unroll 8
+      for (int j = 0; j < kGroup; ++j) {
+        const int L = j * kThreads + tid;  // coalesced loads
+        const uint64_t i = base + L;
+        uint32_t e = 0;
+        if (i < n) {
+          bool ok;
+          uint32_t q = quantize_one<D>(Dev<D>::load(in, i), p, &ok);
+          e = q | (ok ? 0u : 0x80000000u);
+        }
+        sh.codes[L + (L >> 5)] = e;
+      }
     }
     __syncthreads();
     // Thread tid packs values [32 tid, 32 tid + 32) of the tile into `bits` words.
@@ -121,7 +157,10 @@ __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan
       const uint64_t g0 = base + (uint64_t)tid * kGroup;
       if (cnt)
         for (int k = 0; k < kGroup; ++k)
-          if (mine[k] >> 31) outl[o++] = (uint32_t)(g0 + k);
+          if (mine[k] >> 31) {
+            if (o < slots) outl[o] = (uint32_t)(g0 + k);
+            ++o;
+          }
       __syncthreads();  // every thread has read sh.n_out
       if (tid == 0) sh.n_out += tot;
     }
@@ -137,7 +176,7 @@ __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan
 // Fixed-rate (codec "fixed") and raw (codec "raw", or data that cannot be quantized) frames,
 // identical to the CPU encoder's for those codecs.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
 encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
   __shared__ EncodeShared sh;
   const int tid = threadIdx.x;
@@ -145,6 +184,7 @@ encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
   constexpr int isz = Dev<D>::kSize;
   const size_t raw = lc::raw_frame_bytes(rows, dim, D);
   uint32_t* outl = reinterpret_cast<uint32_t*>(ws + (size_t)blockIdx.x * ws_stride);
+  const uint64_t slots = lc::outlier_slots(rows, dim, D, cap);  // outl[] holds this many
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     const uint8_t* in = x + (size_t)c * n * isz;
     uint8_t* out = frames + (size_t)c * cap;
@@ -158,11 +198,11 @@ encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
       //    unless the count needs more, in which case the codes are written again further on.
       if (tid == 0) sh.n_out = 0;
       __syncthreads();
-      quantize_pack<D>(in, n, p, out, cap, codes_off, outl, true, sh);
+      quantize_pack<D>(in, n, p, out, cap, codes_off, outl, slots, true, sh);
       n_out = sh.n_out;
       if (lc::varint_size(n_out) != 1) {
         codes_off = lc::quant_header_bytes(rows, dim, n_out, false, 0);
-        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, false, sh);
+        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, slots, false, sh);
       }
       fixed = lc::fixed_frame_bytes(rows, dim, p.bits, D, n_out);
     }
@@ -177,12 +217,127 @@ encode_fixed_kernel(LC_ENCODE_KERNEL_PARAMS) {
   }
 }
 
+// ------------------------------------------------ fixed-rate frames over several blocks
+// When the chunks are fewer than the resident blocks, a chunk's tiles are spread over `parts`
+// blocks (encode_parts, cuda_launch.h) in two launches; the frame is the same byte for byte:
+//  1. encode_fixed_parts_kernel: part q of chunk c (one block) reduces the chunk's whole range
+//     (each part: the chunk is read once per part, from L2 after the first), so every part has
+//     the same plan, then quantizes, verifies and packs tiles [q T / parts, (q + 1) T / parts)
+//     into the codes section as if the outlier count took one byte (the fixed layout is known
+//     statically: parts write disjoint bytes), and records its outliers' positions (at most
+//     part_slots: what the frame or the part's tiles can hold) and count in its own record;
+//  2. encode_fixed_finish_kernel: one block per chunk adds the parts' counts; if the count
+//     needs a longer varint the codes are written again one place further on (by this block,
+//     rare: 128 or more outliers); it picks the form as the one-block kernel (raw rewrites the
+//     whole frame), concatenates the parts' positions in order (each part's list is complete
+//     whenever the frame can hold them all) and writes the header, the outlier section, the
+//     zero tail and the checksum (the second small pass over the frame, from L2).
+struct PartRecord {
+  lc::QuantPlan plan;  // the chunk's plan (every part computes the same)
+  uint64_t n_out;      // outliers in this part's tiles
+};
+constexpr size_t kPartHead = 64;  // bytes of a part's record before its positions
+static_assert(sizeof(PartRecord) <= kPartHead, "a part's record fits its head");
+
+// Outlier positions one part records: no more than a frame holds, no more than the values of
+// the largest part (ceil(tiles / parts) tiles).
+LC_HD uint64_t part_slots(uint64_t rows, uint64_t dim, int dtype, size_t cap, int64_t parts) {
+  const uint64_t tiles = (rows * dim + kTile - 1) / kTile;
+  const uint64_t most = (tiles + (uint64_t)parts - 1) / (uint64_t)parts * kTile;
+  const uint64_t slots = lc::outlier_slots(rows, dim, dtype, cap);
+  return slots < most ? slots : most;
+}
+
+// Scratch of one (chunk, part): the record, then the positions of up to part_slots outliers.
+LC_HD size_t part_ws_bytes(uint64_t rows, uint64_t dim, int dtype, size_t cap, int64_t parts) {
+  return kPartHead + 4 * (size_t)part_slots(rows, dim, dtype, cap, parts);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
+encode_fixed_parts_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
+  __shared__ EncodeShared sh;
+  const uint64_t n = rows * dim;
+  const uint64_t tiles = (n + kTile - 1) / kTile;
+  const uint64_t slots = part_slots(rows, dim, D, cap, parts);
+  if (threadIdx.x == 0) LC_GPU_PATH(kPathEncodeMultiBlock);
+  for (int64_t item = blockIdx.x; item < batch * parts; item += gridDim.x) {
+    const int64_t c = item / parts, q = item % parts;
+    const uint8_t* in = x + (size_t)c * n * Dev<D>::kSize;
+    uint8_t* rec = ws + (size_t)item * ws_stride;
+    uint32_t* outl = reinterpret_cast<uint32_t*>(rec + kPartHead);
+    const lc::QuantPlan p = chunk_plan<D>(in, n, ebs[c], mode, codec, sh.rmin, sh.rmax);
+    if (threadIdx.x == 0) sh.n_out = 0;
+    __syncthreads();
+    if (p.ok) {
+      const uint64_t t0 = tiles * (uint64_t)q / (uint64_t)parts;
+      const uint64_t t1 = tiles * (uint64_t)(q + 1) / (uint64_t)parts;
+      quantize_pack<D>(in, n, p, frames + (size_t)c * cap, cap,
+                       lc::quant_header_bytes(rows, dim, 0, false, 0), outl, slots, true, sh,
+                       t0 * kTile, t1 * kTile);
+    }
+    if (threadIdx.x == 0) {
+      PartRecord* r = reinterpret_cast<PartRecord*>(rec);
+      r->plan = p;
+      r->n_out = sh.n_out;
+    }
+    __syncthreads();  // before the next item resets sh.n_out
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
+encode_fixed_finish_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
+  __shared__ EncodeShared sh;
+  const int tid = threadIdx.x;
+  const uint64_t n = rows * dim;
+  const size_t raw = lc::raw_frame_bytes(rows, dim, D);
+  const uint64_t slots = lc::outlier_slots(rows, dim, D, cap);
+  for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
+    const uint8_t* in = x + (size_t)c * n * Dev<D>::kSize;
+    uint8_t* out = frames + (size_t)c * cap;
+    uint8_t* rec0 = ws + (size_t)(c * parts) * ws_stride;
+    uint32_t* outl = reinterpret_cast<uint32_t*>(rec0 + kPartHead);
+    const lc::QuantPlan p = reinterpret_cast<const PartRecord*>(rec0)->plan;
+    uint64_t n_out = 0;
+    for (int64_t q = 0; q < parts; ++q)
+      n_out += reinterpret_cast<const PartRecord*>(rec0 + (size_t)q * ws_stride)->n_out;
+    size_t codes_off = lc::quant_header_bytes(rows, dim, 0, false, 0), fixed = 0;
+    const int pb = lc::pos_bytes_for(n);
+    if (p.ok) {
+      if (lc::varint_size(n_out) != 1) {
+        codes_off = lc::quant_header_bytes(rows, dim, n_out, false, 0);
+        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, slots, false, sh);
+      }
+      fixed = lc::fixed_frame_bytes(rows, dim, p.bits, D, n_out);
+    }
+    const lc::FormChoice form = lc::choose_form(codec, p.ok, raw, fixed, 0, cap);
+    if (emit_unquantized<D>(form, in, rows, dim, out, cap, nbytes + c, sh.red)) continue;
+    // The fixed form fits, so n_out <= slots and every part's list is complete: append parts
+    // 1.. to part 0's list, in order.
+    uint64_t o = reinterpret_cast<const PartRecord*>(rec0)->n_out;
+    for (int64_t q = 1; q < parts; ++q) {
+      const uint8_t* rq = rec0 + (size_t)q * ws_stride;
+      const uint64_t m = reinterpret_cast<const PartRecord*>(rq)->n_out;
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(rq + kPartHead);
+      for (uint64_t k = tid; k < m; k += kThreads) outl[o + k] = src[k];
+      o += m;
+    }
+    __syncthreads();  // the positions are in place
+    const size_t pos_off = codes_off + lc::packed_bytes(n, p.bits);
+    const size_t val_off = pos_off + (size_t)n_out * pb;
+    if (tid == 0) lc::write_header(out, quant_header(D, mode, p, rows, dim, n_out));
+    write_outliers<D>(in, outl, n_out, pb, out, pos_off, val_off);
+    finish_frame(out, cap, form.bytes, nbytes + c, sh.red);
+  }
+}
+
 // ---------------------------------------------------------------- dictionary forms: encoder
 // Workspace of one block of encode_dict_kernel, in scratch memory.
 struct DictWs {
   uint32_t* codes;    // [n] quantization code of every value
-  uint32_t* outl;     // [n] outlier positions, increasing
-  int32_t* table;     // [hs] hash table of code rows (when too large for shared memory)
+  uint32_t* outl;     // [slots] outlier positions, increasing (lc::outlier_slots)
+  int32_t* table;     // [hs] hash table of code rows (absent when it fits in shared memory)
   uint32_t* rep;      // [rows] hash slot of each row, then the smallest row with its codes
   uint32_t* dnum;     // [rows] dictionary number of each first-occurrence row
   uint32_t* index;    // [rows] dictionary number of each row
@@ -199,21 +354,30 @@ struct DictWs {
   uint32_t hs;        // hash table size (a power of two >= 2 rows)
 };
 
-LC_HD size_t dict_ws_bytes(uint64_t rows, uint64_t dim) {
+// Bytes of the hash table in scratch: none when it fits in shared memory (dedup_code_rows).
+LC_HD size_t dict_table_bytes(uint64_t rows) {
+  const uint32_t hs = lc::hash_size_for(rows);
+  return hs <= (uint32_t)lc::kMaxHuffSymbols ? 0 : lc::align16(4 * (size_t)hs);
+}
+
+// Bytes of one DictWs: codes, the outlier positions of a frame of `cap` bytes, the hash table
+// when shared memory cannot hold it, 4 arrays of rows, the Huffman tables.
+LC_HD size_t dict_ws_bytes(uint64_t rows, uint64_t dim, int dtype, size_t cap) {
   const uint64_t n = rows * dim, S = lc::kMaxHuffSymbols;
-  return lc::align16(4 * n) * 2 + lc::align16(4 * (size_t)lc::hash_size_for(rows)) +
+  return lc::align16(4 * n) + lc::align16(4 * (size_t)lc::outlier_slots(rows, dim, dtype, cap)) +
+         dict_table_bytes(rows) +
          lc::align16(4 * rows) * 4 + lc::align16(8 * S) + lc::align16(4 * S) * 4 +
          lc::align16(2 * S) * 2 + lc::align16(S) * 2;
 }
 
-LC_HD DictWs carve_dict_ws(uint8_t* base, uint64_t rows, uint64_t dim) {
+LC_HD DictWs carve_dict_ws(uint8_t* base, uint64_t rows, uint64_t dim, int dtype, size_t cap) {
   const uint64_t n = rows * dim, S = lc::kMaxHuffSymbols;
   DictWs w;
   size_t o = 0;
   w.hs = lc::hash_size_for(rows);
   w.codes = (uint32_t*)(base + o); o += lc::align16(4 * n);
-  w.outl = (uint32_t*)(base + o); o += lc::align16(4 * n);
-  w.table = (int32_t*)(base + o); o += lc::align16(4 * (size_t)w.hs);
+  w.outl = (uint32_t*)(base + o); o += lc::align16(4 * (size_t)lc::outlier_slots(rows, dim, dtype, cap));
+  w.table = (int32_t*)(base + o); o += dict_table_bytes(rows);
   w.rep = (uint32_t*)(base + o); o += lc::align16(4 * rows);
   w.dnum = (uint32_t*)(base + o); o += lc::align16(4 * rows);
   w.index = (uint32_t*)(base + o); o += lc::align16(4 * rows);
@@ -251,7 +415,7 @@ struct DictShared {
 // the tile, so thread t then owns the flags of values [32 t, 32 t + 32) for the ordered scan.
 template <int D>
 __device__ void quantize_codes(const uint8_t* in, uint64_t n, const lc::QuantPlan& p, uint32_t* codes,
-                               uint32_t* outl, DictShared& sh) {
+                               uint32_t* outl, uint64_t slots, DictShared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) sh.n_out = 0;
   __syncthreads();
@@ -276,8 +440,9 @@ __device__ void quantize_codes(const uint8_t* in, uint64_t n, const lc::QuantPla
       const uint32_t ex = block_scan(cnt, sh.red, &tot);
       uint64_t o = sh.n_out + ex;
       const uint64_t g0 = base + 32 * (uint64_t)tid;
-      while (m) {
-        outl[o++] = (uint32_t)(g0 + (uint32_t)(__ffs((int)m) - 1));
+      while (m) {  // the first `slots` positions: a frame never holds more
+        if (o < slots) outl[o] = (uint32_t)(g0 + (uint32_t)(__ffs((int)m) - 1));
+        ++o;
         m &= m - 1;
       }
       __syncthreads();  // every thread has read sh.n_out
@@ -552,7 +717,8 @@ encode_dict_kernel(LC_ENCODE_KERNEL_PARAMS) {
   const uint64_t n = rows * dim;
   constexpr int isz = Dev<D>::kSize;
   const size_t raw = lc::raw_frame_bytes(rows, dim, D);
-  const DictWs w = carve_dict_ws(ws + (size_t)blockIdx.x * ws_stride, rows, dim);
+  const DictWs w = carve_dict_ws(ws + (size_t)blockIdx.x * ws_stride, rows, dim, D, cap);
+  const uint64_t slots = lc::outlier_slots(rows, dim, D, cap);
   const bool allow_huff = codec == lc::kCodecAuto || codec == lc::kCodecEntropy;
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     const uint8_t* in = x + (size_t)c * n * isz;
@@ -564,7 +730,7 @@ encode_dict_kernel(LC_ENCODE_KERNEL_PARAMS) {
       continue;
     }
     // 1. Codes and outliers of every value.
-    quantize_codes<D>(in, n, p, w.codes, w.outl, sh);
+    quantize_codes<D>(in, n, p, w.codes, w.outl, slots, sh);
     const uint64_t n_out = sh.n_out;
     // 2. Distinct code rows, first-occurrence order.
     const uint32_t nu = dedup_code_rows(w, (uint32_t)rows, (uint32_t)dim, sh.red, sh.hist);

@@ -84,6 +84,23 @@ inline ffi::Error check_decompress(const ffi::Buffer<ffi::U8>& frames,
   return check_frames(frames.dimensions(), (int64_t)frames.element_count(), c.batch, c, op);
 }
 
+// The optional attribute of lc_decompress: fixed_rate (int32, 0 or 1; absent: 0). 1 declares
+// every frame raw or fixed-rate (codec "fixed" or "raw", static in the caller): the CUDA
+// handler then asks for no dictionary workspace and launches one kernel; a frame of another
+// form decodes to NaN with status UNSUPPORTED_FORM on both platforms.
+inline ffi::Error decompress_attrs(const ffi::Dictionary& attrs, bool* fixed_rate) {
+  const char* op = "lc_decompress";
+  *fixed_rate = false;
+  if (attrs.size() == 0) return ffi::Error::Success();
+  if (attrs.size() != 1 || !attrs.contains("fixed_rate"))
+    return invalid(op, "the only attribute is fixed_rate (int32)");
+  ffi::ErrorOr<int32_t> v = attrs.get<int32_t>("fixed_rate");
+  if (v.has_error()) return invalid(op, "fixed_rate must be an int32 (0 or 1)");
+  if (*v != 0 && *v != 1) return invalid(op, "fixed_rate must be 0 or 1");
+  *fixed_rate = *v == 1;
+  return ffi::Error::Success();
+}
+
 inline ffi::Error check_frame_status(const ffi::Buffer<ffi::U8>& frames,
                                      const ffi::Buffer<ffi::S32>& nbytes,
                                      ffi::Result<ffi::Buffer<ffi::S32>>& status, int64_t rows,
@@ -116,7 +133,8 @@ auto bind_decompress(B&& b) {
       .template Arg<ffi::Buffer<ffi::U8>>()    // frames [..., capacity]
       .template Arg<ffi::Buffer<ffi::S32>>()   // nbytes [...]
       .template Ret<ffi::AnyBuffer>()          // x_hat [..., rows, dim]
-      .template Ret<ffi::Buffer<ffi::S32>>();  // status [...]
+      .template Ret<ffi::Buffer<ffi::S32>>()   // status [...]
+      .template Attrs<ffi::Dictionary>();      // optional: fixed_rate (decompress_attrs)
 }
 template <typename B>
 auto bind_frame_status(B&& b) {

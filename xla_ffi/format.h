@@ -89,7 +89,8 @@ enum Status : int32_t {
   kBadChecksum = 7,
   kCorrupt = 8,         // a section that does not decode (bad code table, index range)
   kTrailingBytes = 9,   // sections end before nbytes
-  kUnsupportedForm = 10,  // only from the pure-jax reference decoder (no dictionary forms)
+  kUnsupportedForm = 10,  // a dictionary form where none is supported: the pure-jax reference
+                          // decoder, or lc_decompress with fixed_rate=1 (ffi_args.h)
 };
 
 // Names and descriptions of the statuses, in code order (exported to Python by module.cc).
@@ -223,6 +224,18 @@ LC_HD size_t dict_frame_bytes(uint64_t rows, uint64_t dim, int dtype, uint64_t n
   const bool dedup = n_unique != rows;
   return quant_header_bytes(rows, dim, n_outliers, dedup, n_unique) + codes_bytes +
          (dedup ? index_bytes : 0) + outlier_bytes(rows, dim, dtype, n_outliers);
+}
+// Most outliers a quantized frame of `capacity` bytes can hold: every quantized frame has at
+// least header_bytes + 9 bytes before its sections (eb_abs, base, a one-byte n_outliers) and
+// pos_bytes + value bytes per outlier. An encoder needs the positions of no more outliers than
+// this: a frame with more does not fit, and the raw form or an overflow is written instead
+// (the CUDA encoders size their outlier scratch by it, cuda_launch.h).
+LC_HD uint64_t outlier_slots(uint64_t rows, uint64_t dim, int dtype, size_t capacity) {
+  const uint64_t n = rows * dim;
+  const size_t head = header_bytes(rows, dim) + 9;
+  if (capacity <= head) return 0;
+  const uint64_t m = (uint64_t)(capacity - head) / (uint64_t)(pos_bytes_for(n) + dtype_size(dtype));
+  return m < n ? m : n;
 }
 // Largest code in REL mode for a relative bound eb_rel: range / (2 eb_rel range) = 1/(2 eb_rel),
 // plus one for float rounding; 32 when that exceeds kMaxBits bits (no quantization) or eb_rel

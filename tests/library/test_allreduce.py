@@ -431,3 +431,84 @@ def test_integer_and_bool_leaves_are_summed_exactly_like_psum():
     assert np.asarray(exact["seen"]).max() > 1  # counts, not flags
     assert res["n_correct"].dtype == jnp.int32 and not np.asarray(res["n_correct"]).any()
     assert res["seen"].dtype == jnp.bool_ and not np.asarray(res["seen"]).any()
+
+
+def test_shard_chunks_fill_the_gpu():
+    """The reduced shard's split (_shard_chunks): a 1 GiB float32 gradient over 8 devices
+    (131,072 rows of 256 per device) is re-compressed as 1,024 chunks of 128 rows, not one
+    chunk of 32 Mi values (143 MiB of CUDA scratch, tests/native/cuda_emu/check_host.cc); small
+    shards stay one chunk; the padding is fewer rows than chunks."""
+    assert ar._geometry(2**28, 8) == (131072, ar.CHUNK_DIM)
+    assert ar._shard_chunks(131072) == (1024, 128)
+    assert ar._shard_chunks(1) == (1, 1)
+    assert ar._shard_chunks(127) == (1, 127)
+    assert ar._shard_chunks(203) == (3, 68)
+    for rows in (128, 203, 4097, 65599, 10**6):
+        k, rows_k = ar._shard_chunks(rows)
+        assert 1 <= k <= ar.SHARD_CHUNKS and rows_k >= ar.SHARD_CHUNK_ROWS
+        assert 0 <= k * rows_k - rows < k
+
+
+@pytest.mark.parametrize(
+    "codec,path",
+    [
+        (jlc.FrameCodec(), "dense"),
+        (jlc.FrameCodec(codec="fixed", min_error_bound=0.01), "packed"),
+        (jlc.FrameCodec(), "_ragged_emulated"),
+        (jlc.BF16(), "auto"),
+    ],
+)
+def test_reduced_shard_in_several_chunks(codec, path):
+    """A shard of 203 rows per device is re-compressed as 3 chunks of 68 rows (the last one
+    padded by one row): the documented bound holds on every element, every device gets the
+    same bits, and the statistics count the 3 frames (dense path: 3 x (4 + capacity of a
+    [68, 256] chunk) per device)."""
+    n = 203 * NDEV * ar.CHUNK_DIM - 100  # per device; each peer's chunk: 203 rows of 256
+    rng = np.random.default_rng(11)
+    g = (rng.standard_normal((NDEV, n)) * np.linspace(0.1, 2.0, n)).astype(np.float32)
+    g[3, 5] = np.nan  # travels as an outlier through the reduced shard's first chunk
+    r, dim = ar._geometry(n, NDEV)
+    k, rows_k = ar._shard_chunks(r) if codec.per_table else (1, r)  # BF16: no FFI, whole
+    assert r == 203 and (k, rows_k) == ((3, 68) if codec.per_table else (1, 203))
+    eb = 0.01
+
+    def f(x):
+        cfg = jlc.AllReduceConfig(codec, path=path)
+        y, st = jlc.compressed_psum_with_stats(
+            x[0], AX, error_bound=eb if codec.error_bounded else None, config=cfg
+        )
+        return y[None], jax.tree.map(lambda v: v[None], st)
+
+    run = jax.jit(jax.shard_map(f, mesh=MESH, in_specs=P(AX), out_specs=(P(AX), P(AX))))
+    y, st = run(jnp.asarray(g))
+    y = np.asarray(y)
+    assert all(np.array_equal(y[0].view(np.uint32), y[i].view(np.uint32)) for i in range(NDEV))
+    assert np.asarray(st.fallback).tolist() == [0] * NDEV
+    exact = g.astype(np.float64).sum(axis=0)
+    got = y[0].astype(np.float64)
+    assert np.isnan(got[5]) and np.isnan(got).sum() == 1
+    fin = np.isfinite(exact)
+    if codec.error_bounded:
+        flats = [np.asarray(g[i], np.float64) for i in range(NDEV)]
+        padded = [np.pad(v, (0, NDEV * r * dim - n), mode="edge").reshape(NDEV, -1) for v in flats]
+        ranges = np.stack([[np.ptp(c[np.isfinite(c)]) for c in p] for p in padded])
+        bound = np.repeat(eb * (2 + 2 * eb) * ranges.sum(axis=0) * (1 + 1e-5), r * dim)[:n]
+        bound += (NDEV - 1) * 2.0**-24 * np.abs(g).astype(np.float64).sum(axis=0) + 1e-30
+        err = np.abs(got - exact)
+        assert np.all(err[fin] <= bound[fin]), (err[fin] / bound[fin]).max()
+        assert (err[fin] / bound[fin]).max() > 0.05
+    else:  # bfloat16 twice
+        assert np.all(np.abs(got - exact)[fin] <= 2 * 2.0**-8 * np.abs(g).sum(axis=0)[fin] + 1e-6)
+    if path == "dense" and codec.variable_size:
+        cap = codec.capacity_bytes((r, dim), np.float32, dense=True, error_bound=np.float64(eb))
+        cap2 = codec.capacity_bytes(
+            (rows_k, dim), np.float32, dense=True, error_bound=np.float64(eb)
+        )
+        moved = np.asarray(st.moved_bytes)[0]
+        assert moved == NDEV * (4 + cap) + NDEV * k * (4 + cap2), (moved, cap, cap2)
+    # phase 2's compression ratio counts the bytes of all 3 frames of the shard
+    ratio2 = np.asarray(st.compression_ratio)[0, 1]
+    fb = np.asarray(st.frame_bytes)[0]
+    ratio1 = np.asarray(st.compression_ratio)[0, 0]
+    fb1 = NDEV * r * dim * 4 / ratio1
+    np.testing.assert_allclose(fb - fb1, NDEV * r * dim * 4 / ratio2, rtol=1e-5)

@@ -482,3 +482,39 @@ def test_outputs_are_typed_like_inputs_inside_shard_map():
     # d/dx sum(lossy(x) * w) = w exactly (straight-through); 8 * w (or the sum over devices)
     # is what the untyped outputs gave.
     np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_decompress_fixed_rate(dtype):
+    """``fixed_rate=True`` (static): fixed-rate and raw frames decode to the same values and
+    statuses as without it; a dictionary frame decodes to NaN with UNSUPPORTED_FORM (10), on
+    the compiled codec and on the reference alike. ``FrameCodec(codec="fixed"/"raw")`` passes
+    it (the custom call carries ``fixed_rate = 1``: on CUDA one kernel, no dictionary
+    workspace), ``codec="auto"`` does not."""
+    x = np.tile(np.linspace(-1.0, 1.0, 16, dtype=np.float32), (3, 8, 1)).astype(dtype)
+    x[1, 2, 3] = np.nan
+    for codec in ("fixed", "raw"):
+        cap = frame.raw_frame_bytes(8, 16, dtype)  # room for the NaN outlier
+        f, nb = lc.compress(jnp.asarray(x), 0.01, codec=codec, capacity=cap)
+        want, st = lc.decompress_with_status(f, nb, shape=(8, 16), dtype=dtype)
+        got, st1 = lc.decompress_with_status(f, nb, shape=(8, 16), dtype=dtype, fixed_rate=True)
+        assert np.asarray(st).tolist() == np.asarray(st1).tolist() == [0, 0, 0]
+        assert np.array_equal(
+            np.asarray(got).view(np.uint16 if dtype != np.float32 else np.uint32),
+            np.asarray(want).view(np.uint16 if dtype != np.float32 else np.uint32),
+        )
+        y = lc.decompress(f, nb, shape=(8, 16), dtype=dtype, fixed_rate=True)
+        assert np.array_equal(np.asarray(y), np.asarray(got), equal_nan=True)
+    f, nb = lc.compress(jnp.asarray(x), 0.01, codec="dedup")
+    bad, st = lc.decompress_with_status(f, nb, shape=(8, 16), dtype=dtype, fixed_rate=True)
+    assert np.asarray(st).tolist() == [frame.Status.UNSUPPORTED_FORM] * 3
+    assert bool(jnp.isnan(bad).all())
+    if lc.implementations()["cpu"] == "compiled":
+        for codec, carries in (("fixed", True), ("raw", True), ("auto", False)):
+            fc = lc.FrameCodec(codec=codec, min_error_bound=0.01)
+            text = (
+                jax.jit(lambda w, n, fc=fc: fc.decode(w, n, shape=(8, 16), dtype=dtype))
+                .lower(f, nb)
+                .as_text()
+            )
+            assert ("fixed_rate = 1" in text) == carries, (codec, text[-2000:])

@@ -93,3 +93,48 @@ def test_extension_problem_names_the_cause_and_the_fix():
     assert "failed to load (undefined symbol: foo)" in what and "--force-reinstall" in fix
     what, fix = jlc._ffi.extension_problem(ImportError("cannot import name '_ext'"), False)
     assert "is not built" in what and "circular" not in what
+
+
+def _decompress_call(frames, nbytes, rows, dim, **attrs):
+    """``lc_decompress`` called directly, with any attributes (:func:`jlc.decompress` passes
+    only ``fixed_rate=1``, for ``fixed_rate=True``)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jax_lossy_comm import _ffi
+
+    _ffi.ensure_registered()
+    call = jax.ffi.ffi_call(
+        "lc_decompress",
+        (
+            jax.ShapeDtypeStruct(nbytes.shape + (rows, dim), jnp.float32),
+            jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
+        ),
+        vmap_method="broadcast_all",
+    )
+    return call(frames, nbytes, **attrs)
+
+
+@pytest.mark.skipif(jlc.implementations()["cpu"] != "compiled", reason="no compiled extension")
+def test_decompress_fixed_rate_attribute():
+    """``fixed_rate=1`` (xla_ffi/ffi_args.h): fixed-rate and raw frames decode as without it, a
+    dictionary frame decodes to NaN with status UNSUPPORTED_FORM (on CUDA: one launch, no
+    dictionary workspace); any other attribute or value is an error naming the target."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    x = jnp.tile(jnp.linspace(-1.0, 1.0, 16, dtype=jnp.float32), (3, 8, 1))  # repeated rows
+    fixed, nb_fixed = jlc.compress(x, 0.01, codec="fixed", min_error_bound=0.01)
+    dedup, nb_dedup = jlc.compress(x, 0.01, codec="dedup")
+    want, st = _decompress_call(fixed, nb_fixed, 8, 16)
+    got, st1 = _decompress_call(fixed, nb_fixed, 8, 16, fixed_rate=np.int32(1))
+    assert st.tolist() == st1.tolist() == [0, 0, 0]
+    assert np.array_equal(np.asarray(got), np.asarray(want))
+    _, st0 = _decompress_call(dedup, nb_dedup, 8, 16, fixed_rate=np.int32(0))
+    assert st0.tolist() == [0, 0, 0]
+    bad, st2 = _decompress_call(dedup, nb_dedup, 8, 16, fixed_rate=np.int32(1))
+    assert st2.tolist() == [10, 10, 10]  # UNSUPPORTED_FORM
+    assert bool(jnp.isnan(bad).all())
+    for attrs in ({"fixed_rate": np.int32(2)}, {"codec": np.int32(2)}):
+        with pytest.raises(Exception, match="lc_decompress"):
+            _decompress_call(fixed, nb_fixed, 8, 16, **attrs)[1].block_until_ready()

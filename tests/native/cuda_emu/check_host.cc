@@ -80,23 +80,24 @@ struct EmuRuntime {
   int device_queries = 0, sm_queries = 0, occupancy_queries = 0, launches = 0;
   unsigned last_grid = 0;
   std::vector<unsigned> grids;
-  int sms = 3, per_sm = 2;
+  // 3 SMs; 2 blocks per SM by the block limit (the kernels' registers and shared memory fit).
+  lc::gpu::DeviceLimits limits = {3, 2048, 2, 65536, 233472, 1024};
+  lc::gpu::KernelResources resources = {64, 20000};
   int device_of(Stream s, int* device) {
     ++device_queries;
     *device = s->device;
     return 0;
   }
-  int sm_count(int device, int* n) {
+  int device_limits(int device, lc::gpu::DeviceLimits* d) {
     ++sm_queries;
-    check(device == expected->device, "sm_count asked of the stream's device");
-    *n = sms;
+    check(device == expected->device, "device limits asked of the stream's device");
+    *d = limits;
     return 0;
   }
   template <class K>
-  int blocks_per_sm(K, int threads, int device, int* n) {
+  int kernel_resources(K, lc::gpu::KernelResources* r) {
     ++occupancy_queries;
-    check(threads == lc::gpu::kThreads && device == expected->device, "occupancy query");
-    *n = per_sm;
+    *r = resources;
     return 0;
   }
   template <class... P, class... A>
@@ -162,7 +163,9 @@ void run_case(lc::gpu::Launcher<EmuRuntime>& L, const Stream& stream, int dtype,
                                       fg.data(), ng.data());
     check(r.kind == LaunchResult::kOk, std::string(name) + ": compress launched");
     check(scratch.rejected == 0, std::string(name) + ": compress asked for an alignment XLA rejects");
-    check(batch == 0 || scratch.blocks.size() == 1, std::string(name) + ": one scratch block");
+    const lc::gpu::ScratchPlan plan = lc::gpu::compress_plan(c, codec, 6, L.budget);
+    check(batch == 0 || scratch.blocks.size() == (plan.bytes ? 1u : 0u), std::string(name) + ": one scratch block, or none");
+    check(batch == 0 || scratch.bytes == plan.bytes, std::string(name) + ": asks for what compress_plan says");
   }
   fg.pop_back();
   ng.pop_back();
@@ -188,11 +191,82 @@ void run_case(lc::gpu::Launcher<EmuRuntime>& L, const Stream& stream, int dtype,
   vg.pop_back();
   check(og == oc && sg == sc, std::string(name) + ": decoded values and statuses equal the CPU's");
   check(vg == sc, std::string(name) + ": frame statuses equal the CPU's");
+  // fixed_rate=1: one launch, no scratch; values and statuses as the CPU's fixed_rate decode.
+  {
+    std::vector<uint8_t> of(oc.size()), ofg(oc.size() + 1, 0xCD);
+    std::vector<int32_t> sf(batch), sfg(batch + 1, 777);
+    for (int64_t k = 0; k < batch; ++k)
+      sf[k] = lc::decode_frame<true>(fc.data() + k * cap, nc[k], cap, rows, dim, dtype,
+                                     of.data() + k * rows * dim * isz, w, true);
+    XlaScratch scratch;
+    const int launches = L.rt.launches;
+    const LaunchResult r = L.decode<true>(scratch, &stream, c, fc.data(), nc.data(), ofg.data(), sfg.data(), true);
+    check(r.kind == LaunchResult::kOk && scratch.blocks.empty() && scratch.bytes == 0,
+          std::string(name) + ": fixed_rate decompress asks for no scratch");
+    check(L.rt.launches == launches + (batch ? 1 : 0), std::string(name) + ": fixed_rate decompress is one launch");
+    ofg.pop_back();
+    sfg.pop_back();
+    check(ofg == of && sfg == sf, std::string(name) + ": fixed_rate decode equals the CPU's");
+    if (codec == lc::kCodecFixed || codec == lc::kCodecRaw)
+      check(sf == sc && of == oc, std::string(name) + ": fixed_rate changes nothing on fixed-rate frames");
+  }
+}
+
+// What every handler asks of XLA's allocator on the shapes of a real run, through the plans the
+// launch code allocates by (compress_plan, decode_plan), on an H200 (132 SMs) with 16 resident
+// blocks per SM (the most 128-thread blocks an SM holds: the largest grid, so the largest
+// scratch): at most max(2 x the frames' bytes, 64 MiB); fixed-rate decompress asks for nothing.
+void scratch_bounds() {
+  struct Shape { const char* name; int64_t batch, rows, dim; };
+  const Shape shapes[] = {
+      {"DLRM exchange (8 peers x 26 tables of [256, 64])", 8 * 26, 256, 64},
+      {"MLPerf DCNv2 (8 peers x 4 tables of [6912, 128])", 8 * 4, 6912, 128},
+      {"1 GiB gradient, reduce-scatter (8 peers of [131072, 256])", 8, 131072, 256},
+      // compressed_psum re-compresses the reduced shard [131072, 256] as 1024 chunks of 128 rows
+      // (allreduce.py, _shard_chunks); as one chunk it asked for 143 MiB (compress auto) and
+      // 128.5 MiB (decompress), one block's workspace over the bound.
+      {"1 GiB gradient, reduced shard (1024 chunks of [128, 256])", 1024, 128, 256},
+  };
+  const int64_t resident = 132 * 16;
+  const lc::gpu::ScratchBudget budget;
+  for (const Shape& sh : shapes)
+    for (int dtype : {lc::kF32, lc::kBF16}) {
+      if (dtype == lc::kBF16 && sh.dim == 256) continue;  // the gradient is float32
+      const uint64_t rows = (uint64_t)sh.rows, dim = (uint64_t)sh.dim;
+      const size_t raw = lc::raw_frame_bytes(rows, dim, dtype);
+      // fixed: capacity at REL 0.01 with 16 outliers reserved; auto: that capacity or raw
+      const size_t fixed = lc::fixed_frame_bytes(rows, dim, lc::rel_bits_for(0.01, dtype), dtype, 16);
+      struct Call { const char* op; int codec; size_t cap; };
+      const Call calls[] = {{"compress fixed", lc::kCodecFixed, fixed},
+                            {"compress auto", lc::kCodecAuto, fixed},
+                            {"compress auto (raw capacity)", lc::kCodecAuto, raw},
+                            {"decompress", -1, fixed},
+                            {"decompress (raw capacity)", -1, raw},
+                            {"decompress fixed_rate", -2, fixed}};
+      for (const Call& k : calls) {
+        const lc::Chunks c = {dtype, sh.batch, sh.rows, sh.dim, (int64_t)k.cap};
+        const lc::gpu::ScratchPlan p =
+            k.codec >= 0 ? lc::gpu::compress_plan(c, k.codec, resident, budget)
+                         : lc::gpu::decode_plan(c, k.codec == -2, resident, budget);
+        const size_t frames = (size_t)sh.batch * k.cap;
+        const size_t bound = 2 * frames > (size_t(64) << 20) ? 2 * frames : (size_t(64) << 20);
+        char line[400];
+        snprintf(line, sizeof line, "%s %s, %s: cap %zu, frames %.1f MiB, scratch %.2f MiB (%lld blocks of %zu bytes), bound %.1f MiB",
+                 sh.name, dtype == lc::kF32 ? "f32" : "bf16", k.op, k.cap, frames / 1048576.0,
+                 p.bytes / 1048576.0, (long long)p.blocks, p.stride, bound / 1048576.0);
+        printf("scratch: %s\n", line);
+        check(p.bytes <= bound, std::string("scratch within max(2 x frames, 64 MiB): ") + line);
+        if (k.codec == -2) check(p.bytes == 0, std::string("fixed_rate decompress asks for nothing: ") + line);
+        if (k.codec == lc::kCodecFixed)
+          check(p.stride <= lc::gpu::align256(4 * (k.cap / 3)), std::string("fixed outlier scratch bounded by the frame: ") + line);
+      }
+    }
 }
 
 }  // namespace
 
 int main() {
+  scratch_bounds();
   lc::gpu::Launcher<EmuRuntime> L;
   const Stream stream{2};  // a device other than the current one (0)
   // The stand-in holds XLA's contract.
@@ -246,7 +320,17 @@ int main() {
     const int sm = L.rt.sm_queries, occ = L.rt.occupancy_queries;
     for (int codec : {lc::kCodecFixed, lc::kCodecAuto}) run_case(L, stream, lc::kF32, 5, 64, 16, codec, seed++);
     check(L.rt.sm_queries == sm && L.rt.occupancy_queries == occ, "device queries cached");
-    check(occ == 6 * 3 && sm == occ, "one query per kernel (6) and dtype (3), then none");
+    check(occ == 8 * 3 && sm == occ, "one query per kernel (8) and dtype (3), then none");
+    // The first call of a dtype asks about all eight kernels of that dtype at once.
+    lc::gpu::Launcher<EmuRuntime> fresh;
+    fresh.rt.expected = &stream;
+    XlaScratch scratch;
+    const lc::Chunks c1 = {lc::kF32, 1, 4, 4, (int64_t)lc::raw_frame_bytes(4, 4, lc::kF32)};
+    std::vector<uint8_t> x1(64), f1(c1.cap);
+    std::vector<float> e1(1, 0.01f);
+    std::vector<int32_t> n1(1);
+    fresh.compress(scratch, &stream, c1, x1.data(), e1.data(), lc::kRel, lc::kCodecFixed, f1.data(), n1.data());
+    check(fresh.rt.occupancy_queries == 8, "the first call loads and sizes every kernel of its dtype");
   }
   // Grids: resident blocks (3 SMs x 2), at most one per chunk, within the scratch budget.
   {
@@ -256,19 +340,49 @@ int main() {
     L.rt.grids.clear();
     run_case(L, stream, lc::kF32, 2, 64, 16, lc::kCodecFixed, seed++);
     check(!L.rt.grids.empty() && L.rt.grids[0] == 2, "fixed-rate grid: one block per chunk");
-    // A budget of two workspaces caps the fixed-rate grid (it was unbounded) and the others.
-    L.budget.fixed_encode = 2 * lc::gpu::align256(4 * 64 * 16);
-    L.budget.dict_encode = 2 * lc::gpu::align256(lc::gpu::dict_ws_bytes(64, 16));
-    L.budget.dict_decode = 2 * lc::gpu::align256(lc::gpu::dict_dec_ws_bytes(64, 16));
+    // A budget of two workspaces (plus the alignment slack and decode's parsed headers, which
+    // count against it too) caps the fixed-rate grid (it was unbounded) and the others.
+    const size_t cap = lc::raw_frame_bytes(64, 16, lc::kF32);
+    const size_t slack = lc::gpu::kWsAlign - lc::gpu::kScratchAlign;
+    L.budget.floor = size_t(1) << 40;  // the caps bind, not twice the frames
+    L.budget.fixed_encode = 2 * lc::gpu::align256(4 * lc::outlier_slots(64, 16, lc::kF32, cap)) + slack;
+    L.budget.dict_encode = 2 * lc::gpu::align256(lc::gpu::dict_ws_bytes(64, 16, lc::kF32, cap)) + slack;
+    L.budget.dict_decode = 2 * lc::gpu::align256(lc::gpu::dict_dec_ws_bytes(64, 16, lc::kF32)) + slack +
+                           lc::gpu::align256(sizeof(lc::gpu::FastFrame) * 9);
     for (int codec : {lc::kCodecFixed, lc::kCodecAuto}) {
       L.rt.grids.clear();
       run_case(L, stream, lc::kF32, 9, 64, 16, codec, seed++);
       // compress; decompress: fast (no workspace), dictionary; frame status: the same two
-      const std::vector<unsigned> want = {2, 6, 2, 6, 2};
-      check(L.rt.grids == want, "grids within the scratch budget, codec " + std::to_string(codec));
+      // (and the one launch of the fixed_rate decompress)
+      const std::vector<unsigned> want = {2, 6, 2, 6, 2, 6};
+      std::string got;
+      for (unsigned g : L.rt.grids) got += " " + std::to_string(g);
+      check(L.rt.grids == want, "grids within the scratch budget, codec " + std::to_string(codec) + ":" + got);
     }
+    // Without the 64 MiB floor, twice the frames' bytes binds: 9 frames of 1035 bytes leave room
+    // for no dictionary workspace (about 120 KiB): one block.
+    L.budget = lc::gpu::ScratchBudget();
+    L.budget.floor = 0;
+    L.rt.grids.clear();
+    run_case(L, stream, lc::kF32, 9, 64, 16, lc::kCodecAuto, seed++);
+    check(!L.rt.grids.empty() && L.rt.grids[0] == 1, "grid within twice the frames' bytes");
     L.budget = lc::gpu::ScratchBudget();
   }
+  // Few chunks of several tiles: decompress spreads each frame over ceil(6 / 2) = 3 blocks (of
+  // its 4 tiles), frame status keeps one block per frame.
+  for (int dtype : {lc::kF32, lc::kBF16})
+    for (int codec : {lc::kCodecFixed, lc::kCodecRaw, lc::kCodecAuto}) {
+      L.rt.grids.clear();
+      run_case(L, stream, dtype, 2, 256, 64, codec, seed++);
+      // compress (fixed: 3 parts a chunk on 6 blocks, then 2 blocks finish); decompress: fast
+      // over 3 blocks a frame, dictionary; frame status: fast, dictionary; decompress with
+      // fixed_rate: fast over 3 blocks a frame
+      std::vector<unsigned> want = {2, 6, 2, 2, 2, 6};
+      if (codec == lc::kCodecFixed) want = {6, 2, 6, 2, 2, 2, 6};
+      std::string got;
+      for (unsigned g : L.rt.grids) got += " " + std::to_string(g);
+      check(L.rt.grids == want, "multi-block decode grids, codec " + std::to_string(codec) + ":" + got);
+    }
   printf("%d checks, %d failures\n", checks, failures);
   return failures ? 1 : 0;
 }

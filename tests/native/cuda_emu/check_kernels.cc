@@ -36,6 +36,8 @@ int checks = 0;
 // dictionary/Huffman frames (original and corrupted).
 int seen_form[7] = {0};
 int seen_status[16] = {0};
+int seen_unsupported = 0;
+long half_vec_hits = 0;
 
 // Golden corpus: one FNV-1a 64 digest per case of the CPU frames, byte counts, decoded values
 // and statuses (valid and corrupted frames), written to the file named by `golden FILE`; the
@@ -138,12 +140,33 @@ void encode_gpu(const std::vector<uint8_t>& in, const std::vector<float>& eb, in
   nbytes.assign(batch, 12345);
   const uint64_t n = rows * dim;
   if (codec == lc::kCodecFixed || codec == lc::kCodecRaw) {
-    const size_t stride = al256(4 * n);
-    std::vector<uint8_t> ws(stride * grid + 256, 0xA5);  // scratch is not zeroed either
+    // Outlier positions: only as many as the frame can hold (ASan catches a write past them).
+    const size_t stride = al256(4 * (size_t)lc::outlier_slots(rows, dim, D, cap));
+    (void)n;
+    std::vector<uint8_t> ws(stride * grid, 0xA5);  // scratch is not zeroed either
     emu::launch(grid, kThreads, encode_fixed_kernel<D>, in.data(), eb.data(), batch, rows, dim,
                 mode, codec, frames.data(), cap, nbytes.data(), ws.data(), stride);
+    // The multi-block path (encode_fixed_parts_kernel + encode_fixed_finish_kernel) over 2 and
+    // 3 blocks a chunk: the same frames and counts byte for byte.
+    const uint64_t tiles = (n + kTile - 1) / kTile;
+    for (int64_t parts : {(int64_t)2, (int64_t)3}) {
+      if (codec != lc::kCodecFixed || tiles < (uint64_t)parts) break;
+      const size_t pstride = al256(part_ws_bytes(rows, dim, D, cap, parts));
+      std::vector<uint8_t> pws(pstride * batch * parts, 0xA5);
+      std::vector<uint8_t> pf(batch * cap, 0xAB);
+      std::vector<int32_t> pn(batch, 12345);
+      emu::launch(grid, kThreads, encode_fixed_parts_kernel<D>, in.data(), eb.data(), batch, rows,
+                  dim, mode, codec, pf.data(), cap, pn.data(), pws.data(), pstride, parts);
+      emu::launch(grid + 1, kThreads, encode_fixed_finish_kernel<D>, in.data(), eb.data(), batch,
+                  rows, dim, mode, codec, pf.data(), cap, pn.data(), pws.data(), pstride, parts);
+      ++checks;
+      if (pf != frames || pn != nbytes)
+        fail("multi-block fixed encoder (" + std::to_string(parts) + " parts) differs from one block, [" +
+             std::to_string(batch) + "," + std::to_string(rows) + "," + std::to_string(dim) + "] dtype " +
+             std::to_string(D));
+    }
   } else {
-    const size_t stride = al256(dict_ws_bytes(rows, dim));
+    const size_t stride = al256(dict_ws_bytes(rows, dim, D, cap));
     std::vector<uint8_t> ws(stride * grid, 0xA5);
     emu::launch(grid, kThreads, encode_dict_kernel<D>, in.data(), eb.data(), batch, rows, dim,
                 mode, codec, frames.data(), cap, nbytes.data(), ws.data(), stride);
@@ -153,18 +176,24 @@ void encode_gpu(const std::vector<uint8_t>& in, const std::vector<float>& eb, in
 template <int D, bool kWrite>
 void decode_gpu(const std::vector<uint8_t>& frames, const std::vector<int32_t>& nbytes,
                 int64_t batch, uint64_t rows, uint64_t dim, size_t cap, unsigned grid,
-                std::vector<uint8_t>& out, std::vector<int32_t>& status) {
+                std::vector<uint8_t>& out, std::vector<int32_t>& status, bool fixed_rate = false) {
   const size_t chunk = rows * dim * Dev<D>::kSize;
   out.assign(kWrite ? batch * chunk : 0, 0xCD);
   status.assign(batch, 777);
   std::vector<FastFrame> info(batch);
   memset((void*)info.data(), 0xEE, sizeof(FastFrame) * batch);
-  const size_t stride = al256(dict_dec_ws_bytes(rows, dim));
+  uint8_t* x = kWrite ? out.data() : nullptr;
+  if (fixed_rate) {  // one launch, no parsed headers, no workspace
+    // ... and each frame's tiles over 3 blocks (the multi-block path)
+    emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
+                cap, rows, dim, x, status.data(), (FastFrame*)nullptr, (int64_t)3);
+    return;
+  }
+  const size_t stride = al256(dict_dec_ws_bytes(rows, dim, D));
   const unsigned dgrid = grid + 1;  // a different grid from the fast kernel's
   std::vector<uint8_t> ws(stride * dgrid, 0xA5);
-  uint8_t* x = kWrite ? out.data() : nullptr;
   emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
-              cap, rows, dim, x, status.data(), info.data());
+              cap, rows, dim, x, status.data(), info.data(), (int64_t)(kWrite ? 2 : 1));
   emu::launch(dgrid, kThreads, decode_dict_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
               cap, rows, dim, x, status.data(), (const FastFrame*)info.data(), ws.data(), stride);
 }
@@ -269,6 +298,22 @@ void check_data(const std::string& kind, const std::vector<float>& data, int64_t
       if (og[i] != oc[i]) { fail(std::string(name) + ": decoded byte " + std::to_string(i % chunk) + " of frame " + std::to_string(i / chunk) + " status " + std::to_string(sc[i / chunk])); break; }
   }
   if (vg != vc) fail(std::string(name) + ": frame_status differs");
+  // fixed_rate=1: one launch; dictionary and Huffman frames get UNSUPPORTED_FORM, as on the CPU.
+  {
+    std::vector<uint8_t> of(total * chunk), ofg;
+    std::vector<int32_t> sf(total), sfg;
+    for (int64_t c = 0; c < total; ++c)
+      sf[c] = lc::decode_frame<true>(frames.data() + c * cap, nb[c], cap, rows, dim, D,
+                                     of.data() + c * chunk, w, true);
+    decode_gpu<D, true>(frames, nb, total, rows, dim, cap, grid, ofg, sfg, true);
+    ++checks;
+    if (sfg != sf || ofg != of) fail(std::string(name) + ": fixed_rate decode differs");
+    for (int64_t c = 0; c < total; ++c) {
+      if (sf[c] == lc::kUnsupportedForm) ++seen_unsupported;
+      if (sf[c] != sc[c] && !(sf[c] == lc::kUnsupportedForm && (frames[c * cap + 2] & (lc::kFlagDedup | lc::kFlagCodesHuff))))
+        fail(std::string(name) + ": fixed_rate changed the status of a fixed-rate or raw frame");
+    }
+  }
   if (golden) {
     Fnv d;
     d.add(fc); d.add(nc); d.add(frames); d.add(nb); d.add(sc); d.add(vc); d.add(oc);
@@ -292,6 +337,21 @@ void run_dtype(bool quick) {
   const char* kinds[] = {"normal", "dup", "special", "constant", "zeros", "nan", "wide", "outliers",
                          "subnormal", "hot", "hotnear", "hotspecial", "lowcard"};
   uint64_t seed = 1;
+  {
+    // The multi-block fixed encoder (encode_gpu: 2 and 3 parts a chunk) on chunks of 4 tiles:
+    // no outlier, a few in several parts (one-byte count), >= 128 (two-byte count: the codes
+    // move), NaN everywhere (raw), and a fixed-rate capacity that the outliers overflow. Not in
+    // the golden corpus (its cases stay as they were); compared with the CPU frames as the rest.
+    FILE* g = golden;
+    golden = nullptr;
+    uint64_t s2 = 1000;
+    const size_t fixed_cap = lc::fixed_frame_bytes(256, 64, lc::rel_bits_for(0.01, D), D, 16);
+    for (const char* kind : {"normal", "special", "outliers", "nan", "hotspecial"}) {
+      check_case<D>(kind, 2, 256, 64, lc::kRel, lc::kCodecFixed, 0.01f, lc::raw_frame_bytes(256, 64, D), 2, s2++);
+      check_case<D>(kind, 3, 256, 64, lc::kRel, lc::kCodecFixed, 0.01f, fixed_cap, 2, s2++);
+    }
+    golden = g;
+  }
   for (const char* kind : kinds)
     for (int codec : kAllCodecs)
       for (float ebv : {0.01f, 0.05f, 1e-7f}) {
@@ -386,12 +446,24 @@ int main(int argc, char** argv) {
     else dumps = argv[i];
   }
   run_dtype<lc::kF32>(quick);
+  const long f32_vec = emu::path_hits[lc::gpu::kPathEncodeVec];
   run_dtype<lc::kBF16>(quick);
+  half_vec_hits = emu::path_hits[lc::gpu::kPathEncodeVec] - f32_vec;
   run_dtype<lc::kF16>(quick);
   if (!dumps.empty()) run_dumps(dumps, quick);
   const char* forms[] = {"raw", "fixed-rate", "dictionary", "Huffman codes", "Huffman index"};
   for (int k = 0; k < 5; ++k)
     if (!seen_form[k]) fail(std::string("coverage: no ") + forms[k] + " frame");
+  if (!seen_unsupported) fail("coverage: fixed_rate decoding never met a dictionary frame");
+  // The 16-byte full-tile paths (f32 and the half types) and the guarded ones all ran.
+  printf("paths: encode 16-byte tiles %ld, guarded %ld; decode 16-byte tiles %ld, guarded %ld\n",
+         emu::path_hits[lc::gpu::kPathEncodeVec], emu::path_hits[lc::gpu::kPathEncodeScalar],
+         emu::path_hits[lc::gpu::kPathDecodeVec], emu::path_hits[lc::gpu::kPathDecodeScalar]);
+  printf("paths: decode frames spread over several blocks %ld; encode parts %ld\n",
+         emu::path_hits[lc::gpu::kPathDecodeMultiBlock], emu::path_hits[lc::gpu::kPathEncodeMultiBlock]);
+  for (int k = 0; k < 6; ++k)
+    if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
+  if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");
   for (int st : {lc::kOk, lc::kTruncated, lc::kBadHeader, lc::kBadChecksum, lc::kCorrupt, lc::kTrailingBytes})
     if (!seen_status[st]) fail("coverage: no dictionary/Huffman frame decoded to status " + std::to_string(st));
   printf("forms: raw %d, fixed-rate %d, dictionary %d, Huffman codes %d, Huffman index %d\n",

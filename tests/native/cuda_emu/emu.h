@@ -35,6 +35,13 @@
 #include <sanitizer/common_interface_defs.h>
 #endif
 
+// Paths of the kernels taken (cuda_common.cuh: LC_GPU_PATH), counted per block so that a test
+// can show it ran the path it checks.
+namespace emu {
+inline long path_hits[8] = {0};
+}
+#define LC_GPU_PATH(k) (threadIdx.x == 0 ? (void)++emu::path_hits[k] : (void)0)
+
 #define __global__
 #define __device__
 #define __host__
@@ -43,6 +50,7 @@
 #define __launch_bounds__(...)
 
 struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { unsigned int x, y, z, w; };
 struct emu_dim3 { unsigned x = 0, y = 0, z = 0; };
 inline emu_dim3 blockIdx, gridDim, blockDim, threadIdx;
 
