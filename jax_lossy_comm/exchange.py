@@ -1,9 +1,9 @@
 """Compressed all-to-all for ``shard_map``: encode per destination, exchange, decode.
 
 :func:`compressed_all_to_all` is a drop-in for ``jax.lax.all_to_all`` inside ``shard_map`` (same
-positional arguments and defaults) that returns the same array within an error bound while
-moving fewer bytes; :func:`compressed_all_to_all_with_stats` also returns
-:class:`ExchangeStats`. The block bound for each peer is cut into chunks ``[rows, dim]`` (one
+arguments and defaults; arrays or pytrees, leaf by leaf, any dtype) that returns the same
+values within an error bound (default REL ``DEFAULT_ERROR_BOUND``) while moving fewer
+bytes; :func:`compressed_all_to_all_with_stats` also returns :class:`ExchangeStats`. The block bound for each peer is cut into chunks ``[rows, dim]`` (one
 per peer, or one per (peer, table); :class:`jax_lossy_comm.Layout`), all chunks are encoded in
 one call of the codec (:class:`jax_lossy_comm.CommCodec`; default the library's
 :class:`jax_lossy_comm.FrameCodec`), the frames travel, and the receiver decodes them (Feng
@@ -449,9 +449,14 @@ def compressed_all_to_all_with_stats(
     :func:`compressed_all_to_all`.
 
     Returns:
-      ``(y, ExchangeStats)``: ``y`` as ``jax.lax.all_to_all`` returns it (``x``'s dtype),
-      the statistics of the forward exchange (scalars per device; ``compression_ratio``
-      ``float32[P]`` or ``float32[P, T]``).
+      ``(y, ExchangeStats)``: ``y`` as ``jax.lax.all_to_all`` returns it (``x``'s structure
+      and dtypes), the statistics of the forward exchange (scalars per device;
+      ``compression_ratio`` ``float32[P]`` or ``float32[P, T]``). For a pytree ``x`` one
+      :class:`ExchangeStats` for all leaves: bytes and ``overflow_count`` summed over the
+      leaves (exact leaves count raw), ``fallback`` and ``capacity_bytes`` their maximum,
+      ``compression_ratio`` ``float32[P]``: raw / frame bytes of all leaves' blocks per
+      destination peer (per leaf: call it per leaf). Exact exchanges (other dtypes,
+      ``axis_index_groups``, a vmap axis) report ratio 1 and ``capacity_bytes`` 0.
 
     Examples:
       >>> import jax, jax.numpy as jnp, numpy as np
@@ -724,28 +729,42 @@ def compressed_all_to_all(
     ``[global_batch / P, dim]`` is one chunk.
 
     Args:
-      x: ``float32 | bfloat16 | float16`` array, varying over ``axis_name``.
-      axis_name: the ``shard_map`` mesh axis (static).
+      x: an array or a pytree of arrays (tuple, list, dict, registered dataclass), as
+        ``jax.lax.all_to_all`` takes: each leaf is its own exchange with the same axes.
+        ``float32 | bfloat16 | float16`` leaves (``CODED_DTYPES``) are coded, each in its own
+        chunks (its own REL range); leaves of every other dtype (float64, integer, bool,
+        complex, float8) travel exactly through ``jax.lax.all_to_all``.
+      axis_name: the ``shard_map`` mesh axis or a tuple of them (static). A
+        ``jax.vmap(axis_name=...)`` axis is accepted: nothing crosses devices there, the
+        exchange is ``jax.lax.all_to_all``'s, exact.
       split_axis, concat_axis: as in ``jax.lax.all_to_all`` (static ints, negative allowed).
-      axis_index_groups: must be None (not supported; the parameter is
-        ``jax.lax.all_to_all``'s).
+      axis_index_groups: as in ``jax.lax.all_to_all``; when given, every leaf is exchanged
+        exactly by ``jax.lax.all_to_all`` within its group (no coding; to code a group, make
+        it a mesh axis of its own, e.g. a ``(2, 4)`` mesh for two groups of four).
       tiled: as in ``jax.lax.all_to_all``.
       error_bound: float, traced or concrete, broadcastable to the chunk grid ``[P]`` (no
-        table axis) or ``[P, T]`` (a ``[T]`` vector gives one bound per table); required by
-        the default :class:`jax_lossy_comm.FrameCodec`, ignored by the TorchRec baselines
-        (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``). REL (``FrameCodec(mode="rel")``): ``eb_abs = error_bound * (max - min)`` of
-        each chunk; ABS: absolute. Every finite value of the result is within ``eb_abs`` of
-        the exact result; NaN/Inf arrive bit-exact. Changing a traced bound does not
-        recompile.
+        table axis) or ``[P, T]`` (a ``[T]`` vector gives one bound per table); for a pytree
+        ``x`` one such value for every coded leaf, or a pytree prefix of ``x`` (e.g.
+        ``{"emb": 0.01, "aux": 0.0}``; a leaf of the prefix is the bound of every leaf below
+        it, None its default; a per-table vector inside it is an array, not a list). None
+        (default, ``jax.lax.all_to_all``'s call): the codec's ``default_error_bound``,
+        ``DEFAULT_ERROR_BOUND`` (REL 0.01, the paper's tightest tier) for the default
+        :class:`jax_lossy_comm.FrameCodec`; ABS mode has none (required). Ignored by the
+        TorchRec baselines (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``).
+        REL (``FrameCodec(mode="rel")``): ``eb_abs = error_bound * (max - min)`` of each
+        chunk; ABS: absolute. Every finite value of the result is within ``eb_abs`` of the
+        exact result (0: bit-equal); NaN/Inf arrive bit-exact. Changing a traced bound does
+        not recompile.
       backward_error_bound: bound of the backward exchange when ``config.backward`` is a
-        codec, broadcastable to its chunk grid (same ``[P, T]`` shape); default
-        ``error_bound``.
-      config: the static :class:`ExchangeConfig` (codecs, table axis, wire path, topology);
-        default ``ExchangeConfig()``. ``topology="hierarchical"`` needs ``axis_name=
-        (node_axis, local_axis)``.
+        codec, broadcastable to its chunk grid (same ``[P, T]`` shape; a pytree as
+        ``error_bound``); default ``error_bound`` if given, else the backward codec's
+        default.
+      config: the static :class:`ExchangeConfig` (codecs, table axis, wire path, topology),
+        the same for every leaf; default ``ExchangeConfig()``. ``topology="hierarchical"``
+        needs ``axis_name=(node_axis, local_axis)``.
 
     Returns:
-      ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype.
+      ``y`` with ``jax.lax.all_to_all``'s structure, shapes and dtypes.
 
     Derivatives:
       Straight-through (sec. 3): as if the exchange were exact. With ``config.backward=None``
@@ -764,10 +783,14 @@ def compressed_all_to_all(
         (tiled) or not equal to (untiled) the
         axis size, a table axis that is the last axis, an error bound that does not broadcast
         to the chunk grid, a concrete negative or non-finite error bound, a missing bound for
-        an error-bounded codec, a block the codec cannot encode (``Int8Rowwise``: size not a
-        multiple of ``row_dim``).
-      TypeError: unsupported dtype, a ``config`` that is not an :class:`ExchangeConfig`.
-      NotImplementedError: ``axis_index_groups`` given; a higher-order derivative through a
+        an error-bounded codec without a default (ABS mode), an ``error_bound`` pytree that
+        is not a prefix of ``x``, a block the codec cannot encode (``Int8Rowwise``: size not
+        a multiple of ``row_dim``), a coded leaf inside ``jax.vmap(shard_map(...),
+        spmd_axis_name=...)`` or on a mesh with Explicit axes outside the ``shard_map`` (the
+        message names what is supported: put the vmapped axis into ``in_specs``, Auto axes,
+        or ``jax.lax.all_to_all``).
+      TypeError: a ``config`` that is not an :class:`ExchangeConfig`.
+      NotImplementedError: a higher-order derivative through a
         backward codec (Derivatives); or (an XLA error) ``path="ragged"`` on a backend
         without ``ragged_all_to_all`` (XLA:CPU).
 
