@@ -39,6 +39,10 @@ DEFAULT_MIN_ERROR_BOUND = 0.01
 #: Exact outlier values reserved in each dense frame (7 bytes each for 2048x64 float32 chunks),
 #: so that the odd value at the quantizer's edge does not send the step down the fallback.
 DEFAULT_OUTLIERS = 16
+#: REL bound a :class:`FrameCodec` (mode ``"rel"``) uses when the caller passes no
+#: ``error_bound`` (``compressed_all_to_all`` called with ``jax.lax.all_to_all``'s arguments
+#: only): the paper's tightest tier (sec. 5), also ``DEFAULT_MIN_ERROR_BOUND``.
+DEFAULT_ERROR_BOUND = 0.01
 
 
 @runtime_checkable
@@ -57,6 +61,9 @@ class CommCodec(Protocol):
         exact one); False: every chunk takes exactly the capacity.
       error_bounded: True: ``encode`` needs an error bound and every finite value decodes
         within it.
+
+    Optional: ``default_error_bound`` (float or None): the bound used when the caller gives
+    none; None (or absent) makes the bound required by an error-bounded codec.
     """
 
     per_table: bool
@@ -97,6 +104,9 @@ class FrameCodec:
     concrete ``error_bound``, else ``DEFAULT_MIN_ERROR_BOUND``) with room for
     ``DEFAULT_OUTLIERS`` exact outliers; ABS mode and the other codecs use the raw size.
 
+    Default bound: an exchange called without ``error_bound`` codes under
+    ``DEFAULT_ERROR_BOUND`` (REL 0.01) in REL mode; ABS mode requires a bound.
+
     Attributes:
       mode: ``"rel"`` or ``"abs"``.
       codec: ``"auto" | "raw" | "fixed" | "dedup" | "entropy"`` (``frame.CODECS``).
@@ -129,6 +139,12 @@ class FrameCodec:
     per_table = True
     variable_size = True
     error_bounded = True
+
+    @property
+    def default_error_bound(self) -> float | None:
+        """The bound used when the caller passes none: ``DEFAULT_ERROR_BOUND`` (REL 0.01) in
+        REL mode; None in ABS mode (an absolute bound has no scale-free default: required)."""
+        return DEFAULT_ERROR_BOUND if self.mode == "rel" else None
 
     def __post_init__(self):
         if self.mode not in _frame.MODES:

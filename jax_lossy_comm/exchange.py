@@ -1,9 +1,9 @@
 """Compressed all-to-all for ``shard_map``: encode per destination, exchange, decode.
 
 :func:`compressed_all_to_all` is a drop-in for ``jax.lax.all_to_all`` inside ``shard_map`` (same
-positional arguments and defaults) that returns the same array within an error bound while
-moving fewer bytes; :func:`compressed_all_to_all_with_stats` also returns
-:class:`ExchangeStats`. The block bound for each peer is cut into chunks ``[rows, dim]`` (one
+arguments and defaults; arrays or pytrees, leaf by leaf, any dtype) that returns the same
+values within an error bound (default REL ``DEFAULT_ERROR_BOUND``) while moving fewer
+bytes; :func:`compressed_all_to_all_with_stats` also returns :class:`ExchangeStats`. The block bound for each peer is cut into chunks ``[rows, dim]`` (one
 per peer, or one per (peer, table); :class:`jax_lossy_comm.Layout`), all chunks are encoded in
 one call of the codec (:class:`jax_lossy_comm.CommCodec`; default the library's
 :class:`jax_lossy_comm.FrameCodec`), the frames travel, and the receiver decodes them (Feng
@@ -68,13 +68,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_lossy_comm.codec import check_dtype, concrete_error_bound
+from jax_lossy_comm.codec import concrete_error_bound
 from jax_lossy_comm.comm_codec import (
+    DEFAULT_ERROR_BOUND,
     DEFAULT_MIN_ERROR_BOUND,
     DEFAULT_OUTLIERS,
     CommCodec,
     FrameCodec,
 )
+from jax_lossy_comm.frame import DTYPES
 from jax_lossy_comm.layout import Layout, make_layout
 from jax_lossy_comm.stats import ExchangeStats, node_bytes
 from jax_lossy_comm.vma import as_varying, vary_over
@@ -98,6 +100,8 @@ from jax_lossy_comm.wire import run_chunked as run_chunked
 from jax_lossy_comm.wire import unpack_frames as unpack_frames
 
 __all__ = [
+    "CODED_DTYPES",
+    "DEFAULT_ERROR_BOUND",
     "DEFAULT_MIN_ERROR_BOUND",
     "DEFAULT_OUTLIERS",
     "PACKED_CHUNKS",
@@ -112,6 +116,10 @@ __all__ = [
     "packed_chunks",
     "resolve_path",
 ]
+
+#: dtypes whose leaves are coded; leaves of every other dtype (float64, integer, bool,
+#: complex, ...) are exchanged exactly by ``jax.lax.all_to_all``.
+CODED_DTYPES = tuple(DTYPES)
 
 #: ``ExchangeConfig.topology`` choices (module docstring, "Hierarchical exchange").
 TOPOLOGIES = ("flat", "hierarchical")
@@ -409,10 +417,17 @@ def _prepare_bound(bound, grid, what):
 
 
 def _codec_bound(codec, bound, grid, what):
+    """``_prepare_bound`` of ``bound``, or of the codec's default bound when it is None."""
     if bound is None:
-        if codec is not None and codec.error_bounded:
-            raise ValueError(f"{what} is required by {type(codec).__name__}")
-        return jnp.zeros((), jnp.float32), None
+        if codec is None or not codec.error_bounded:
+            return jnp.zeros((), jnp.float32), None
+        bound = getattr(codec, "default_error_bound", None)
+        if bound is None:
+            raise ValueError(
+                f"{what} is required by {codec!r} (no default bound: an ABS bound has no "
+                f"scale-free default; pass {what}=, or use FrameCodec(mode='rel'), whose "
+                f"default is REL {DEFAULT_ERROR_BOUND})"
+            )
     return _prepare_bound(bound, grid, what)
 
 
@@ -434,9 +449,14 @@ def compressed_all_to_all_with_stats(
     :func:`compressed_all_to_all`.
 
     Returns:
-      ``(y, ExchangeStats)``: ``y`` as ``jax.lax.all_to_all`` returns it (``x``'s dtype),
-      the statistics of the forward exchange (scalars per device; ``compression_ratio``
-      ``float32[P]`` or ``float32[P, T]``).
+      ``(y, ExchangeStats)``: ``y`` as ``jax.lax.all_to_all`` returns it (``x``'s structure
+      and dtypes), the statistics of the forward exchange (scalars per device;
+      ``compression_ratio`` ``float32[P]`` or ``float32[P, T]``). For a pytree ``x`` one
+      :class:`ExchangeStats` for all leaves: bytes and ``overflow_count`` summed over the
+      leaves (exact leaves count raw), ``fallback`` and ``capacity_bytes`` their maximum,
+      ``compression_ratio`` ``float32[P]``: raw / frame bytes of all leaves' blocks per
+      destination peer (per leaf: call it per leaf). Exact exchanges (other dtypes,
+      ``axis_index_groups``, a vmap axis) report ratio 1 and ``capacity_bytes`` 0.
 
     Examples:
       >>> import jax, jax.numpy as jnp, numpy as np
@@ -494,16 +514,153 @@ def _exchange_with_stats(
     backward_error_bound,
     config,
 ):
-    """The one core of both public functions: ``(y, ExchangeStats)``."""
-    if axis_index_groups is not None:
-        raise NotImplementedError("compressed_all_to_all: axis_index_groups is not supported")
+    """The one core of both public functions: ``(y, ExchangeStats)``; a pytree leaf by leaf
+    (each leaf its own exchange, as ``jax.lax.all_to_all`` maps over the leaves)."""
     config = ExchangeConfig() if config is None else config
     if not isinstance(config, ExchangeConfig):
         raise TypeError(f"config must be an ExchangeConfig, got {config!r}")
     if config.topology == "hierarchical":
         _check_hierarchical(axis_name, config)
+    one = functools.partial(
+        _leaf_exchange,
+        axis_name=axis_name,
+        split_axis=split_axis,
+        concat_axis=concat_axis,
+        tiled=tiled,
+        groups=axis_index_groups,
+        config=config,
+    )
+    leaves, treedef = jax.tree.flatten(x)
+    if treedef.num_leaves == 1 and jax.tree_util.treedef_is_leaf(treedef):
+        return one(leaves[0], error_bound, backward_error_bound)
+    error_bounds = _leaf_bounds(error_bound, x, treedef, "error_bound")
+    backward_error_bounds = _leaf_bounds(backward_error_bound, x, treedef, "backward_error_bound")
+    outs = [one(*a) for a in zip(leaves, error_bounds, backward_error_bounds)]
+    y = treedef.unflatten([o[0] for o in outs])
+    if not outs:  # no leaves (None, an empty tuple): nothing moves
+        return y, _exact_stats(0.0, axis_name, axis_index_groups)
+    return y, _total_stats([o[1] for o in outs])
+
+
+def _is_one_bound(bound) -> bool:
+    """Whether ``bound`` is one value for every leaf (an array or scalar), not a pytree."""
+    return bound is None or isinstance(bound, (jax.Array, np.ndarray, np.generic, float, int))
+
+
+def _leaf_bounds(bound, x, treedef, what) -> list:
+    """One bound per leaf of ``x``: ``bound`` itself when it is one value (or None), else
+    ``bound`` is a pytree prefix of ``x`` whose every leaf (an array, a scalar or None) is the
+    bound of all the leaves of ``x`` below it."""
+    if _is_one_bound(bound):
+        return [bound] * treedef.num_leaves
+    flat, prefix = jax.tree.flatten(bound, is_leaf=lambda v: v is None)
+    try:
+        subtrees = prefix.flatten_up_to(x)
+    except (ValueError, TypeError) as e:
+        raise ValueError(
+            f"{what} must be one value for every leaf (a float or an array; a per-table "
+            f"bound as an array, not a list) or a pytree prefix of x's structure "
+            f"{treedef}: {e}"
+        ) from None
+    return [b for b, sub in zip(flat, subtrees) for _ in range(len(jax.tree.leaves(sub)))]
+
+
+def _mesh_axes(axis_name) -> bool:
+    """Whether every axis of ``axis_name`` is a manual axis of the enclosing ``shard_map``
+    (False for a ``jax.vmap(axis_name=...)`` axis: nothing crosses devices there)."""
+    get_mesh = getattr(jax.sharding, "get_abstract_mesh", None)
+    if get_mesh is None:  # an older JAX: every named axis is taken as a mesh axis
+        return True
+    manual = getattr(get_mesh(), "manual_axes", None)
+    if manual is None:
+        return True
+    axes = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    return all(a in manual for a in axes)
+
+
+_UNSUPPORTED_NESTING = (
+    "compressed_all_to_all cannot code here ({where}): the coded exchange runs only where "
+    "every mesh axis is Manual (inside the shard_map) or Auto, and the operand is not batched "
+    "over a mesh axis outside the shard_map. Supported: a shard_map "
+    "manual over every mesh axis the operand is batched or sharded over (put the vmapped "
+    "axis into the shard_map's in_specs, e.g. in_specs=P('j', 'i'), instead of "
+    "jax.vmap(..., spmd_axis_name='j')); a partial shard_map(axis_names=...) on a mesh of "
+    "AxisType.Auto axes; a jax.vmap(axis_name=...) axis as axis_name (exchanged exactly); or "
+    "jax.lax.all_to_all, exact"
+)
+
+
+def _exact_stats(raw_bytes, axis_name, groups) -> ExchangeStats:
+    """Statistics of a leaf exchanged exactly by ``jax.lax.all_to_all`` (ratio 1 per peer;
+    with ``axis_index_groups`` only the peers of this device's group receive bytes)."""
+    p = jax.lax.axis_size(axis_name)
+    if groups is None:
+        return ExchangeStats.exact(raw_bytes, (p,), capacity_bytes=0.0, axis_name=axis_name)
+    g = jnp.asarray(np.asarray(groups, np.int32))  # [groups, G]
+    mine = g[jnp.argmax(jnp.any(g == jax.lax.axis_index(axis_name), axis=1))]
+    per_peer = jnp.where(jnp.isin(jnp.arange(p), mine), raw_bytes / g.shape[1], 0.0)
+    intra, inter = node_bytes(per_peer, axis_name)
+    stats = ExchangeStats.exact(raw_bytes, (g.shape[1],), capacity_bytes=0.0)
+    return stats._replace(
+        intra_node_bytes=intra, inter_node_raw_bytes=inter, inter_node_moved_bytes=inter
+    )
+
+
+def _total_stats(stats: list) -> ExchangeStats:
+    """The statistics of a pytree's exchange: byte counts and overflows summed over the
+    leaves, ``fallback`` and ``capacity_bytes`` their maximum, ``compression_ratio``
+    ``float32[P]`` per destination peer (raw / frame bytes of all leaves' blocks for it)."""
+
+    def total(field):
+        v = [getattr(s, field) for s in stats]
+        return None if any(a is None for a in v) else sum(v[1:], v[0])
+
+    raw_peer = frame_peer = jnp.float32(0.0)
+    for s in stats:
+        r = s.compression_ratio
+        p = r.shape[0]
+        raw_peer = raw_peer + jnp.full((p,), s.raw_bytes / p, jnp.float32)
+        if r.size:  # each chunk's frame bytes: its raw bytes / its ratio
+            frame_peer = frame_peer + (s.raw_bytes / r.size / r).reshape(p, -1).sum(axis=1)
+    ratio = jnp.where(frame_peer > 0, raw_peer / jnp.maximum(frame_peer, 1e-30), 1.0)
+    return ExchangeStats(
+        raw_bytes=total("raw_bytes"),
+        frame_bytes=total("frame_bytes"),
+        moved_bytes=total("moved_bytes"),
+        compression_ratio=ratio.astype(jnp.float32),
+        overflow_count=total("overflow_count"),
+        fallback=functools.reduce(jnp.maximum, [s.fallback for s in stats]),
+        capacity_bytes=functools.reduce(jnp.maximum, [s.capacity_bytes for s in stats]),
+        intra_node_bytes=total("intra_node_bytes"),
+        inter_node_raw_bytes=total("inter_node_raw_bytes"),
+        inter_node_moved_bytes=total("inter_node_moved_bytes"),
+    )
+
+
+def _leaf_exchange(
+    x,
+    error_bound,
+    backward_error_bound,
+    *,
+    axis_name,
+    split_axis,
+    concat_axis,
+    tiled,
+    groups,
+    config,
+):
+    """One array's exchange: ``(y, ExchangeStats)``. Coded when its dtype is one the codec
+    supports and ``axis_name`` is ``shard_map``'s; else the exact ``jax.lax.all_to_all``."""
     x = jnp.asarray(x)
-    dtype = check_dtype(x.dtype, "x")
+    if groups is not None or np.dtype(x.dtype) not in CODED_DTYPES or not _mesh_axes(axis_name):
+        y = jax.lax.all_to_all(
+            x, axis_name, split_axis, concat_axis, axis_index_groups=groups, tiled=tiled
+        )
+        return y, _exact_stats(float(x.size * x.dtype.itemsize), axis_name, groups)
+    explicit = tuple(getattr(jax.sharding.get_abstract_mesh(), "explicit_axes", ()))
+    if explicit:
+        raise ValueError(_UNSUPPORTED_NESTING.format(where=f"with Explicit mesh axes {explicit}"))
+    dtype = np.dtype(x.dtype)
     p = jax.lax.axis_size(axis_name)
     lay = make_layout(x.shape, p, split_axis, concat_axis, config.table_axis, tiled)
     if x.size == 0:  # nothing to compress (e.g. no tables on this shard): the exact empty result
@@ -514,21 +671,16 @@ def _exchange_with_stats(
     path = resolve_path(config.path)
     dense = path in ("dense", "packed")
     fwd, bwd = config.forward, config.backward
-    if (
-        bwd is not None
-        and bwd.error_bounded
-        and error_bound is None
-        and backward_error_bound is None
-    ):
-        raise ValueError(f"backward_error_bound is required by {type(bwd).__name__}")
     # Each bound as the traced float32 operand and, where it is known at trace time, its
-    # static value (which sizes the frames' capacity).
+    # static value (which sizes the frames' capacity). The backward bound defaults to the
+    # caller's forward bound, else to the backward codec's own default.
+    given = error_bound
     error_bound, static_bound = _codec_bound(fwd, error_bound, lay.grid, "error_bound")
-    if backward_error_bound is None:
+    if backward_error_bound is None and given is not None:
         backward_error_bound, backward_static_bound = error_bound, static_bound
     else:
-        backward_error_bound, backward_static_bound = _prepare_bound(
-            backward_error_bound, lay.transposed().grid, "backward_error_bound"
+        backward_error_bound, backward_static_bound = _codec_bound(
+            bwd, backward_error_bound, lay.transposed().grid, "backward_error_bound"
         )
 
     def capacity(codec, table_lay, bound):
@@ -538,7 +690,13 @@ def _exchange_with_stats(
     cap = capacity(fwd, lay, static_bound)
     bcap = 0 if bwd is None else capacity(bwd, lay.transposed(), backward_static_bound)
     plan = _Plan(axis_name, lay, dtype, path, fwd, cap, bwd, bcap, config.topology)
-    return _exchange(plan, x, error_bound, backward_error_bound)
+    try:
+        return _exchange(plan, x, error_bound, backward_error_bound)
+    except ValueError as e:  # jax.vmap(shard_map(...), spmd_axis_name=...) of an Auto axis
+        if "varying manual axes to match" not in str(e):
+            raise
+        where = "under jax.vmap(spmd_axis_name=...)"
+        raise ValueError(_UNSUPPORTED_NESTING.format(where=where)) from e
 
 
 def compressed_all_to_all(
@@ -571,28 +729,42 @@ def compressed_all_to_all(
     ``[global_batch / P, dim]`` is one chunk.
 
     Args:
-      x: ``float32 | bfloat16 | float16`` array, varying over ``axis_name``.
-      axis_name: the ``shard_map`` mesh axis (static).
+      x: an array or a pytree of arrays (tuple, list, dict, registered dataclass), as
+        ``jax.lax.all_to_all`` takes: each leaf is its own exchange with the same axes.
+        ``float32 | bfloat16 | float16`` leaves (``CODED_DTYPES``) are coded, each in its own
+        chunks (its own REL range); leaves of every other dtype (float64, integer, bool,
+        complex, float8) travel exactly through ``jax.lax.all_to_all``.
+      axis_name: the ``shard_map`` mesh axis or a tuple of them (static). A
+        ``jax.vmap(axis_name=...)`` axis is accepted: nothing crosses devices there, the
+        exchange is ``jax.lax.all_to_all``'s, exact.
       split_axis, concat_axis: as in ``jax.lax.all_to_all`` (static ints, negative allowed).
-      axis_index_groups: must be None (not supported; the parameter is
-        ``jax.lax.all_to_all``'s).
+      axis_index_groups: as in ``jax.lax.all_to_all``; when given, every leaf is exchanged
+        exactly by ``jax.lax.all_to_all`` within its group (no coding; to code a group, make
+        it a mesh axis of its own, e.g. a ``(2, 4)`` mesh for two groups of four).
       tiled: as in ``jax.lax.all_to_all``.
       error_bound: float, traced or concrete, broadcastable to the chunk grid ``[P]`` (no
-        table axis) or ``[P, T]`` (a ``[T]`` vector gives one bound per table); required by
-        the default :class:`jax_lossy_comm.FrameCodec`, ignored by the TorchRec baselines
-        (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``). REL (``FrameCodec(mode="rel")``): ``eb_abs = error_bound * (max - min)`` of
-        each chunk; ABS: absolute. Every finite value of the result is within ``eb_abs`` of
-        the exact result; NaN/Inf arrive bit-exact. Changing a traced bound does not
-        recompile.
+        table axis) or ``[P, T]`` (a ``[T]`` vector gives one bound per table); for a pytree
+        ``x`` one such value for every coded leaf, or a pytree prefix of ``x`` (e.g.
+        ``{"emb": 0.01, "aux": 0.0}``; a leaf of the prefix is the bound of every leaf below
+        it, None its default; a per-table vector inside it is an array, not a list). None
+        (default, ``jax.lax.all_to_all``'s call): the codec's ``default_error_bound``,
+        ``DEFAULT_ERROR_BOUND`` (REL 0.01, the paper's tightest tier) for the default
+        :class:`jax_lossy_comm.FrameCodec`; ABS mode has none (required). Ignored by the
+        TorchRec baselines (``Int8Rowwise``, ``FP8Rowwise``, ``MX4``, ``FP16``, ``BF16``).
+        REL (``FrameCodec(mode="rel")``): ``eb_abs = error_bound * (max - min)`` of each
+        chunk; ABS: absolute. Every finite value of the result is within ``eb_abs`` of the
+        exact result (0: bit-equal); NaN/Inf arrive bit-exact. Changing a traced bound does
+        not recompile.
       backward_error_bound: bound of the backward exchange when ``config.backward`` is a
-        codec, broadcastable to its chunk grid (same ``[P, T]`` shape); default
-        ``error_bound``.
-      config: the static :class:`ExchangeConfig` (codecs, table axis, wire path, topology);
-        default ``ExchangeConfig()``. ``topology="hierarchical"`` needs ``axis_name=
-        (node_axis, local_axis)``.
+        codec, broadcastable to its chunk grid (same ``[P, T]`` shape; a pytree as
+        ``error_bound``); default ``error_bound`` if given, else the backward codec's
+        default.
+      config: the static :class:`ExchangeConfig` (codecs, table axis, wire path, topology),
+        the same for every leaf; default ``ExchangeConfig()``. ``topology="hierarchical"``
+        needs ``axis_name=(node_axis, local_axis)``.
 
     Returns:
-      ``y`` with ``jax.lax.all_to_all``'s shape and ``x``'s dtype.
+      ``y`` with ``jax.lax.all_to_all``'s structure, shapes and dtypes.
 
     Derivatives:
       Straight-through (sec. 3): as if the exchange were exact. With ``config.backward=None``
@@ -611,10 +783,14 @@ def compressed_all_to_all(
         (tiled) or not equal to (untiled) the
         axis size, a table axis that is the last axis, an error bound that does not broadcast
         to the chunk grid, a concrete negative or non-finite error bound, a missing bound for
-        an error-bounded codec, a block the codec cannot encode (``Int8Rowwise``: size not a
-        multiple of ``row_dim``).
-      TypeError: unsupported dtype, a ``config`` that is not an :class:`ExchangeConfig`.
-      NotImplementedError: ``axis_index_groups`` given; a higher-order derivative through a
+        an error-bounded codec without a default (ABS mode), an ``error_bound`` pytree that
+        is not a prefix of ``x``, a block the codec cannot encode (``Int8Rowwise``: size not
+        a multiple of ``row_dim``), a coded leaf inside ``jax.vmap(shard_map(...),
+        spmd_axis_name=...)`` or on a mesh with Explicit axes outside the ``shard_map`` (the
+        message names what is supported: put the vmapped axis into ``in_specs``, Auto axes,
+        or ``jax.lax.all_to_all``).
+      TypeError: a ``config`` that is not an :class:`ExchangeConfig`.
+      NotImplementedError: a higher-order derivative through a
         backward codec (Derivatives); or (an XLA error) ``path="ragged"`` on a backend
         without ``ragged_all_to_all`` (XLA:CPU).
 

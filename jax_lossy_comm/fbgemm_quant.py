@@ -93,6 +93,14 @@ def int8_rowwise_quantize(x, row_dim: int = ROW_DIM_DEFAULT):
       ``uint8[..., n // row_dim, ceil4(row_dim) + 8]``: codes, zero padding, then scale and bias
       as little-endian float32 bytes (FBGEMM's fused row layout).
 
+    Small rows: the codes are ``rint((x - min) * 255 / (range + 1e-8))``, FBGEMM's epsilon
+    included, so a row whose range is not far above 1e-8 uses fewer than 256 codes and its
+    error grows from ``range / 510`` towards ``range`` (below about 1e-10 every value decodes
+    as the row minimum): FBGEMM's own behaviour, kept bit for bit. A row of float32
+    subnormals (``|x| < 2^-126``): XLA:CPU flushes subnormals to zero, so its minimum, scale
+    and decoded values are 0, where FBGEMM on the CPU decodes the row minimum; the error is
+    below ``2^-126`` either way.
+
     Raises:
       ValueError: ``n`` not a multiple of ``row_dim``, or ``row_dim < 1``.
     """

@@ -572,10 +572,11 @@ def test_bad_arguments(mesh):
         qcomm.Int8Rowwise(row_dim=0)
     with pytest.raises(TypeError, match="backward"):
         jlc.ExchangeConfig(qcomm.BF16(), backward="x")
-    with pytest.raises(TypeError):
-        _smap(mesh, lambda v: _exchange("bf16")(v, "i", 0, 1), P("i"))(
-            np.zeros((NDEV * 8, 3, 5), np.int32)
-        )
+    # An int32 operand is exchanged exactly, as by jax.lax.all_to_all (TypeError before).
+    xi = np.arange(NDEV * 8 * 3 * 5, dtype=np.int32).reshape(NDEV * 8, 3, 5)
+    yi = _smap(mesh, lambda v: _exchange("bf16")(v, "i", 0, 1), P("i"))(xi)
+    ye = _smap(mesh, lambda v: jax.lax.all_to_all(v, "i", 0, 1, tiled=True), P("i"))(xi)
+    np.testing.assert_array_equal(np.asarray(yi), np.asarray(ye))
 
 
 @needs_devices
