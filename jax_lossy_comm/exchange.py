@@ -85,6 +85,7 @@ from jax_lossy_comm.wire import (
     PACKED_SUBCHUNKS,
     PATHS,
     TEST_PATHS,
+    exact_all_to_all,
     packed_chunks,
     resolve_path,
     send_frames,
@@ -265,7 +266,7 @@ def _one_way(plan: _Plan, x, error_bound, *, backward_pass: bool = False):
         def exact(_):
             # From the chunks the codec read, not from x: XLA would otherwise materialize x a
             # second time (the producer's fusion recomputed for the cond operand).
-            return jax.lax.all_to_all(c, ax, 0, 0, tiled=True)
+            return exact_all_to_all(c, ax, 0, 0, tiled=True)  # 16-bit floats as uint16
 
         any_over = sent.any_overflow
         r = jax.lax.cond(any_over, exact, compressed, None)
@@ -289,7 +290,7 @@ def _one_way(plan: _Plan, x, error_bound, *, backward_pass: bool = False):
     if hier:
         r = jnp.where(own_c, c, r)  # [N_src, ...]: my own node's blocks, exact
         r = r.reshape((n, local) + grid[1:] + lay.chunk_shape)  # [N_src, L_dest, ...]
-        r = jax.lax.all_to_all(r, plan.axis_name[1], 1, 1, tiled=True)  # [N_src, L_src, ...]
+        r = exact_all_to_all(r, plan.axis_name[1], 1, 1, tiled=True)  # [N_src, L_src, ...]
         if not codec.variable_size:  # the coded stage's share; own-node blocks exact
             frame_bytes = comp_moved * (n - 1) / n + raw_bytes / n
             ratio = jnp.where(own_grid, 1.0, ratio)

@@ -51,9 +51,10 @@ float32 values (128 raw): FP16 and BF16 64, INT8 and FP8 row-wise 40, MX4 17.
   given; TorchRec pads each sample's ``dim_sum`` row instead, the same when it is a multiple of
   32 as in the DLRM presets here).
 * :class:`FP16` -- ``SparseType.FP16``: ``fp32_to_fp16_with_clamp`` (clamp to +-65504, round
-  to nearest even), exchange ``float16``, cast back (2x smaller).
+  to nearest even), exchange the ``float16`` bits as ``uint16``, cast back (2x smaller).
 * :class:`BF16` -- ``SparseType.BF16``: ``fp32_to_bf16_with_clamp`` (clamp to the finite
-  bfloat16 range, round to nearest even), exchange bfloat16, cast back (2x smaller).
+  bfloat16 range, round to nearest even), exchange the bfloat16 bits as ``uint16``, cast back
+  (2x smaller; a bfloat16 operand would cross XLA:CPU's collectives as float32).
 
 The payload is grouped per destination peer (``per_table = False``): a row of ``row_dim``
 values never straddles two peers (each peer's block is flattened in C order, as TorchRec
@@ -93,6 +94,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -334,7 +336,14 @@ class MX4(_PerPeer):
 
 
 class _Cast(_PerPeer):
-    """Clamped casts (BF16, FP16): the 16-bit values travel, cast back on arrival."""
+    """Clamped casts (BF16, FP16): the 16-bit values travel as their bits (``uint16``), cast
+    back on arrival.
+
+    The wire is ``uint16``, not the float type: XLA:CPU widens bfloat16 collectives (the
+    optimized HLO of an ``all_to_all`` or ``all_gather`` of bfloat16 has float32 operands,
+    4 bytes per value; jax 0.10.2), and XLA may move a cast across a collective on GPUs
+    (jax-ml/jax#23543). An integer bitcast keeps the 2 bytes per value that ``capacity_bytes``
+    and the statistics count on every backend."""
 
     def capacity_bytes(self, chunk_shape, dtype, *, dense: bool = True, error_bound=None) -> int:
         """Wire bytes of one peer's block: 2 per value."""
@@ -342,14 +351,17 @@ class _Cast(_PerPeer):
         return 2 * math.prod(chunk_shape)
 
     def encode(self, chunks, error_bound, capacity: int):
-        """``float[P, rows, dim]`` -> ``(16-bit float[P, rows, dim], nbytes int32[P])``."""
+        """``float[P, rows, dim]`` -> ``(uint16[P, rows, dim], nbytes int32[P])``: the bits of
+        the 16-bit float values."""
         del error_bound, capacity
-        return _fixed_size(clamped_cast(chunks, self.wire_dtype), chunks)
+        bits = jax.lax.bitcast_convert_type(clamped_cast(chunks, self.wire_dtype), jnp.uint16)
+        return _fixed_size(bits, chunks)
 
     def decode(self, wire, nbytes, *, shape, dtype):
-        """``16-bit float[P, rows, dim]`` -> ``dtype[P, rows, dim]``."""
+        """``uint16[P, rows, dim]`` (the 16-bit float bits) -> ``dtype[P, rows, dim]``."""
         del nbytes
-        return wire.astype(dtype).reshape((wire.shape[0],) + tuple(shape))
+        values = jax.lax.bitcast_convert_type(jnp.asarray(wire, jnp.uint16), self.wire_dtype)
+        return values.astype(dtype).reshape((wire.shape[0],) + tuple(shape))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,9 +369,9 @@ class BF16(_Cast):
     """TorchRec/FBGEMM BF16 communication as a :class:`CommCodec`.
 
     FBGEMM ``fp32_to_bf16_with_clamp`` (clamp to the finite bfloat16 range, round to nearest
-    even), exchange ``bfloat16``, cast back to the input dtype. Relative error <= 2^-9 per
-    value (values beyond the bfloat16 range are clamped); no bound is enforced,
-    ``error_bound`` is ignored.
+    even), exchange its bits as ``uint16`` (2 bytes per value on every backend), cast back to
+    the input dtype. Relative error <= 2^-9 per value (values beyond the bfloat16 range are
+    clamped); no bound is enforced, ``error_bound`` is ignored.
 
     Examples:
       >>> import numpy as np
@@ -367,8 +379,8 @@ class BF16(_Cast):
       >>> BF16().capacity_bytes((16, 64), np.float32, dense=True)  # 2 bytes per value
       2048
       >>> wire, nbytes = BF16().encode(np.full((2, 1, 2), 1.00390625, np.float32), None, 4)
-      >>> str(wire.dtype), nbytes.tolist()
-      ('bfloat16', [4, 4])
+      >>> str(wire.dtype), nbytes.tolist()  # the bfloat16 bits
+      ('uint16', [4, 4])
       >>> BF16().decode(wire, nbytes, shape=(1, 2), dtype=np.float32).tolist()  # ties to even
       [[[1.0, 1.0]], [[1.0, 1.0]]]
 
@@ -384,9 +396,9 @@ class FP16(_Cast):
     """TorchRec/FBGEMM FP16 communication as a :class:`CommCodec`.
 
     FBGEMM ``fp32_to_fp16_with_clamp`` (clamp to +-65504, round to nearest even; float16
-    subnormals below 2^-14, values below 2^-25 to 0), exchange ``float16``, cast back to the
-    input dtype. Relative error <= 2^-11 per value in the normal float16 range; no bound is
-    enforced, ``error_bound`` is ignored. (TorchRec's optional ``forward_loss_scale``
+    subnormals below 2^-14, values below 2^-25 to 0), exchange its bits as ``uint16``, cast
+    back to the input dtype. Relative error <= 2^-11 per value in the normal float16 range;
+    no bound is enforced, ``error_bound`` is ignored. (TorchRec's optional ``forward_loss_scale``
     multiplies before the cast; not modelled.)
 
     Examples:
@@ -397,7 +409,7 @@ class FP16(_Cast):
       >>> x = np.float32([[[1.0 + 2**-11, 7e4, -np.inf]]])
       >>> wire, nbytes = FP16().encode(x, None, 6)
       >>> str(wire.dtype), FP16().decode(wire, nbytes, shape=(1, 3), dtype=np.float32).tolist()
-      ('float16', [[[1.0, 65504.0, -65504.0]]])
+      ('uint16', [[[1.0, 65504.0, -65504.0]]])
 
     References:
       Yang et al., DLP-KDD 2020; FBGEMM ``quantize_utils.fp32_to_fp16_with_clamp``.

@@ -73,6 +73,7 @@ __all__ = [
     "SentFrames",
     "chunk_counts",
     "emulated_ragged_all_to_all",
+    "exact_all_to_all",
     "exchange_frames",
     "pack_frames",
     "packed_chunks",
@@ -135,6 +136,40 @@ def resolve_path(path: str = "auto", *, fills_capacity: bool = False) -> str:
     if _ragged_supported():
         return "ragged"
     return "dense" if fills_capacity else "packed"
+
+
+def exact_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False):
+    """``jax.lax.all_to_all`` of ``x`` whose values cross in ``x``'s own bytes: a 16-bit float
+    (bfloat16, float16) travels as its ``uint16`` bits, bitcast back on arrival (bit-equal).
+
+    XLA:CPU widens bfloat16 collectives (the optimized HLO of an ``all_to_all`` of bfloat16 has
+    float32 operands: 4 bytes per value cross; jax 0.10.2), and XLA may move casts across
+    collectives on GPUs (jax-ml/jax#23543); the statistics count ``x.size * itemsize``. Used
+    by the exchange's exact paths (the fallback, the hierarchical exchange's intra-node
+    stage). Not differentiable (the bitcast): the exact derivative stays
+    ``jax.lax.all_to_all``'s.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from jax.sharding import PartitionSpec as P
+      >>> from jax_lossy_comm.wire import exact_all_to_all
+      >>> mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
+      >>> f = jax.jit(jax.shard_map(lambda v: exact_all_to_all(v, "i", 0, 0, tiled=True),
+      ...                           mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+      >>> x = jnp.arange(64, dtype=jnp.bfloat16)
+      >>> "u16[" in f.lower(x).compile().as_text()  # not f32
+      True
+      >>> bool((f(x) == jax.jit(jax.shard_map(
+      ...     lambda v: jax.lax.all_to_all(v, "i", 0, 0, tiled=True),
+      ...     mesh=mesh, in_specs=P("i"), out_specs=P("i")))(x)).all())
+      True
+    """
+    dtype = jnp.dtype(x.dtype)
+    if dtype not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        return jax.lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=tiled)
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint16)
+    got = jax.lax.all_to_all(bits, axis_name, split_axis, concat_axis, tiled=tiled)
+    return jax.lax.bitcast_convert_type(got, dtype)
 
 
 def emulated_ragged_all_to_all(

@@ -60,6 +60,7 @@ from bench.reports.link_tables import (
     rate_sweep_markdown,
     two_node_markdown,
 )
+from bench.reports.wire_notes import bf16_wire_note
 from bench.testbed import netns_results
 from bench.training import fidelity, train_compare
 
@@ -153,6 +154,8 @@ def render_markdown(
             train_compare.markdown_table(train.get("runs", [])),
             "",
         ]
+        note = bf16_wire_note(train, train.get("runs", []))
+        out += [note, ""] if note else []
     if netns:
         p = netns.get("params", {})
         out += [
@@ -178,6 +181,8 @@ def render_markdown(
             netns_target(netns),
             "",
         ]
+        note = bf16_wire_note(netns, netns.get("runs", []))
+        out += [note, ""] if note else []
     out += [
         "### Plots",
         "",

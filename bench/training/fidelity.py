@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import bench_util as bu
+from bench.reports.wire_notes import bf16_wire_note
 
 #: the library's error-bounded runs (the others are exact or fixed-precision baselines)
 LIBRARY_RUNS = ("jlc-paper", "jlc-auto", "jlc-paper-ar", "jlc-paper-ar-bf16")
@@ -177,6 +178,10 @@ def fidelity_markdown(result: dict[str, Any]) -> str:
         "",
         seed_table(result["summary"]),
         "",
+    ]
+    note = bf16_wire_note(result, result.get("runs", []))
+    lines += [note, ""] if note else []
+    lines += [
         f"Target (AUC within {t['tolerance']} of exact, seed mean, and >= 2x fewer bytes than "
         f"MX4 at no worse AUC): {'met' if t['met'] else 'missed'}; best library run: "
         f"{t['best'] or 'none within the tolerance'}.",
