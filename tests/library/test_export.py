@@ -111,34 +111,39 @@ def _load(folder: Path, import_library: bool = True) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def _save(folder: Path, name: str, fn, args) -> tuple:
-    exp = jax.export.export(fn, disabled_checks=jlc.export_safety_checks())(*args)
+def _save(folder: Path, name: str, fn, args, platforms=None) -> tuple:
+    checks = jlc.export_safety_checks()
+    exp = jax.export.export(fn, platforms=platforms, disabled_checks=checks)(*args)
     (folder / f"{name}.bin").write_bytes(exp.serialize())
     np.savez(folder / f"{name}.in.npz", *[np.asarray(a) for a in args])
     return exp, tuple(np.asarray(o) for o in fn(*args))
 
 
 def test_exports_reload_bit_exact_in_a_fresh_process(tmp_path, mesh):
-    """The codec, the exchange and its gradient (exact and coded backward) over 8 devices:
-    the fresh process's results equal jit's here bit for bit."""
+    """The codec (exported for CPU and CUDA at once: lowering for CUDA needs no GPU; the CPU
+    export alone in the next test), the exchange and its gradient (exact and coded backward)
+    over 8 devices: the fresh process's results equal jit's here bit for bit."""
     cases = {
-        "codec": _codec_fn(),
+        "codec_cpu_cuda": _codec_fn(),
         "exchange": _exchange_fn(mesh, backward=False),
         "exchange_coded_backward": _exchange_fn(mesh, backward=True),
     }
     expected = {}
     for name, (fn, args) in cases.items():
-        exp, expected[name] = _save(tmp_path, name, fn, args)
+        platforms = ("cpu", "cuda") if name == "codec_cpu_cuda" else None
+        exp, expected[name] = _save(tmp_path, name, fn, args, platforms)
         text = exp.mlir_module()
         assert "jax_lossy_comm_compress_v1" in text and "jax_lossy_comm_decompress_v1" in text
-        assert exp.nr_devices == (1 if name == "codec" else NDEV)
+        assert exp.nr_devices == (1 if name.startswith("codec") else NDEV)
     report = _load(tmp_path)
     for name, want in expected.items():
-        assert report[name] == {"devices": 1 if name == "codec" else NDEV, "n_out": len(want)}
+        devices = 1 if name.startswith("codec") else NDEV
+        assert report[name] == {"devices": devices, "n_out": len(want)}
         got = np.load(tmp_path / f"{name}.out.npz")
         for i, w in enumerate(want):
             np.testing.assert_array_equal(got[f"arr_{i}"], w, err_msg=f"{name} output {i}")
-    assert "jax_lossy_comm_frame_status_v1" in cases["codec"][0].lower(*cases["codec"][1]).as_text()
+    codec, args = cases["codec_cpu_cuda"]
+    assert "jax_lossy_comm_frame_status_v1" in codec.lower(*args).as_text()
 
 
 def test_the_import_registers_the_targets(tmp_path):
