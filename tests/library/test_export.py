@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ for blob in sorted(Path(sys.argv[1]).glob("*.bin")):
         mesh = jax.make_mesh((exp.nr_devices,), ("i",), axis_types=auto)
         args = [jax.device_put(a, s) for a, s in zip(args, exp.in_shardings_jax(mesh))]
     try:
-        out = exp.call(*args)
+        out = jax.tree.leaves(exp.call(*args))
     except Exception as e:  # what a process without the targets meets
         report[name] = f"{type(e).__name__}: {e}"
         continue
@@ -97,6 +98,17 @@ def _exchange_fn(mesh, backward):
     return jax.jit(f), (x, np.float32(0.02), w)
 
 
+def _psum_fn(mesh):
+    """compressed_psum under shard_map over the 8 devices."""
+
+    def local(x, eb):
+        return jlc.compressed_psum(x, "i", error_bound=eb)
+
+    f = jax.shard_map(local, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))
+    x = jax.device_put(_rand((NDEV * 4, 256), 3), NamedSharding(mesh, P("i")))
+    return jax.jit(f), (x, np.float32(0.01))
+
+
 def _load(folder: Path, import_library: bool = True) -> dict:
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={NDEV}"}
     env["JAX_PLATFORMS"] = "cpu"
@@ -116,42 +128,48 @@ def _save(folder: Path, name: str, fn, args, platforms=None) -> tuple:
     exp = jax.export.export(fn, platforms=platforms, disabled_checks=checks)(*args)
     (folder / f"{name}.bin").write_bytes(exp.serialize())
     np.savez(folder / f"{name}.in.npz", *[np.asarray(a) for a in args])
-    return exp, tuple(np.asarray(o) for o in fn(*args))
+    return exp, tuple(np.asarray(o) for o in jax.tree.leaves(fn(*args)))
 
 
-def test_exports_reload_bit_exact_in_a_fresh_process(tmp_path, mesh):
-    """The codec (exported for CPU and CUDA at once: lowering for CUDA needs no GPU; the CPU
-    export alone in the next test), the exchange and its gradient (exact and coded backward)
-    over 8 devices: the fresh process's results equal jit's here bit for bit."""
-    cases = {
-        "codec_cpu_cuda": _codec_fn(),
-        "exchange": _exchange_fn(mesh, backward=False),
-        "exchange_coded_backward": _exchange_fn(mesh, backward=True),
-    }
-    expected = {}
-    for name, (fn, args) in cases.items():
-        platforms = ("cpu", "cuda") if name == "codec_cpu_cuda" else None
-        exp, expected[name] = _save(tmp_path, name, fn, args, platforms)
-        text = exp.mlir_module()
-        assert "jax_lossy_comm_compress_v1" in text and "jax_lossy_comm_decompress_v1" in text
-        assert exp.nr_devices == (1 if name.startswith("codec") else NDEV)
-    report = _load(tmp_path)
-    for name, want in expected.items():
-        devices = 1 if name.startswith("codec") else NDEV
-        assert report[name] == {"devices": devices, "n_out": len(want)}
-        got = np.load(tmp_path / f"{name}.out.npz")
-        for i, w in enumerate(want):
-            np.testing.assert_array_equal(got[f"arr_{i}"], w, err_msg=f"{name} output {i}")
-    codec, args = cases["codec_cpu_cuda"]
-    assert "jax_lossy_comm_frame_status_v1" in codec.lower(*args).as_text()
+#: name -> (function and arguments from the 8-device mesh, platforms, devices).
+CASES = {
+    # Lowering for CUDA needs no GPU; the CPU-only export in the next test.
+    "codec_cpu_cuda": (lambda mesh: _codec_fn(), ("cpu", "cuda"), 1),
+    "exchange": (lambda mesh: _exchange_fn(mesh, backward=False), None, NDEV),
+    "exchange_coded_backward": (lambda mesh: _exchange_fn(mesh, backward=True), None, NDEV),
+    "psum": (_psum_fn, None, NDEV),
+}
+
+
+def _assert_outputs(folder: Path, name: str, want: tuple) -> None:
+    got = np.load(folder / f"{name}.out.npz")
+    assert len(got.files) == len(want)
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(got[f"arr_{i}"], w, err_msg=f"{name} output {i}")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_exports_reload_bit_exact_in_a_fresh_process(tmp_path, mesh, name):
+    """The codec, the exchange with its gradient (exact and coded backward: custom_jvp and
+    custom_vjp) and compressed_psum, the last three under shard_map over 8 devices: the
+    fresh process's results equal jit's here bit for bit."""
+    make, platforms, devices = CASES[name]
+    exp, want = _save(tmp_path, name, *make(mesh), platforms)
+    assert re.search(r"custom_call @jax_lossy_comm_compress_v1\b", exp.mlir_module())
+    assert exp.nr_devices == devices
+    assert _load(tmp_path)[name] == {"devices": devices, "n_out": len(want)}
+    _assert_outputs(tmp_path, name, want)
 
 
 def test_the_import_registers_the_targets(tmp_path):
-    """A fresh process finds the handlers after ``import jax_lossy_comm`` (no library call),
-    and without the import it meets JAX's NOT_FOUND for the versioned target."""
+    """A fresh process finds the handlers after ``import jax_lossy_comm`` (no library call;
+    all three targets), and without the import it meets JAX's NOT_FOUND for the versioned
+    target."""
     fn, args = _codec_fn()
-    _save(tmp_path, "codec", fn, args)
+    assert "jax_lossy_comm_frame_status_v1" in fn.lower(*args).as_text()
+    _, want = _save(tmp_path, "codec", fn, args)
     assert _load(tmp_path)["codec"] == {"devices": 1, "n_out": 4}
+    _assert_outputs(tmp_path, "codec", want)
     missing = _load(tmp_path, import_library=False)["codec"]
     assert "NOT_FOUND" in missing and "jax_lossy_comm_compress_v1" in missing
 
