@@ -5,7 +5,7 @@ Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
 """
 
 from jax_lossy_comm._ffi import describe as describe_implementation
-from jax_lossy_comm._ffi import implementations
+from jax_lossy_comm._ffi import export_safety_checks, implementations, register
 from jax_lossy_comm.allreduce import (
     AllReduceConfig,
     ErrorFeedback,
@@ -63,6 +63,7 @@ __all__ = [
     "decompress_with_status",
     "describe_status",
     "error_feedback",
+    "export_safety_checks",
     "frame_capacity",
     "frame_info",
     "frame_status",
@@ -71,5 +72,6 @@ __all__ = [
     "describe_implementation",
     "make_layout",
     "node_bytes",
+    "register",
     "resolve_path",
 ]

@@ -1,4 +1,11 @@
-"""Loads the compiled extension and registers its XLA FFI targets once per process."""
+"""Loads the compiled extension and registers its XLA FFI targets, once per process, at import.
+
+Registering at import (not at the first codec call) is what lets a process that only imports
+the library call a deserialized ``jax.export`` of a function that uses the codec. Registration
+needs no JAX backend: ``jax.ffi.register_ffi_target`` queues the handlers until the backend
+starts, so ``import jax_lossy_comm`` stays cheap and starts none. Without the extension nothing
+is registered and the pure-jax reference codec serves (the import warns).
+"""
 
 from __future__ import annotations
 
@@ -65,6 +72,24 @@ else:
     IMPORT_ERROR = None
     EXTENSION_FOUND = True
 
+#: The version in the FFI target names (``jax_lossy_comm_compress_v1``): bumped, with new
+#: names, by any change a serialized program would notice (operands, attributes, results, or
+#: the frame format version they write and read, :data:`TARGET_FRAME_VERSION`); docs/export.md
+#: states the promise.
+TARGET_VERSION = 1
+
+#: The frame format version the targets of :data:`TARGET_VERSION` write and read
+#: (``frame.VERSION``, from xla_ffi/format.h; tests/library/test_export.py fails when the two
+#: part, so that a new frame version comes with new target names).
+TARGET_FRAME_VERSION = 1
+
+#: The XLA FFI targets of the library's ``jax.ffi.ffi_call`` sites (:mod:`jax_lossy_comm.codec`),
+#: by operation: the names a lowered or exported program holds.
+TARGETS = {
+    op: f"jax_lossy_comm_{op}_v{TARGET_VERSION}"
+    for op in ("compress", "decompress", "frame_status")
+}
+
 _registered = False
 
 
@@ -78,17 +103,80 @@ def has_cuda() -> bool:
     return _ext is not None and bool(_ext.HAS_CUDA)
 
 
-def ensure_registered() -> None:
-    """Registers lc_compress / lc_decompress / lc_frame_status for every built platform."""
+def register() -> None:
+    """Registers the library's XLA FFI targets with JAX for every platform the extension was
+    built for (public as ``jax_lossy_comm.register``).
+
+    ``import jax_lossy_comm`` already calls it, so a process that imports the library can run
+    the codec and call a deserialized ``jax.export`` that uses it; calling it again does
+    nothing. It starts no JAX backend (JAX registers queued targets when the backend starts).
+    Registers :data:`TARGETS` (``jax_lossy_comm_compress_v1``, ``..._decompress_v1``,
+    ``..._frame_status_v1``) on ``cpu`` and, when built with CUDA, on ``CUDA``.
+
+    Raises:
+      RuntimeError: the compiled extension is not importable (not built, or failed to load):
+        the message says why and what to run. The library's own calls then use the pure-jax
+        reference codec, which needs no targets; an exported program that holds the targets
+        cannot run in this process.
+
+    Examples:
+      >>> import jax_lossy_comm as jlc
+      >>> jlc.register()  # done at import already: a no-op
+    """
     global _registered
-    if _registered or _ext is None:
+    if _ext is None:
+        what, fix = extension_problem(IMPORT_ERROR, EXTENSION_FOUND)
+        raise RuntimeError(
+            f"jax_lossy_comm.register(): {what}, so there are no XLA FFI handlers to "
+            f"register; {fix}"
+        )
+    if _registered:
         return
     for platform, targets in _ext.registrations().items():
-        if not targets:
-            continue
-        for name, capsule in targets.items():
-            jax.ffi.register_ffi_target(name, capsule, platform=platform)
+        for op, capsule in (targets or {}).items():
+            # The extension's own key (lc_compress) is registered too, for callers that issue
+            # ffi_calls themselves (bench/codecs/codec_bench_gpu.py): not promised stable.
+            versioned = TARGETS.get(op.removeprefix("lc_"))
+            for name in (versioned, op) if versioned else (op,):
+                jax.ffi.register_ffi_target(name, capsule, platform=platform)
     _registered = True
+
+
+def registered() -> bool:
+    """True once :func:`register` has registered the targets in this process."""
+    return _registered
+
+
+def ensure_registered() -> None:
+    """:func:`register` when the extension is available; nothing otherwise."""
+    if _ext is not None:
+        register()
+
+
+def export_safety_checks() -> list:
+    """The ``disabled_checks`` that let ``jax.export`` serialize a function that uses the
+    codec, the exchanges or the all-reduce (public as ``jax_lossy_comm.export_safety_checks``).
+
+    ``jax.export`` refuses custom calls that are not on JAX's own list of stable targets;
+    :data:`TARGETS` are the library's, versioned (docs/export.md states what is promised).
+
+    Returns:
+      ``[jax.export.DisabledSafetyCheck.custom_call(name) for name in TARGETS.values()]``,
+      one per target, whether or not this process has the extension (a function traced
+      without it holds no custom calls, and the entries are then unused).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> import jax_lossy_comm as jlc
+      >>> f = jax.jit(lambda x: jlc.decompress(*jlc.compress(x, 0.01), shape=x.shape))
+      >>> exp = jax.export.export(f, disabled_checks=jlc.export_safety_checks())(
+      ...     jax.ShapeDtypeStruct((4, 8), jnp.float32))
+      >>> exp.out_avals
+      (ShapedArray(float32[4,8]),)
+    """
+    from jax import export
+
+    return [export.DisabledSafetyCheck.custom_call(name) for name in TARGETS.values()]
 
 
 _GPU_PLATFORMS = ("gpu", "cuda", "rocm")
@@ -104,7 +192,7 @@ def check_platform(platform: str | None = None) -> None:
     Raises:
       RuntimeError: the extension was built without the CUDA handlers (no nvcc at build time,
         or ``JLC_CUDA=OFF``) and the call would run on a GPU, where XLA would otherwise fail
-        at compile time with "no registered implementation" for ``lc_compress``.
+        at compile time with "no registered implementation" for ``jax_lossy_comm_compress_v1``.
     """
     if _ext is None or has_cuda():
         return
@@ -161,3 +249,9 @@ def implementations() -> dict[str, str]:
     if _ext is None:
         return dict.fromkeys(PLATFORMS, "reference")
     return {"cpu": "compiled", "gpu": "compiled" if has_cuda() else "unavailable"}
+
+
+# Registered at import: a deserialized export needs the handlers before its first call, and
+# the library may not be called in that process at all. Without the extension there is
+# nothing to register (the import warned above).
+ensure_registered()

@@ -5,7 +5,9 @@ These are the only ``jax.ffi.ffi_call`` sites of the library. Chunks are the las
 dimensions ``[rows, dim]`` of the input (e.g. the pooled embeddings a table owner sends to one
 peer); leading dimensions are independent chunks, each with its own error bound. The format is
 described in ``xla_ffi/format.h`` (the quantizer in ``xla_ffi/quant.h``); sizes and names in
-:mod:`jax_lossy_comm.frame`.
+:mod:`jax_lossy_comm.frame`. The FFI targets carry a version in their names
+(``jax_lossy_comm_compress_v1``) and are registered when the library is imported, so a
+``jax.export`` of a function that uses them can be reloaded (docs/export.md).
 
 Inside ``shard_map`` the outputs are typed like the inputs: ``jax.ffi.ffi_call`` types its
 outputs as invariant over the mesh axes, which makes a later ``psum`` transpose into a sum of
@@ -161,7 +163,7 @@ def compress(
 
 
 def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capacity: int):
-    """:func:`compress` after its checks: the one ``lc_compress`` call.
+    """:func:`compress` after its checks: the one ``compress`` FFI call (``_ffi.TARGETS``).
 
     For callers that validated the settings once (the exchange's
     :class:`jax_lossy_comm.FrameCodec`): ``x`` a supported ``[..., rows, dim]`` array, ``eb``
@@ -184,10 +186,9 @@ def compress_checked(x: jax.Array, eb: jax.Array, *, mode: str, codec: str, capa
 
         out = reference.compress(x, eb, mode=mode, codec=codec, capacity=capacity)
         return typed_like(out, x, eb)
-    _ffi.ensure_registered()
     _ffi.check_platform()
     call = jax.ffi.ffi_call(
-        "lc_compress",
+        _ffi.TARGETS["compress"],
         (
             jax.ShapeDtypeStruct(batch + (capacity,), jnp.uint8),
             jax.ShapeDtypeStruct(batch, jnp.int32),
@@ -273,10 +274,9 @@ def decompress_with_status(
 
         x, status = reference.decompress(frames, nbytes, shape=(rows, dim), dtype=dt)
     else:
-        _ffi.ensure_registered()
         _ffi.check_platform()
         call = jax.ffi.ffi_call(
-            "lc_decompress",
+            _ffi.TARGETS["decompress"],
             (
                 jax.ShapeDtypeStruct(nbytes.shape + (rows, dim), dt),
                 jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
@@ -363,10 +363,9 @@ def frame_status(
     dt = check_dtype(dtype, "dtype")
     if not _ffi.available():
         return decompress_with_status(frames, nbytes, shape=(rows, dim), dtype=dt)[1]
-    _ffi.ensure_registered()
     _ffi.check_platform()
     call = jax.ffi.ffi_call(
-        "lc_frame_status",
+        _ffi.TARGETS["frame_status"],
         jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
         vmap_method="broadcast_all",
     )
