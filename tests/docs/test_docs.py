@@ -15,6 +15,8 @@ import jax_lossy_comm
 import jax_lossy_comm.error_bound
 
 ROOT = Path(__file__).resolve().parents[2]
+# The tests share one build of the site (the ``html`` fixture): one xdist worker runs them.
+pytestmark = pytest.mark.xdist_group("docs_html")
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+#: The README's test command after its install step: the fast lane on two xdist workers.
+FAST_LANE = '.venv/bin/python -m pytest -q -n 2 --dist loadgroup -m "not slow"'
+#: The slow lane the README names beside it: the rest of the suite.
+SLOW_LANE = ".venv/bin/python -m pytest -q -m slow"
 
 
 def test_readme_api_example_runs():
@@ -42,7 +46,7 @@ def test_the_two_commands_share_one_install_step_that_skips_an_existing_install(
     assert (
         train[len(install) :] == ".venv/bin/python -m models.dlrm.train --devices 8 --out runs/dlrm"
     )
-    assert test[len(install) :] == ".venv/bin/python -m pytest -q"
+    assert test[len(install) :] == FAST_LANE
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"
     ]
@@ -65,8 +69,24 @@ def test_the_readme_names_the_build_prerequisites_and_the_cuda_switch():
     assert "cmake_minimum_required(VERSION 3.18" in cmake and "set(CMAKE_CXX_STANDARD 17)" in cmake
 
 
+def test_the_readme_names_the_slow_lane_and_ci_runs_both_lanes():
+    """The fast lane (``-m "not slow"``) and the slow lane (``-m slow``) are the whole suite;
+    the README gives both commands and .ci/run runs both, with the same selection and workers
+    (and ``-p no:cacheprovider``, as a fresh clone has no cache)."""
+    assert f"`{SLOW_LANE}`" in " ".join(README.read_text().split())  # line breaks aside
+    ci = [
+        " ".join(line.split())
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if " -m pytest " in line and not line.lstrip().startswith("#")
+    ]
+    for lane in (FAST_LANE, SLOW_LANE):
+        args = lane.split(" -m pytest -q ")[1]
+        want = f"python -m pytest -q -p no:cacheprovider {args}"
+        assert any(line.endswith(want) for line in ci), f".ci/run lacks {want!r}: {ci}"
+
+
 def test_the_test_command_collects_every_test_module():
-    """``python -m pytest -q`` (the README's test command) collects without errors: a worker
+    """``python -m pytest -q`` (every test of both lanes) collects without errors: a worker
     script imported by --doctest-modules once set 4 devices for all."""
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider"],

@@ -24,6 +24,9 @@ from models.dlrm import step as step_lib
 from models.dlrm.configs import get_config
 from models.dlrm.data import synthetic
 
+# The tests share the built models and states of ``_built`` (one compile each): one worker.
+pytestmark = pytest.mark.xdist_group("dlrm_models")
+
 
 def test_plan_tables_places_every_table_once_and_balances():
     rows = get_config("kaggle").table_rows()

@@ -25,7 +25,11 @@ from support import DUMPS, load_dump
 import jax_lossy_comm as jlc
 from jax_lossy_comm import _ffi, frame
 
-pytestmark = pytest.mark.skipif(not _ffi.available(), reason="compiled extension absent")
+pytestmark = [
+    pytest.mark.skipif(not _ffi.available(), reason="compiled extension absent"),
+    # One worker builds the per-level results (four processes) for every test here.
+    pytest.mark.xdist_group("simd_levels"),
+]
 
 # A level this CPU lacks runs as the next lower one. Each run's environment: the level, and for the x86 levels the bit (un)packing by pext/pdep
 # (JLC_PDEP=1) or by the portable shifts that AMD Zen 1/2 get (JLC_PDEP=0), so both routes are
