@@ -59,36 +59,34 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_lossy_comm.codec import concrete_error_bound
+from jax_lossy_comm.array_exchange import (
+    TOPOLOGIES,
+    ExchangeConfig,
+    Plan,
+    codec_bound,
+    exchange_array,
+)
 from jax_lossy_comm.comm_codec import (
     DEFAULT_ERROR_BOUND,
     DEFAULT_MIN_ERROR_BOUND,
     DEFAULT_OUTLIERS,
-    CommCodec,
-    FrameCodec,
 )
 from jax_lossy_comm.frame import DTYPES
-from jax_lossy_comm.layout import Layout, make_layout
+from jax_lossy_comm.layout import make_layout
 from jax_lossy_comm.stats import ExchangeStats, node_bytes
-from jax_lossy_comm.vma import as_varying, vary_over
+from jax_lossy_comm.vma import as_varying
 from jax_lossy_comm.wire import (
     PACKED_CHUNKS,
     PACKED_SUBCHUNKS,
     PATHS,
-    TEST_PATHS,
-    exact_all_to_all,
     packed_chunks,
     resolve_path,
-    send_frames,
 )
 
 # Moved to jax_lossy_comm.wire; still importable from here as before.
@@ -121,315 +119,6 @@ __all__ = [
 #: dtypes whose leaves are coded; leaves of every other dtype (float64, integer, bool,
 #: complex, ...) are exchanged exactly by ``jax.lax.all_to_all``.
 CODED_DTYPES = tuple(DTYPES)
-
-#: ``ExchangeConfig.topology`` choices (module docstring, "Hierarchical exchange").
-TOPOLOGIES = ("flat", "hierarchical")
-
-
-# --------------------------------------------------------------------------------- config
-def _check_codec(what: str, codec, optional: bool) -> None:
-    if codec is None and optional:
-        return
-    if not isinstance(codec, CommCodec):
-        raise TypeError(
-            f"ExchangeConfig.{what} must be a CommCodec (FrameCodec(), Int8Rowwise(), BF16()"
-            f"{', or None' if optional else ''}), got {codec!r}"
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class ExchangeConfig:
-    """Static settings of one :func:`compressed_all_to_all`, checked once on construction.
-
-    Frozen and hashable (a static argument of the jitted exchange); the error bounds are not
-    here: they are traced arguments of the call, so changing them does not recompile.
-
-    Attributes:
-      forward: codec of the forward exchange (:class:`jax_lossy_comm.CommCodec`): the
-        library's error-bounded :class:`jax_lossy_comm.FrameCodec` (default) or a TorchRec
-        baseline, ``Int8Rowwise()`` / ``FP8Rowwise()`` / ``MX4()`` / ``FP16()`` / ``BF16()``.
-      backward: codec of the cotangent's transposed exchange, or None (default): the exact
-        transposed ``all_to_all`` (straight-through estimator, the paper's setting).
-        TorchRec's ``QCommsConfig`` has the same pair (forward and backward precision).
-      table_axis: axis of ``x`` whose indices are separate chunks, each with its own bound
-        and REL range (static; not the last axis), or None: one chunk per peer. With a
-        per-peer codec (the TorchRec baselines) it only shapes ``compression_ratio``.
-      path: how variable-size frames travel: ``"auto"`` (:func:`resolve_path`), ``"dense"``,
-        ``"packed"`` or ``"ragged"`` (module docstring). Fixed-size codecs ignore it.
-      topology: ``"flat"`` (default): one exchange over ``axis_name``, every block coded;
-        ``"hierarchical"``: ``axis_name=(node_axis, local_axis)``, only blocks whose
-        destination is on another node are coded, exact among the devices of a node
-        (module docstring, "Hierarchical exchange").
-
-    Raises:
-      TypeError: a codec that is not a :class:`jax_lossy_comm.CommCodec`.
-      ValueError: unknown ``path`` or ``topology``, a ``table_axis`` that is not an int or
-        None.
-
-    Examples:
-      >>> from jax_lossy_comm import ExchangeConfig, FrameCodec, Int8Rowwise
-      >>> ExchangeConfig(forward=FrameCodec(min_error_bound=0.01), table_axis=1)
-      ExchangeConfig(forward=FrameCodec(mode='rel', codec='auto', min_error_bound=0.01, \
-capacity=None), backward=None, table_axis=1, path='auto', topology='flat')
-      >>> c = ExchangeConfig(forward=Int8Rowwise(), backward=Int8Rowwise())
-      >>> hash(c) == hash(ExchangeConfig(forward=Int8Rowwise(), backward=Int8Rowwise()))
-      True
-      >>> ExchangeConfig(path="sideways")
-      Traceback (most recent call last):
-      ...
-      ValueError: ExchangeConfig.path must be one of ('auto', 'dense', 'packed', 'ragged'), \
-got 'sideways'
-    """
-
-    forward: CommCodec = FrameCodec()
-    backward: CommCodec | None = None
-    table_axis: int | None = None
-    path: str = "auto"
-    topology: str = "flat"
-
-    def __post_init__(self):
-        _check_codec("forward", self.forward, optional=False)
-        _check_codec("backward", self.backward, optional=True)
-        if self.table_axis is not None and (
-            isinstance(self.table_axis, bool) or not isinstance(self.table_axis, (int, np.integer))
-        ):
-            raise ValueError(
-                f"ExchangeConfig.table_axis must be an int or None, got {self.table_axis!r}"
-            )
-        if self.path not in PATHS + TEST_PATHS:
-            raise ValueError(f"ExchangeConfig.path must be one of {PATHS}, got {self.path!r}")
-        if self.topology not in TOPOLOGIES:
-            raise ValueError(
-                f"ExchangeConfig.topology must be one of {TOPOLOGIES}, got {self.topology!r}"
-            )
-
-
-class _Plan(NamedTuple):
-    """Static (hashable) plan of one exchange call: config resolved against ``x``."""
-
-    axis_name: object
-    layout: Layout  # with the config's table axis (the statistics' grid)
-    dtype: object
-    path: str  # resolved: "dense" | "packed" | "ragged" | "_ragged_emulated"
-    forward: CommCodec
-    capacity: int
-    backward: CommCodec | None
-    backward_capacity: int
-    topology: str  # "flat" | "hierarchical" (axis_name = (node_axis, local_axis))
-
-
-# ---------------------------------------------------------------------------- one direction
-def _one_way(plan: _Plan, x, error_bound, *, backward_pass: bool = False):
-    """One exchange of ``x`` (the forward, or the cotangent's with ``backward_pass``) through
-    its codec: ``(y, ExchangeStats)``.
-
-    The coded exchange runs over ``ax``: the whole axis (flat) or the node axis
-    (hierarchical, the chunks grouped per destination node ``[N, L (x T), rows, dim]``, the
-    own node's slot zeroed before coding and taken exact after, then an exact
-    ``all_to_all`` over the local axis hands every device its blocks)."""
-    codec = plan.backward if backward_pass else plan.forward
-    cap = plan.backward_capacity if backward_pass else plan.capacity
-    table_lay = plan.layout.transposed() if backward_pass else plan.layout
-    lay = table_lay if codec.per_table else table_lay.per_peer()
-    chunks = lay.to_chunks(x)  # [P, (T,) rows, dim]
-    item = np.dtype(x.dtype).itemsize
-    raw_bytes = jnp.float32(math.prod(lay.shape) * item)
-    hier = plan.topology == "hierarchical"
-    ax = plan.axis_name[0] if hier else plan.axis_name
-    n = jax.lax.axis_size(ax)  # slots of the coded exchange: nodes, or every peer (flat)
-    grid = lay.grid
-    # c: the coded exchange's operand, one slot per destination (node); chunk `shape`
-    if codec.per_table:
-        c = chunks.reshape((n, -1) + lay.chunk_shape) if hier else chunks
-        shape = lay.chunk_shape
-    else:  # one chunk per destination
-        c = chunks.reshape(n, -1, lay.chunk_shape[1])
-        shape = c.shape[1:]
-    if hier:
-        own_slot = jnp.arange(n) == jax.lax.axis_index(ax)  # [N]: the destination is my node
-        own_c = own_slot.reshape((n,) + (1,) * (c.ndim - 1))
-        send = jnp.where(own_c, jnp.zeros((), c.dtype), c)  # constant chunks: a header each
-        local = grid[0] // n  # L, devices per node
-        own_peer = jnp.repeat(own_slot, local)  # [P]: the peer is on my node
-        own_grid = own_peer.reshape((grid[0],) + (1,) * (len(table_lay.grid) - 1))
-    else:
-        send = c
-    if codec.variable_size:
-        chunk_error_bound = jnp.broadcast_to(error_bound, grid).reshape(send.shape[: -len(shape)])
-        frames, nbytes = codec.encode(send, chunk_error_bound, cap)
-        sent = send_frames(ax, plan.path, frames, nbytes, agree_axis=plan.axis_name)
-
-        def compressed(_):
-            rf, rnb = sent.receive()
-            return codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
-
-        def exact(_):
-            # From the chunks the codec read, not from x: XLA would otherwise materialize x a
-            # second time (the producer's fusion recomputed for the cond operand).
-            return exact_all_to_all(c, ax, 0, 0, tiled=True)  # 16-bit floats as uint16
-
-        any_over = sent.any_overflow
-        r = jax.lax.cond(any_over, exact, compressed, None)
-        fb = jnp.abs(nbytes).astype(jnp.float32).reshape(grid)  # per_table (checked)
-        if hier:  # own-node blocks travel exact
-            fb = jnp.where(own_grid, jnp.float32(math.prod(lay.chunk_shape) * item), fb)
-        ratio = math.prod(lay.chunk_shape) * item / jnp.maximum(fb, 1.0)
-        moved_slot = jnp.where(any_over, raw_bytes / n, sent.moved_per_peer)
-        comp_moved = jnp.where(any_over, raw_bytes, sent.moved_bytes)
-        n_over, fallback = sent.overflow_count, any_over.astype(jnp.int32)
-        frame_bytes = fb.sum()
-    else:
-        wire, nbytes = codec.encode(send, None, cap)
-        r = codec.decode(
-            jax.lax.all_to_all(wire, ax, 0, 0, tiled=True), nbytes, shape=shape, dtype=x.dtype
-        )
-        comp_moved = frame_bytes = jnp.float32(wire.size * wire.dtype.itemsize)
-        moved_slot = jnp.full(n, comp_moved / n)
-        ratio = jnp.full(table_lay.grid, raw_bytes / comp_moved, jnp.float32)
-        n_over = fallback = jnp.int32(0)
-    if hier:
-        r = jnp.where(own_c, c, r)  # [N_src, ...]: my own node's blocks, exact
-        r = r.reshape((n, local) + grid[1:] + lay.chunk_shape)  # [N_src, L_dest, ...]
-        r = exact_all_to_all(r, plan.axis_name[1], 1, 1, tiled=True)  # [N_src, L_src, ...]
-        if not codec.variable_size:  # the coded stage's share; own-node blocks exact
-            frame_bytes = comp_moved * (n - 1) / n + raw_bytes / n
-            ratio = jnp.where(own_grid, 1.0, ratio)
-        inter_moved = moved_slot.sum() - jnp.where(own_slot, moved_slot, 0.0).sum()
-        inter_raw = raw_bytes * (n - 1) / n
-        intra = raw_bytes * (local - 1) / local
-        moved = intra + inter_moved
-    else:
-        intra, inter_moved = node_bytes(moved_slot, ax)
-        inter_raw = node_bytes(jnp.full(n, raw_bytes / n), ax)[1]
-        moved = comp_moved
-    y = lay.from_chunks(r.reshape(grid + lay.chunk_shape))
-    stats = ExchangeStats(
-        raw_bytes=raw_bytes,
-        frame_bytes=jnp.asarray(frame_bytes, jnp.float32),
-        moved_bytes=jnp.asarray(moved, jnp.float32),
-        compression_ratio=ratio.astype(jnp.float32),
-        overflow_count=n_over,
-        fallback=fallback,
-        capacity_bytes=jnp.float32(cap),
-        intra_node_bytes=jnp.asarray(intra, jnp.float32),
-        inter_node_raw_bytes=jnp.asarray(inter_raw, jnp.float32),
-        inter_node_moved_bytes=jnp.asarray(inter_moved, jnp.float32),
-    )
-    if hier:  # statistics varying over the node axis only: over both, as the flat ones
-        stats = jax.tree.map(lambda v: vary_over(v, plan.axis_name), stats)
-    return y, stats
-
-
-# ---------------------------------------------------------- the straight-through gradient
-def _exchange(plan: _Plan, x, error_bound, backward_error_bound):
-    """The exchange with its straight-through derivative: ``(y, ExchangeStats)``."""
-    if plan.backward is None:
-        return _exchange_exact(plan, x, error_bound, backward_error_bound)
-    return _exchange_coded(plan, x, error_bound, backward_error_bound)
-
-
-# Exact backward: a custom_jvp whose tangent is the exact (linear) all-to-all of the input's
-# tangent, so forward mode, reverse mode (JAX transposes the all-to-all: split and concat
-# swapped) and every higher order work as through jax.lax.all_to_all.
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _exchange_exact(plan: _Plan, x, error_bound, backward_error_bound):
-    return _one_way(plan, x, error_bound)
-
-
-def _exchange_exact_jvp(plan, primals, tangents):
-    x, error_bound, backward_error_bound = primals
-    # Itself, not _one_way: under an outer derivative (grad of grad) this rule is
-    # differentiated too, and the codec's FFI calls must not be.
-    y, stats = _exchange_exact(plan, x, error_bound, backward_error_bound)
-    # Symbolic zeros: typed like each statistic (float0 for the counts), varying or not.
-    stats_dot = jax.custom_derivatives.zero_from_primal(stats, symbolic_zeros=True)
-    t = tangents[0]
-    if isinstance(t, jax.custom_derivatives.SymbolicZero):  # a derivative in error_bound only
-        return (y, stats), (jax.custom_derivatives.zero_from_primal(y, True), stats_dot)
-    lay = plan.layout
-    if lay.tiled:
-        y_dot = jax.lax.all_to_all(t, plan.axis_name, lay.split, lay.concat, tiled=True)
-    else:  # the untiled one from the tiled one: jax 0.10.2 mis-shapes the untiled transpose
-        t = jax.lax.all_to_all(t, plan.axis_name, lay.split, lay.split, tiled=True)
-        y_dot = jnp.moveaxis(t, lay.split, lay.concat)
-    return (y, stats), (y_dot.astype(y.dtype), stats_dot)
-
-
-_exchange_exact.defjvp(_exchange_exact_jvp, symbolic_zeros=True)
-
-
-# Compressed backward: a custom_vjp (reverse mode, first order only: the coded cotangent
-# exchange is not a linear map that JAX could run forward or differentiate again).
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _exchange_coded(plan: _Plan, x, error_bound, backward_error_bound):
-    return _one_way(plan, x, error_bound)
-
-
-def _exchange_coded_fwd(plan, x, error_bound, backward_error_bound):
-    # Itself, not _one_way: under an outer derivative the codec's FFI calls are not
-    # differentiated (JAX then reports the custom_vjp's forward-mode error).
-    return _exchange_coded(plan, x, error_bound, backward_error_bound), (
-        error_bound,
-        backward_error_bound,
-    )
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _backward_exchange(plan: _Plan, ct_y, backward_error_bound):
-    return _one_way(plan, ct_y, backward_error_bound, backward_pass=True)[0]
-
-
-@_backward_exchange.defjvp
-def _backward_exchange_jvp(plan, primals, tangents):
-    raise NotImplementedError(
-        "compressed_all_to_all with a compressed backward (ExchangeConfig.backward set) has "
-        "a first-order reverse-mode derivative only (jax.grad, jax.vjp); a higher-order "
-        "derivative would differentiate the coded backward exchange. Use "
-        "ExchangeConfig(backward=None) (the exact straight-through exchange, differentiable "
-        "to any order and in forward mode)"
-    )
-
-
-def _exchange_coded_bwd(plan, res, cts):
-    error_bound, backward_error_bound = res
-    ct_x = _backward_exchange(plan, cts[0].astype(plan.dtype), backward_error_bound)
-    return (
-        ct_x.astype(plan.dtype),
-        jnp.zeros_like(error_bound),
-        jnp.zeros_like(backward_error_bound),
-    )
-
-
-_exchange_coded.defvjp(_exchange_coded_fwd, _exchange_coded_bwd)
-
-
-# ------------------------------------------------------------------------------ public API
-def _prepare_bound(bound, grid, what):
-    """float32 bound checked against the chunk grid, and its concrete value (or None)."""
-    c = concrete_error_bound(bound, what)  # raises on a negative or non-finite value
-    e = jnp.asarray(bound, jnp.float32)
-    try:
-        np.broadcast_shapes(e.shape, grid)
-    except ValueError:
-        raise ValueError(
-            f"{what} of shape {e.shape} does not broadcast to the chunk grid {grid} (peers, tables)"
-        ) from None
-    return e, c
-
-
-def _codec_bound(codec, bound, grid, what):
-    """``_prepare_bound`` of ``bound``, or of the codec's default bound when it is None."""
-    if bound is None:
-        if codec is None or not codec.error_bounded:
-            return jnp.zeros((), jnp.float32), None
-        bound = getattr(codec, "default_error_bound", None)
-        if bound is None:
-            raise ValueError(
-                f"{what} is required by {codec!r} (no default bound: an ABS bound has no "
-                f"scale-free default; pass {what}=, or use FrameCodec(mode='rel'), whose "
-                f"default is REL {DEFAULT_ERROR_BOUND})"
-            )
-    return _prepare_bound(bound, grid, what)
 
 
 def compressed_all_to_all_with_stats(
@@ -676,11 +365,11 @@ def _leaf_exchange(
     # static value (which sizes the frames' capacity). The backward bound defaults to the
     # caller's forward bound, else to the backward codec's own default.
     given = error_bound
-    error_bound, static_bound = _codec_bound(fwd, error_bound, lay.grid, "error_bound")
+    error_bound, static_bound = codec_bound(fwd, error_bound, lay.grid, "error_bound")
     if backward_error_bound is None and given is not None:
         backward_error_bound, backward_static_bound = error_bound, static_bound
     else:
-        backward_error_bound, backward_static_bound = _codec_bound(
+        backward_error_bound, backward_static_bound = codec_bound(
             bwd, backward_error_bound, lay.transposed().grid, "backward_error_bound"
         )
 
@@ -690,9 +379,9 @@ def _leaf_exchange(
 
     cap = capacity(fwd, lay, static_bound)
     bcap = 0 if bwd is None else capacity(bwd, lay.transposed(), backward_static_bound)
-    plan = _Plan(axis_name, lay, dtype, path, fwd, cap, bwd, bcap, config.topology)
+    plan = Plan(axis_name, lay, dtype, path, fwd, cap, bwd, bcap, config.topology)
     try:
-        return _exchange(plan, x, error_bound, backward_error_bound)
+        return exchange_array(plan, x, error_bound, backward_error_bound)
     except ValueError as e:  # jax.vmap(shard_map(...), spmd_axis_name=...) of an Auto axis
         if "varying manual axes to match" not in str(e):
             raise
