@@ -123,3 +123,19 @@ def test_the_checks_see_a_missing_module_and_a_repeated_name():
     assert not named("step.py", blocks["jax_lossy_comm"])
     assert not named("dec.py", blocks["jax_lossy_comm"])  # not a part of codec.py
     assert not named("codec.p", blocks["jax_lossy_comm"])
+
+
+#: Most lines a module may have, by top-level folder: the trainer and the benchmarks are read
+#: as examples (small modules, one concern each); the library's modules hold one API each.
+MAX_LINES = {"models": 500, "bench": 500, "jax_lossy_comm": 700}
+
+
+def test_no_module_outgrows_its_room(tracked):
+    too_long = []
+    for path in tracked:
+        limit = MAX_LINES.get(path.parts[0])
+        if limit is not None and path.suffix == ".py":
+            n = len((ROOT / path).read_text().splitlines())
+            if n > limit:
+                too_long.append(f"{path} ({n} lines, at most {limit})")
+    assert not too_long, "split by concern: " + ", ".join(too_long)
