@@ -9,8 +9,11 @@ and it; for each kernel the report gives the loop with the most 128-bit global l
 (``LDG.E.128``) and, for comparison, the loads of every width in all its loops. Resident blocks
 per SM follow ``occupancy_blocks`` in ``xla_ffi/cuda_launch.h`` with the limits of an H100/H200
 (sm_90) or an A100 (sm_80); on the DLRM exchange shape (208 chunks of 4 tiles) the grid gives
-each SM 208 / SMs blocks on average whatever the occupancy, except decompress, which spreads a
-frame's tiles over up to 4 blocks (cuda_launch.h decode_parts).
+each SM 208 / SMs blocks on average whatever the occupancy, except decompress and the
+multi-block fixed-rate encoder, which spread a chunk over up to 8 blocks, one per half tile at
+most (cuda_launch.h decode_parts / encode_parts): 1664 work items, so the resident blocks bound
+the grid (``exchange blocks/SM``; ``exchange warps/SM`` = that x 4 warps, the issue's 8 blocks'
+worth being 32).
 
 Usage::
 
@@ -42,7 +45,8 @@ LIMITS = {
     "90": dict(sms=132, threads=2048, blocks=32, regs=65536, smem=233472, reserved=1024),
 }
 EXCHANGE_CHUNKS = 8 * 26  # DLRM exchange: 8 peers x 26 tables of [256, 64]
-EXCHANGE_TILES = 256 * 64 // 4096  # tiles of 4096 values (lc::gpu::kTile) per chunk
+EXCHANGE_UNITS = 256 * 64 // 2048  # half tiles (lc::gpu::kUnit values) per chunk
+MAX_PARTS = 8  # cuda_launch.h kMaxDecodeParts / kMaxEncodeParts
 
 KERNEL = re.compile(r"lc3gpu(\d+)(\w+?_kernel)ILi(\d)E(?:Lb(\d)E)?")
 DTYPES = {"0": "f32", "1": "bf16", "2": "f16"}
@@ -197,11 +201,11 @@ def report(arch: str, nvdisasm: str, tmp: Path) -> list[dict]:
                 widths[k] = widths.get(k, 0) + v
         occ = occupancy(lim, u["regs"], u["smem"])
         # cuda_launch.h decode_parts / encode_parts: decompress and the fixed-rate encoder
-        # spread a chunk's tiles over several blocks (up to 8, one per tile at most; the
+        # spread a chunk over several blocks (up to 8, one per half tile at most; the
         # encoder's parts records fit the budget on this shape)
         parts = 1
         if ("decode_fast_kernel" in fn and "Lb1E" in fn) or "encode_fixed_parts_kernel" in fn:
-            parts = min(math.ceil(lim["sms"] * occ / EXCHANGE_CHUNKS), EXCHANGE_TILES, 8)
+            parts = min(math.ceil(lim["sms"] * occ / EXCHANGE_CHUNKS), EXCHANGE_UNITS, MAX_PARTS)
         grid = min(EXCHANGE_CHUNKS * parts, lim["sms"] * occ)
         exch = round(grid / lim["sms"], 1)
         rows.append(
@@ -214,6 +218,7 @@ def report(arch: str, nvdisasm: str, tmp: Path) -> list[dict]:
                 blocks_per_sm=occ,
                 warps_per_sm=occ * THREADS // 32,
                 exchange_blocks_per_sm=exch,
+                exchange_warps_per_sm=round(grid * THREADS / 32 / lim["sms"], 1),
                 loop_ldg128=best["ldg"].get("128", 0) if best else 0,
                 loop_insts=best["insts"] if best else 0,
                 loop_ldg=widths,
@@ -225,14 +230,16 @@ def report(arch: str, nvdisasm: str, tmp: Path) -> list[dict]:
 def markdown(rows: list[dict]) -> str:
     out = [
         "| arch | kernel | regs | smem (B) | spills (B) | blocks/SM | warps/SM | exchange blocks/SM (avg) "
+        "| exchange warps/SM (avg) "
         "| 128-bit LDG in its best loop (loop size) | LDG in loops by width |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         w = ", ".join(f"{k}: {v}" for k, v in sorted(r["loop_ldg"].items()))
         out.append(
             f"| {r['arch']} | {r['kernel']} | {r['regs']} | {r['smem']} | {r['spill_bytes']} | "
             f"{r['blocks_per_sm']} | {r['warps_per_sm']} | {r['exchange_blocks_per_sm']} | "
+            f"{r['exchange_warps_per_sm']} | "
             f"{r['loop_ldg128']} ({r['loop_insts']} instructions) | {w} |"
         )
     return "\n".join(out)

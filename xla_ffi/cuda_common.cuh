@@ -18,6 +18,10 @@ constexpr int kGroup = 32;                              // values one thread pac
 constexpr int kTile = kThreads * kGroup;                // values per tile (4096)
 constexpr int kTileWords = kThreads * lc::kMaxBits;     // packed words of a tile at 24 bits
 constexpr int kWarps = kThreads / 32;
+// The multi-block encoder and decoder split a chunk at half tiles (kUnit values, 64 groups):
+// groups never share a byte (32 values of b bits are 4b bytes), so a span of whole groups is
+// packed and unpacked wherever it starts.
+constexpr int kUnit = kTile / 2;
 // Dictionary forms.
 constexpr int kRun = 16;                                // symbols one thread writes per tile
 constexpr int kRunTile = kThreads * kRun;               // symbols per stream tile (2 segments)
@@ -32,9 +36,14 @@ constexpr int kDictMinBlocks = 4;
 // without the bound the compiler spends registers on them that would cost blocks (sm_90, nvcc
 // 13: 90-128 registers, 4-5 blocks). tools/sass_report.py shows the registers and spills.
 constexpr int kFixedMinBlocks = 8;
-// The fast decoder: 7 (72 registers); at 8 (64 registers) its multi-block loop spills 24-60
-// bytes (sm_90, nvcc 13).
-constexpr int kDecodeMinBlocks = 7;
+// encode_fixed_finish_kernel runs one block per chunk only when the chunks are fewer than the
+// resident blocks: 4 (up to 128 registers) keeps its rare codes rewrite free of spills (sm_80
+// spilled 56-64 bytes at 8).
+constexpr int kFinishMinBlocks = 4;
+// The fast decoder: 8 (64 registers, 32 warps a SM): its loop indexes a chunk in 32 bits
+// (chunks are < 2^31 values), without which the multi-block loop spilled 24-60 bytes at 8
+// (sm_90, nvcc 13).
+constexpr int kDecodeMinBlocks = 8;
 constexpr size_t kNoSeg = ~(size_t)0;
 static_assert(kRunTile % lc::kSeg == 0 && lc::kSeg % kRun == 0, "stream tiles hold whole segments");
 static_assert(kGroup * kWarps == kThreads, "one outlier mask per thread");
@@ -44,7 +53,7 @@ static_assert((1 << lc::kMaxHuffLen) == lc::kMaxHuffSymbols, "decode table size"
 // the GPU).
 enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec = 2,
                      kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4,
-                     kPathEncodeMultiBlock = 5 };
+                     kPathEncodeMultiBlock = 5, kPathEncodeHalf = 6, kPathDecodeHalf = 7 };
 #ifndef LC_GPU_PATH
 #define LC_GPU_PATH(k) ((void)0)
 #endif
@@ -320,19 +329,19 @@ __device__ void write_outliers(const uint8_t* in, const uint32_t* outl, uint64_t
 
 // Outlier values copied to their positions (checked < n). A valid frame has increasing
 // positions: one thread each; otherwise frame order by one thread (a repeated position keeps the
-// last value, as on the CPU). With parts > 1, only the positions in tiles part, part + parts, ...
-// (the block's share of a frame spread over several blocks).
+// last value, as on the CPU). With parts > 1, only the positions in units part, part + parts, ...
+// of `unit` values (the block's share of a frame spread over several blocks).
 template <int D>
 __device__ void scatter_outliers(uint8_t* out, const uint8_t* pos, const uint8_t* vals,
                                  uint64_t n_out, int pb, bool increasing, uint64_t part = 0,
-                                 uint64_t parts = 1) {
+                                 uint64_t parts = 1, uint32_t unit = kTile) {
   constexpr int isz = Dev<D>::kSize;
   const int tid = threadIdx.x;
   if (increasing || tid == 0) {
     const uint64_t k0 = increasing ? (uint64_t)tid : 0, step = increasing ? kThreads : 1;
     for (uint64_t k = k0; k < n_out; k += step) {
       const uint32_t q = lc::outlier_pos(pos, k, pb);
-      if (parts > 1 && (q / (uint32_t)kTile) % (uint32_t)parts != (uint32_t)part) continue;
+      if (parts > 1 && (q / unit) % (uint32_t)parts != (uint32_t)part) continue;
       for (int b = 0; b < isz; ++b) out[(size_t)q * isz + b] = vals[k * isz + b];
     }
   }

@@ -129,30 +129,31 @@ inline int64_t grid_blocks(int64_t batch, int64_t resident, size_t ws_stride, si
 }
 
 // Blocks per frame of decode_fast_kernel: when the chunks are fewer than the resident blocks,
-// a frame's tiles are spread over up to ceil(resident / batch) blocks, at most one per tile and
-// at most kMaxDecodeParts (each part checks the whole frame's checksum: the frame is read, from
-// L2, once per part); frame status (no values) takes one block per frame.
+// a frame's values are spread over up to ceil(resident / batch) blocks, at most one per half
+// tile (kUnit values) and at most kMaxDecodeParts (each part checks the whole frame's checksum:
+// the frame is read, from L2, once per part); frame status (no values) takes one block per
+// frame. The DLRM exchange's 208 frames of 4 tiles: 8 parts of half a tile, 1664 blocks.
 constexpr int64_t kMaxDecodeParts = 8;
 inline int64_t decode_parts(const Chunks& c, int64_t resident, bool values) {
   const uint64_t n = (uint64_t)c.rows * (uint64_t)c.dim;
-  const int64_t tiles = (int64_t)((n + kTile - 1) / kTile);
-  if (!values || c.batch <= 0 || c.batch >= resident || tiles <= 1) return 1;
+  const int64_t units = (int64_t)((n + kUnit - 1) / kUnit);
+  if (!values || c.batch <= 0 || c.batch >= resident || units <= 1) return 1;
   int64_t p = (resident + c.batch - 1) / c.batch;
   if (p > kMaxDecodeParts) p = kMaxDecodeParts;
-  return p < tiles ? p : tiles;
+  return p < units ? p : units;
 }
 
 // Blocks per chunk of the fixed-rate encoder (encode_fixed_parts_kernel) as decode_parts: when
-// the chunks are fewer than the resident blocks, up to kMaxEncodeParts, at most one per tile
-// (each part reads the whole chunk once for its range: from L2 after the first).
+// the chunks are fewer than the resident blocks, up to kMaxEncodeParts, at most one per half
+// tile (each part reads the whole chunk once for its range: from L2 after the first).
 constexpr int64_t kMaxEncodeParts = 8;
 inline int64_t encode_parts(const Chunks& c, int64_t resident) {
   const uint64_t n = (uint64_t)c.rows * (uint64_t)c.dim;
-  const int64_t tiles = (int64_t)((n + kTile - 1) / kTile);
-  if (c.batch <= 0 || c.batch >= resident || tiles <= 1) return 1;
+  const int64_t units = (int64_t)((n + kUnit - 1) / kUnit);
+  if (c.batch <= 0 || c.batch >= resident || units <= 1) return 1;
   int64_t p = (resident + c.batch - 1) / c.batch;
   if (p > kMaxEncodeParts) p = kMaxEncodeParts;
-  return p < tiles ? p : tiles;
+  return p < units ? p : units;
 }
 
 inline ScratchPlan make_plan(size_t head, size_t stride, int64_t blocks) {

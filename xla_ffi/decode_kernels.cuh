@@ -112,7 +112,7 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
   for (int64_t w = blockIdx.x; w < batch * parts; w += gridDim.x) {
     // 32-bit division: parts > 1 only when the chunks are fewer than the resident blocks.
     const int64_t c = parts == 1 ? w : (int64_t)((uint32_t)w / (uint32_t)parts);
-    const uint64_t part = (uint64_t)(w - c * parts), step = (uint64_t)parts * kTile;
+    const uint64_t part = (uint64_t)(w - c * parts);
     const uint8_t* f = frames + (size_t)c * cap;
     const int64_t nb = nbytes[c];
     uint8_t* out = kWrite ? x + (size_t)c * n * isz : nullptr;
@@ -136,37 +136,42 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
       if (bad) st = lc::kCorrupt;
     }
     if (tid == 0 && part == 0) status[c] = st;
+    // Part `part` writes units part, part + parts, ... of `unit` values: tiles, or half tiles
+    // when the parts outnumber the tiles (indices in 32 bits: chunks are < 2^31 values).
+    const uint32_t n32 = (uint32_t)n, tiles = (n32 + kTile - 1) / kTile;
+    const uint32_t unit = (uint64_t)parts > tiles ? (uint32_t)kUnit : (uint32_t)kTile;
+    const uint32_t step = (uint32_t)parts * unit;
     if (kWrite && st != lc::kOk) {
-      for (uint64_t t0 = part * kTile; t0 < n; t0 += step) {
-        const uint64_t t1 = t0 + kTile < n ? t0 + kTile : n;
-        for (uint64_t i = t0 + tid; i < t1; i += kThreads) Dev<D>::store(out, i, lc::u2f(0x7fc00000u));
+      for (uint32_t t0 = (uint32_t)part * unit; t0 < n32; t0 += step) {
+        const uint32_t t1 = n32 - t0 > unit ? t0 + unit : n32;
+        for (uint32_t i = t0 + tid; i < t1; i += kThreads) Dev<D>::store(out, i, lc::u2f(0x7fc00000u));
       }
     } else if (kWrite && F.kind == kKindRaw) {
-      for (uint64_t t0 = part * kTile; t0 < n; t0 += step) {
-        const uint64_t t1 = t0 + kTile < n ? t0 + kTile : n;
-        block_copy(out + t0 * isz, f + F.src_off + t0 * isz, (size_t)(t1 - t0) * isz);
+      for (uint32_t t0 = (uint32_t)part * unit; t0 < n32; t0 += step) {
+        const uint32_t t1 = n32 - t0 > unit ? t0 + unit : n32;
+        block_copy(out + (size_t)t0 * isz, f + F.src_off + (size_t)t0 * isz, (size_t)(t1 - t0) * isz);
       }
     } else if (kWrite && F.kind == kKindFixed) {
       const int bits = F.bits;
       const uint32_t mask = bits ? (1u << bits) - 1u : 0u;
       const uint8_t* sp = f + F.src_off;
-      const size_t packed = lc::packed_bytes(n, bits);
-      const size_t tile_bytes = (size_t)(kTile / 8) * bits;
-      for (uint64_t base = part * kTile; base < n; base += step) {
+      const uint32_t packed = (uint32_t)lc::packed_bytes(n, bits);
+      for (uint32_t base = (uint32_t)part * unit; base < n32; base += step) {
         if (part != 0) LC_GPU_PATH(kPathDecodeMultiBlock);
-        // Stage the tile's packed bytes as aligned words (bytes outside the section read as 0).
-        const size_t rstart = (size_t)(base / kTile) * tile_bytes;
-        size_t len = packed - rstart;
-        if (len > tile_bytes) len = tile_bytes;
+        if (unit != (uint32_t)kTile) LC_GPU_PATH(kPathDecodeHalf);
+        // Stage the unit's packed bytes as aligned words (bytes outside the section read as 0).
+        const uint32_t rstart = base / kGroup * 4 * (uint32_t)bits;  // whole groups before
+        uint32_t len = packed - rstart;
+        if (len > unit / 8 * (uint32_t)bits) len = unit / 8 * (uint32_t)bits;
         const uint8_t* region = sp + rstart;
-        // Full tiles: the 16-byte granules that cover the tile, when they lie inside the frame's
+        // Full units: the 16-byte granules that cover the unit, when they lie inside the frame's
         // bytes, all loads issued before the stores to shared memory (bytes of neighbouring
-        // sections around the tile are staged too and never extracted).
+        // sections around the unit are staged too and never extracted).
         const unsigned gshift = (unsigned)((uintptr_t)region & 15);
         const uint8_t* g0 = region - gshift;  // pointer arithmetic: the loads stay global (LDG)
-        const size_t ngran = (gshift + len + 15) / 16;
+        const uint32_t ngran = (gshift + len + 15) / 16;
         unsigned shift;
-        if (base + kTile <= n && g0 >= f && g0 + 16 * ngran <= f + nb) {
+        if (n32 - base >= unit && g0 >= f && g0 + 16 * ngran <= f + nb) {
           LC_GPU_PATH(kPathDecodeVec);
           constexpr int kMaxGran = (kTileWords * 4 + 30) / 16 / kThreads + 1;
           const uint4* src = reinterpret_cast<const uint4*>(g0);
@@ -176,11 +181,11 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
             uint4 v[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k)
-              if (r + k < kMaxGran && (size_t)((r + k) * kThreads + tid) < ngran)
+              if (r + k < kMaxGran && (uint32_t)((r + k) * kThreads + tid) < ngran)
                 v[k] = src[(r + k) * kThreads + tid];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-              const size_t m = (size_t)((r + k) * kThreads + tid);
+              const uint32_t m = (uint32_t)((r + k) * kThreads + tid);
               if (r + k < kMaxGran && m < ngran) {
                 sh.words[4 * m] = v[k].x;
                 sh.words[4 * m + 1] = v[k].y;
@@ -195,27 +200,27 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
           LC_GPU_PATH(kPathDecodeScalar);
           const uint8_t* a0 = (const uint8_t*)((uintptr_t)region & ~(uintptr_t)3);
           shift = (unsigned)(region - a0);
-          const size_t nwords = (shift + len + 3) / 4;
-          for (size_t m = tid; m < nwords; m += kThreads)
+          const uint32_t nwords = (shift + len + 3) / 4;
+          for (uint32_t m = tid; m < nwords; m += kThreads)
             sh.words[m] = load_word_guarded(a0 + 4 * m, region, region + len);
           if (tid == 0) sh.words[nwords] = 0;
         }
         __syncthreads();
+        const uint32_t lim = n32 - base < unit ? n32 - base : unit;
 #pragma unroll 8
         for (int j = 0; j < kGroup; ++j) {
-          const int L = j * kThreads + tid;
-          const uint64_t i = base + L;
-          if (i < n) {
-            const uint32_t bo = shift * 8 + (uint32_t)L * bits;
+          const uint32_t L = (uint32_t)(j * kThreads + tid);
+          if (L < lim) {
+            const uint32_t bo = shift * 8 + L * (uint32_t)bits;
             const uint64_t v = sh.words[bo >> 5] | ((uint64_t)sh.words[(bo >> 5) + 1] << 32);
             const uint32_t q = (uint32_t)(v >> (bo & 31)) & mask;
-            Dev<D>::store(out, i, lc::Val<D>::round(F.base + (float)q * F.step));
+            Dev<D>::store(out, base + L, lc::Val<D>::round(F.base + (float)q * F.step));
           }
         }
         __syncthreads();
       }
       scatter_outliers<D>(out, f + F.pos_off, f + F.val_off, F.n_out, pb, increasing, part,
-                          (uint64_t)parts);
+                          (uint64_t)parts, unit);
     }
     __syncthreads();
   }

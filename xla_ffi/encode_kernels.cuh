@@ -67,109 +67,150 @@ __device__ __forceinline__ uint32_t quantize_one(float v, const lc::QuantPlan& p
   return *ok ? (uint32_t)q2 : (uint32_t)(int32_t)qf;
 }
 
+// One tile's codes, row-padded: thread t's group of 32 values in words [33 t, 33 t + 32) (bit 31:
+// outlier); after packing, the group's `bits` packed words in place at the start of its row (no
+// second buffer: 17 KiB a block, 8 blocks a SM by shared memory on sm_80 and sm_90).
+constexpr int kRowWords = kGroup + 1;
 struct EncodeShared {
-  uint32_t codes[kTile + kTile / 32];  // one tile of codes, row-padded (bit 31: outlier)
-  uint32_t packed[kTileWords + 1];     // the tile's packed codes (+1 word read by funnel shift)
+  uint32_t codes[kThreads * kRowWords + 1];  // +1: the word read past the last row by a funnel shift
   uint32_t red[kWarps];
   float rmin[kWarps], rmax[kWarps];
   uint64_t n_out;
 };
 
-// Quantizes the chunk tile by tile and writes the packed codes at out[codes_off, ...) (clipped to
-// cap). With `record`, sh.n_out counts the outliers and the positions of the first `slots` go to
-// outl[] in increasing order (lc::outlier_slots: a frame never holds more).
-template <int D>
+// out[off, off + len) = the packed words of the groups in sh.codes' rows (group g's words at
+// 33 g, `bits` of them), clipped to the capacity: smem_to_frame over the rows. Word m of the
+// stream is word m % bits of row m / bits (the quotient by a 32-bit multiply).
+__device__ void rows_to_frame(uint8_t* out, size_t cap, size_t off, size_t len,
+                              const uint32_t* rows, int bits) {
+  if (off >= cap || len == 0 || bits == 0) return;
+  if (len > cap - off) len = cap - off;
+  // m / bits = (m * ceil(2^20 / bits)) >> 20 for m < 2^20 / bits (m <= 128 * 24 here).
+  const uint32_t magic = ((1u << 20) + (uint32_t)bits - 1u) / (uint32_t)bits;
+  auto word = [&](uint32_t m) -> uint32_t {
+    const uint32_t g = (m * magic) >> 20;
+    return rows[g * kRowWords + (m - g * (uint32_t)bits)];
+  };
+  uint8_t* dst = out + off;
+  const uint32_t n = (uint32_t)len;  // at most a tile's packed bytes
+  uint32_t head = (4u - (uint32_t)((uintptr_t)dst & 3)) & 3u;
+  if (head > n) head = n;
+  const uint32_t nw = (n - head) >> 2, tail = head + (nw << 2);
+  if (threadIdx.x < head) dst[threadIdx.x] = (uint8_t)(word(0) >> (8 * threadIdx.x));
+  for (uint32_t k = tail + threadIdx.x; k < n; k += kThreads)
+    dst[k] = (uint8_t)(word(k >> 2) >> (8 * (k & 3)));
+  uint32_t* dw = reinterpret_cast<uint32_t*>(dst + head);
+  const unsigned sh = 8u * head;
+  for (uint32_t m = threadIdx.x; m < nw; m += kThreads)
+    dw[m] = __funnelshift_r(word(m), word(m + 1), sh);
+}
+
+// The codes of kNL * kThreads 16-byte vectors of 16-byte-aligned input at `src` (a tile or half
+// a tile) into sh.codes: every load issued before the quantization, no per-value guard; the
+// values, as float bits, wait in the thread's own code slots (no barrier: each slot is written
+// and read by one thread), which frees the registers of the loads for the quantization loop.
+template <int D, int kNL>
+__device__ __forceinline__ void quantize_loaded(const uint8_t* src8, const lc::QuantPlan& p,
+                                                EncodeShared& sh) {
+  constexpr int kVec = 16 / Dev<D>::kSize;
+  const int tid = threadIdx.x;
+  const uint4* src = reinterpret_cast<const uint4*>(src8);
+  uint4 v[kNL];
+#pragma unroll
+  for (int j = 0; j < kNL; ++j) v[j] = src[j * kThreads + tid];
+#pragma unroll
+  for (int j = 0; j < kNL; ++j)
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const int L = (j * kThreads + tid) * kVec + e;
+      sh.codes[L + (L >> 5)] = lc::f2u(Dev<D>::from_vec(v[j], e));
+    }
+#pragma unroll 4
+  for (int k = 0; k < kNL * kVec; ++k) {
+    const int L = ((k / kVec) * kThreads + tid) * kVec + k % kVec;
+    uint32_t& slot = sh.codes[L + (L >> 5)];
+    bool ok;
+    const uint32_t q = quantize_one<D>(lc::u2f(slot), p, &ok);
+    slot = q | (ok ? 0u : 0x80000000u);
+  }
+}
+
+// Quantizes values [first, last) of the chunk (whole half tiles, or up to n) a tile or half a
+// tile at a time (kHalves: half tiles of aligned input take the 16-byte loads too; only the
+// multi-block encoder, whose parts may be half tiles: the one-block kernels would spill) and writes their packed codes at out[codes_off, ...) (clipped to cap). With
+// `record`, sh.n_out counts the outliers and the positions (relative to the chunk) of the first
+// `slots` go to outl[] in increasing order (lc::outlier_slots: a frame never holds more).
+template <int D, bool kHalves = false>
 __device__ void quantize_pack(const uint8_t* in, uint64_t n, const lc::QuantPlan& p, uint8_t* out,
                               size_t cap, size_t codes_off, uint32_t* outl, uint64_t slots,
                               bool record, EncodeShared& sh, uint64_t first = 0,
                               uint64_t last = ~0ull) {
   const int tid = threadIdx.x, bits = p.bits;
-  const size_t packed = lc::packed_bytes(n, bits);
-  const size_t tile_bytes = (size_t)(kTile / 8) * bits;
-  // Full tiles of 16-byte-aligned input: every 16-byte load of the tile is issued before the
-  // quantization (kLoads vectors of kVec values per thread, coalesced, 128 bytes in flight per
-  // thread), no per-value guard; the values, as float bits, wait in the thread's own code slots
-  // (no barrier: each slot is written and read by one thread), which frees the registers of the
-  // loads for the quantization loop.
+  // Full tiles (and half tiles) of 16-byte-aligned input: quantize_loaded (kLoads vectors of
+  // kVec values per thread on a tile, coalesced: 128 bytes in flight per thread).
   constexpr int kVec = 16 / Dev<D>::kSize, kLoads = kGroup / kVec;
   const bool aligned = ((uintptr_t)in & 15) == 0;
-  // Values [first, last) of the chunk (whole tiles; the multi-block encoder's part), outlier
-  // positions relative to the chunk.
   const uint64_t end = last < n ? last : n;
   for (uint64_t base = first; base < end; base += kTile) {
-    if (aligned && base + kTile <= n) {
+    const uint32_t span = (uint32_t)(end - base < (uint64_t)kTile ? end - base : (uint64_t)kTile);
+    if (aligned && span == kTile) {
       LC_GPU_PATH(kPathEncodeVec);
-      const uint4* src = reinterpret_cast<const uint4*>(in + base * Dev<D>::kSize);
-      uint4 v[kLoads];
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j) v[j] = src[j * kThreads + tid];
-#pragma unroll
-      for (int j = 0; j < kLoads; ++j)
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) {
-          const int L = (j * kThreads + tid) * kVec + e;
-          sh.codes[L + (L >> 5)] = lc::f2u(Dev<D>::from_vec(v[j], e));
-        }
-#pragma unroll 4
-      for (int k = 0; k < kGroup; ++k) {
-        const int L = ((k / kVec) * kThreads + tid) * kVec + k % kVec;
-        uint32_t& slot = sh.codes[L + (L >> 5)];
-        bool ok;
-        const uint32_t q = quantize_one<D>(lc::u2f(slot), p, &ok);
-        slot = q | (ok ? 0u : 0x80000000u);
-      }
+      quantize_loaded<D, kLoads>(in + base * Dev<D>::kSize, p, sh);
+    } else if (kHalves && aligned && span == kUnit) {
+      LC_GPU_PATH(kPathEncodeHalf);
+      quantize_loaded<D, kLoads / 2>(in + base * Dev<D>::kSize, p, sh);
     } else {
       LC_GPU_PATH(kPathEncodeScalar);
 #pragma unroll 8
       for (int j = 0; j < kGroup; ++j) {
         const int L = j * kThreads + tid;  // coalesced loads
-        const uint64_t i = base + L;
         uint32_t e = 0;
-        if (i < n) {
+        if ((uint32_t)L < span) {
           bool ok;
-          uint32_t q = quantize_one<D>(Dev<D>::load(in, i), p, &ok);
+          uint32_t q = quantize_one<D>(Dev<D>::load(in, base + L), p, &ok);
           e = q | (ok ? 0u : 0x80000000u);
         }
         sh.codes[L + (L >> 5)] = e;
       }
     }
     __syncthreads();
-    // Thread tid packs values [32 tid, 32 tid + 32) of the tile into `bits` words.
-    const uint32_t* mine = sh.codes + tid * (kGroup + 1);
-    uint32_t* dst = sh.packed + tid * bits;
-    uint32_t cnt = 0;
-    uint64_t acc = 0;
-    int nacc = 0, w = 0;
+    // Thread tid packs values [32 tid, 32 tid + 32) of the span into `bits` words, in place: word
+    // w is complete once code k >= w is read, so it never overwrites a code still to be read.
+    uint32_t* mine = sh.codes + tid * kRowWords;
+    uint32_t om = 0;  // outlier flags of the group
+    if ((uint32_t)tid * kGroup < span) {
+      uint64_t acc = 0;
+      int nacc = 0, w = 0;
 #pragma unroll 8
-    for (int k = 0; k < kGroup; ++k) {
-      const uint32_t e = mine[k];
-      cnt += e >> 31;
-      if (bits) {
-        acc |= (uint64_t)(e & 0x7fffffffu) << nacc;
-        nacc += bits;
-        if (nacc >= 32) { dst[w++] = (uint32_t)acc; acc >>= 32; nacc -= 32; }
+      for (int k = 0; k < kGroup; ++k) {
+        const uint32_t e = mine[k];
+        om |= (e >> 31) << k;
+        if (bits) {
+          acc |= (uint64_t)(e & 0x7fffffffu) << nacc;
+          nacc += bits;
+          if (nacc >= 32) { mine[w++] = (uint32_t)acc; acc >>= 32; nacc -= 32; }
+        }
       }
     }
+    const uint32_t cnt = (uint32_t)__popc(om);
     if (record && __syncthreads_or(cnt != 0)) {
       uint32_t tot;
       const uint32_t ex = block_scan(cnt, sh.red, &tot);
       uint64_t o = sh.n_out + ex;
       const uint64_t g0 = base + (uint64_t)tid * kGroup;
-      if (cnt)
-        for (int k = 0; k < kGroup; ++k)
-          if (mine[k] >> 31) {
-            if (o < slots) outl[o] = (uint32_t)(g0 + k);
-            ++o;
-          }
+      while (om) {
+        if (o < slots) outl[o] = (uint32_t)(g0 + (uint32_t)(__ffs((int)om) - 1));
+        ++o;
+        om &= om - 1;
+      }
       __syncthreads();  // every thread has read sh.n_out
       if (tid == 0) sh.n_out += tot;
     }
     __syncthreads();  // packed words complete
-    const size_t rstart = (size_t)(base / kTile) * tile_bytes;
-    size_t len = packed - rstart;
-    if (len > tile_bytes) len = tile_bytes;
-    smem_to_frame(out, cap, codes_off + rstart, len, sh.packed);
-    __syncthreads();  // before the next tile reuses the shared buffers
+    const size_t rstart = (size_t)(base / kGroup) * 4 * (size_t)bits;  // whole groups before
+    const size_t len = lc::packed_bytes(base + span, bits) - rstart;
+    rows_to_frame(out, cap, codes_off + rstart, len, sh.codes, bits);
+    __syncthreads();  // before the next span reuses the shared buffers
   }
 }
 
@@ -240,10 +281,10 @@ constexpr size_t kPartHead = 64;  // bytes of a part's record before its positio
 static_assert(sizeof(PartRecord) <= kPartHead, "a part's record fits its head");
 
 // Outlier positions one part records: no more than a frame holds, no more than the values of
-// the largest part (ceil(tiles / parts) tiles).
+// the largest part (ceil(units / parts) half tiles).
 LC_HD uint64_t part_slots(uint64_t rows, uint64_t dim, int dtype, size_t cap, int64_t parts) {
-  const uint64_t tiles = (rows * dim + kTile - 1) / kTile;
-  const uint64_t most = (tiles + (uint64_t)parts - 1) / (uint64_t)parts * kTile;
+  const uint64_t units = (rows * dim + kUnit - 1) / kUnit;
+  const uint64_t most = (units + (uint64_t)parts - 1) / (uint64_t)parts * kUnit;
   const uint64_t slots = lc::outlier_slots(rows, dim, dtype, cap);
   return slots < most ? slots : most;
 }
@@ -258,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
 encode_fixed_parts_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
   __shared__ EncodeShared sh;
   const uint64_t n = rows * dim;
-  const uint64_t tiles = (n + kTile - 1) / kTile;
+  const uint64_t units = (n + kUnit - 1) / kUnit;
   const uint64_t slots = part_slots(rows, dim, D, cap, parts);
   if (threadIdx.x == 0) LC_GPU_PATH(kPathEncodeMultiBlock);
   for (int64_t item = blockIdx.x; item < batch * parts; item += gridDim.x) {
@@ -270,11 +311,11 @@ encode_fixed_parts_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
     if (threadIdx.x == 0) sh.n_out = 0;
     __syncthreads();
     if (p.ok) {
-      const uint64_t t0 = tiles * (uint64_t)q / (uint64_t)parts;
-      const uint64_t t1 = tiles * (uint64_t)(q + 1) / (uint64_t)parts;
-      quantize_pack<D>(in, n, p, frames + (size_t)c * cap, cap,
+      const uint64_t t0 = units * (uint64_t)q / (uint64_t)parts;
+      const uint64_t t1 = units * (uint64_t)(q + 1) / (uint64_t)parts;
+      quantize_pack<D, true>(in, n, p, frames + (size_t)c * cap, cap,
                        lc::quant_header_bytes(rows, dim, 0, false, 0), outl, slots, true, sh,
-                       t0 * kTile, t1 * kTile);
+                       t0 * kUnit, t1 * kUnit);
     }
     if (threadIdx.x == 0) {
       PartRecord* r = reinterpret_cast<PartRecord*>(rec);
@@ -286,18 +327,16 @@ encode_fixed_parts_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads, kFixedMinBlocks)
+__global__ void __launch_bounds__(kThreads, kFinishMinBlocks)
 encode_fixed_finish_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
   __shared__ EncodeShared sh;
   const int tid = threadIdx.x;
   const uint64_t n = rows * dim;
   const size_t raw = lc::raw_frame_bytes(rows, dim, D);
-  const uint64_t slots = lc::outlier_slots(rows, dim, D, cap);
   for (int64_t c = blockIdx.x; c < batch; c += gridDim.x) {
     const uint8_t* in = x + (size_t)c * n * Dev<D>::kSize;
     uint8_t* out = frames + (size_t)c * cap;
     uint8_t* rec0 = ws + (size_t)(c * parts) * ws_stride;
-    uint32_t* outl = reinterpret_cast<uint32_t*>(rec0 + kPartHead);
     const lc::QuantPlan p = reinterpret_cast<const PartRecord*>(rec0)->plan;
     uint64_t n_out = 0;
     for (int64_t q = 0; q < parts; ++q)
@@ -307,27 +346,26 @@ encode_fixed_finish_kernel(LC_ENCODE_KERNEL_PARAMS, int64_t parts) {
     if (p.ok) {
       if (lc::varint_size(n_out) != 1) {
         codes_off = lc::quant_header_bytes(rows, dim, n_out, false, 0);
-        quantize_pack<D>(in, n, p, out, cap, codes_off, outl, slots, false, sh);
+        quantize_pack<D>(in, n, p, out, cap, codes_off, nullptr, 0, false, sh);
       }
       fixed = lc::fixed_frame_bytes(rows, dim, p.bits, D, n_out);
     }
     const lc::FormChoice form = lc::choose_form(codec, p.ok, raw, fixed, 0, cap);
     if (emit_unquantized<D>(form, in, rows, dim, out, cap, nbytes + c, sh.red)) continue;
-    // The fixed form fits, so n_out <= slots and every part's list is complete: append parts
-    // 1.. to part 0's list, in order.
-    uint64_t o = reinterpret_cast<const PartRecord*>(rec0)->n_out;
-    for (int64_t q = 1; q < parts; ++q) {
-      const uint8_t* rq = rec0 + (size_t)q * ws_stride;
-      const uint64_t m = reinterpret_cast<const PartRecord*>(rq)->n_out;
-      const uint32_t* src = reinterpret_cast<const uint32_t*>(rq + kPartHead);
-      for (uint64_t k = tid; k < m; k += kThreads) outl[o + k] = src[k];
-      o += m;
-    }
-    __syncthreads();  // the positions are in place
+    // The fixed form fits, so n_out <= slots and every part's list is complete: each part's
+    // positions go to the frame after the earlier parts' (no copy between the records: a
+    // part's record holds no more than its own values' outliers).
     const size_t pos_off = codes_off + lc::packed_bytes(n, p.bits);
     const size_t val_off = pos_off + (size_t)n_out * pb;
     if (tid == 0) lc::write_header(out, quant_header(D, mode, p, rows, dim, n_out));
-    write_outliers<D>(in, outl, n_out, pb, out, pos_off, val_off);
+    uint64_t o = 0;
+    for (int64_t q = 0; q < parts; ++q) {
+      const uint8_t* rq = rec0 + (size_t)q * ws_stride;
+      const uint64_t m = reinterpret_cast<const PartRecord*>(rq)->n_out;
+      write_outliers<D>(in, reinterpret_cast<const uint32_t*>(rq + kPartHead), m, pb, out,
+                        pos_off + (size_t)o * pb, val_off + (size_t)o * Dev<D>::kSize);
+      o += m;
+    }
     finish_frame(out, cap, form.bytes, nbytes + c, sh.red);
   }
 }

@@ -96,6 +96,8 @@ std::vector<float> make_data(const std::string& kind, int64_t batch, uint64_t ro
     for (auto& v : x) v = v * powf(10.0f, (float)((int)(r.next() % 60) - 30));
   } else if (kind == "subnormal") {  // below 2^-126: no flush to zero on either side
     for (auto& v : x) v *= 1e-39f;
+  } else if (kind == "third") {  // a third of the values are outliers
+    for (size_t i = 0; i < x.size(); i += 3) x[i] = lc::u2f(0x7fc00000u);
   } else if (kind == "outliers") {  // >= 128 outliers per chunk: two-byte outlier count
     for (size_t i = 0; i < x.size(); i += 7) x[i] = lc::u2f(0x7fc00000u);
   } else if (kind == "hot" || kind == "hotnear" || kind == "hotspecial") {
@@ -148,9 +150,11 @@ void encode_gpu(const std::vector<uint8_t>& in, const std::vector<float>& eb, in
                 mode, codec, frames.data(), cap, nbytes.data(), ws.data(), stride);
     // The multi-block path (encode_fixed_parts_kernel + encode_fixed_finish_kernel) over 2 and
     // 3 blocks a chunk: the same frames and counts byte for byte.
-    const uint64_t tiles = (n + kTile - 1) / kTile;
-    for (int64_t parts : {(int64_t)2, (int64_t)3}) {
-      if (codec != lc::kCodecFixed || tiles < (uint64_t)parts) break;
+    // ... and over one part per half tile (kUnit values: the DLRM exchange's split).
+    const int64_t units = (int64_t)((n + kUnit - 1) / kUnit);
+    for (int64_t parts : {(int64_t)2, (int64_t)3, units}) {
+      if (codec != lc::kCodecFixed || units < parts) break;
+      if (parts == units && units <= 3) break;  // already run
       const size_t pstride = al256(part_ws_bytes(rows, dim, D, cap, parts));
       std::vector<uint8_t> pws(pstride * batch * parts, 0xA5);
       std::vector<uint8_t> pf(batch * cap, 0xAB);
@@ -184,9 +188,12 @@ void decode_gpu(const std::vector<uint8_t>& frames, const std::vector<int32_t>& 
   memset((void*)info.data(), 0xEE, sizeof(FastFrame) * batch);
   uint8_t* x = kWrite ? out.data() : nullptr;
   if (fixed_rate) {  // one launch, no parsed headers, no workspace
-    // ... and each frame's tiles over 3 blocks (the multi-block path)
+    // ... and each frame over 3 blocks (the multi-block path, a tile a part), or one block per
+    // half tile (kUnit values: more parts than tiles, the DLRM exchange's split) when that is 4+
+    const uint64_t units = (rows * dim + kUnit - 1) / kUnit;
     emu::launch(grid, kThreads, decode_fast_kernel<D, kWrite>, frames.data(), nbytes.data(), batch,
-                cap, rows, dim, x, status.data(), (FastFrame*)nullptr, (int64_t)3);
+                cap, rows, dim, x, status.data(), (FastFrame*)nullptr,
+                (int64_t)(units >= 4 ? units : 3));
     return;
   }
   const size_t stride = al256(dict_dec_ws_bytes(rows, dim, D));
@@ -346,7 +353,9 @@ void run_dtype(bool quick) {
     golden = nullptr;
     uint64_t s2 = 1000;
     const size_t fixed_cap = lc::fixed_frame_bytes(256, 64, lc::rel_bits_for(0.01, D), D, 16);
-    for (const char* kind : {"normal", "special", "outliers", "nan", "hotspecial"}) {
+    // "third": a third of the values NaN, more than a part's share of the fixed frame's
+    // outliers (each part's positions go to the frame from its own record).
+    for (const char* kind : {"normal", "special", "outliers", "nan", "hotspecial", "third"}) {
       check_case<D>(kind, 2, 256, 64, lc::kRel, lc::kCodecFixed, 0.01f, lc::raw_frame_bytes(256, 64, D), 2, s2++);
       check_case<D>(kind, 3, 256, 64, lc::kRel, lc::kCodecFixed, 0.01f, fixed_cap, 2, s2++);
     }
@@ -461,7 +470,9 @@ int main(int argc, char** argv) {
          emu::path_hits[lc::gpu::kPathDecodeVec], emu::path_hits[lc::gpu::kPathDecodeScalar]);
   printf("paths: decode frames spread over several blocks %ld; encode parts %ld\n",
          emu::path_hits[lc::gpu::kPathDecodeMultiBlock], emu::path_hits[lc::gpu::kPathEncodeMultiBlock]);
-  for (int k = 0; k < 6; ++k)
+  printf("paths: encode half tiles %ld; decode half tiles %ld\n",
+         emu::path_hits[lc::gpu::kPathEncodeHalf], emu::path_hits[lc::gpu::kPathDecodeHalf]);
+  for (int k = 0; k < 8; ++k)
     if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
   if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");
   for (int st : {lc::kOk, lc::kTruncated, lc::kBadHeader, lc::kBadChecksum, lc::kCorrupt, lc::kTrailingBytes})
