@@ -103,7 +103,7 @@ SELECT=${GPU_CHECK_SELECT:-}
 # The GPU tests and the selections (pytest -k) of the smoke and sanitizer stages.
 GPU_TESTS=(tests/native/test_cuda.py tests/library/test_exchange_gpu.py tests/model/test_train_gpu.py)
 K_SMOKE="(frames_identical_and_cross_decode and normal and not subnormal) or (exchange_forward_and_gradients and ragged) or trainer_compressed"
-K_MEMCHECK="fuzz_small or (dictionary_forms_hot_rows and float32 and (auto or entropy))"
+K_MEMCHECK="fuzz_small or (dictionary_forms_hot_rows and float32 and (auto or entropy)) or (decompress_fixed_rate and float32)"
 K_RACECHECK="fuzz_small"
 # A sanitizer report names the codec's kernels in its "at" / "Race reported between" lines.
 CODEC_KERNELS='lc::gpu::(en|de)code_[a-z_]*kernel'

@@ -382,8 +382,10 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     # FFI, no scratch) keep the shard whole.
     k, rows_k = _shard_chunks(rows) if codec.per_table else (1, rows)
     if isinstance(codec, FrameCodec) and codec.capacity is not None:
-        # a given (speculative) capacity is per chunk of the layout: the same bytes per value
-        cap2 = max(header_bytes(rows_k, dim), -(-codec.capacity * rows_k // rows))
+        # a given (speculative) capacity is per chunk of the layout: each of the shard's k
+        # chunks gets the same payload bytes per value plus a header of its own
+        h_full, h_k = header_bytes(rows, dim), header_bytes(rows_k, dim)
+        cap2 = h_k + max(0, -(-(codec.capacity - h_full) * rows_k // rows))
     else:
         cap2 = codec.capacity_bytes(
             (rows_k, dim), dt, dense=path in ("dense", "packed"), error_bound=eb_c

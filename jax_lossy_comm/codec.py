@@ -242,8 +242,9 @@ def decompress_with_status(
       dtype: output dtype, the input dtype of ``compress`` (static).
       fixed_rate: static; True declares every frame fixed-rate or raw (``compress`` with
         ``codec="fixed"`` or ``"raw"``): the CUDA decoder then runs one kernel and asks for
-        no dictionary workspace. A frame of another form decodes to NaN with status
-        ``UNSUPPORTED_FORM`` (10), on every platform.
+        no dictionary workspace. With the compiled codec (CPU and CUDA) a frame of another
+        form decodes to NaN with status ``UNSUPPORTED_FORM`` (10); the pure-jnp reference
+        (no extension) ignores the flag and decodes every form.
 
     Returns:
       ``(x_hat, status)``: ``x_hat [..., rows, dim]`` of ``dtype`` and ``status int32[...]``

@@ -142,9 +142,14 @@ class FrameCodec:
 
     @property
     def default_error_bound(self) -> float | None:
-        """The bound used when the caller passes none: ``DEFAULT_ERROR_BOUND`` (REL 0.01) in
-        REL mode; None in ABS mode (an absolute bound has no scale-free default: required)."""
-        return DEFAULT_ERROR_BOUND if self.mode == "rel" else None
+        """The bound used when the caller passes none: in REL mode ``DEFAULT_ERROR_BOUND``
+        (REL 0.01), or ``min_error_bound`` when that is larger (the frames are sized for bounds
+        at least ``min_error_bound``: a smaller default would overflow every dense frame and
+        fall back to the exact exchange); None in ABS mode (an absolute bound has no
+        scale-free default: required)."""
+        if self.mode != "rel":
+            return None
+        return max(DEFAULT_ERROR_BOUND, self.min_error_bound or 0.0)
 
     def __post_init__(self):
         if self.mode not in _frame.MODES:

@@ -41,7 +41,7 @@ def test_the_two_commands_share_one_install_step_that_skips_an_existing_install(
     environment lacks the built extension or the test tools, and installs the extra that
     holds both the test and the training dependencies."""
     _, (train, test) = _fresh_machine_commands()
-    install = "python3 -m venv .venv && { .venv/bin/python -c 'import jax_lossy_comm._ext, pytest' 2>/dev/null || .venv/bin/pip install -e '.[test]'; } && "
+    install = "python3 -m venv .venv && { .venv/bin/python -c 'import jax_lossy_comm._ext, pytest, xdist' 2>/dev/null || .venv/bin/pip install -e '.[test]'; } && "
     assert train.startswith(install) and test.startswith(install)
     assert (
         train[len(install) :] == ".venv/bin/python -m models.dlrm.train --devices 8 --out runs/dlrm"

@@ -315,3 +315,32 @@ def test_vmap_spmd_axis_name_error_names_the_alternative(axis_type):
     )
     with jax.set_mesh(mesh), pytest.raises(ValueError, match="spmd_axis_name|Explicit"):
         jax.jit(jax.vmap(sm, spmd_axis_name="j"))(x)
+
+
+@pytest.mark.parametrize("min_error_bound, expected", [(None, 0.01), (0.05, 0.05), (0.001, 0.01)])
+def test_default_bound_fits_the_frames_min_error_bound(min_error_bound, expected):
+    """Without error_bound the codec codes under max(DEFAULT_ERROR_BOUND, min_error_bound):
+    frames sized for min_error_bound never overflow on the default (a smaller default sent
+    every dense exchange down the exact fallback)."""
+    codec = jlc.FrameCodec(min_error_bound=min_error_bound)
+    assert codec.default_error_bound == expected
+    cfg = jlc.ExchangeConfig(codec, path="dense")
+    x = jnp.sin(jnp.arange(NDEV * 256 * 64, dtype=jnp.float32)).reshape(NDEV * 256, 64)
+
+    def f(x):
+        y, s = jlc.compressed_all_to_all_with_stats(x, "i", 0, 1, tiled=True, config=cfg)
+        return y, s.fallback[None], s.moved_bytes[None], s.raw_bytes[None]
+
+    sm = jax.shard_map(f, mesh=_mesh(), in_specs=P("i"), out_specs=(P("i"),) * 4)
+    y, fallback, moved, raw = jax.jit(sm)(x)
+    ye = jax.jit(
+        jax.shard_map(
+            lambda x: jax.lax.all_to_all(x, "i", 0, 1, tiled=True),
+            mesh=_mesh(),
+            in_specs=P("i"),
+            out_specs=P("i"),
+        )
+    )(x)
+    assert np.all(np.asarray(fallback) == 0)
+    assert np.all(np.asarray(moved) < np.asarray(raw))
+    _check(y, ye, expected, x)

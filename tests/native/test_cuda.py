@@ -62,10 +62,10 @@ def compress_on(dev, x, eb, **kw):
     return np.asarray(f), np.asarray(nb)
 
 
-def decompress_on(dev, frames, nbytes, shape, dtype):
+def decompress_on(dev, frames, nbytes, shape, dtype, **kw):
     with jax.default_device(dev):
         x, st = jlc.decompress_with_status(
-            _put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype
+            _put(frames, dev), _put(nbytes, dev), shape=shape, dtype=dtype, **kw
         )
     return np.asarray(x), np.asarray(st)
 
@@ -276,6 +276,26 @@ def test_fixed_capacity_and_dlrm_exchange_shape():
         yg, sg = decompress_on(GPU, fc, nc, (256, 64), np.float32)
         _check_same(sc, sg, "status")
         _check_same(bits_of(yc), bits_of(yg), "values")
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 26 * 8])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_decompress_fixed_rate_matches_cpu(chunks, dtype):
+    """The one-launch fixed-rate decoder (fixed_rate=True: no dictionary workspace; one part
+    per chunk for few chunks, several for many): the same values and statuses as the CPU on
+    fixed and raw frames, NaN and UNSUPPORTED_FORM (10) on dictionary frames."""
+    for codec in ("fixed", "raw", "dedup"):
+        kind = "dup" if codec == "dedup" else "normal"  # repeated rows: dictionary frames
+        x = make_data(kind, (chunks, 256, 64), seed=11).astype(dtype)
+        fc, nc = compress_on(CPU, x, 0.01, codec=codec, min_error_bound=0.01)
+        yc, sc = decompress_on(CPU, fc, nc, (256, 64), dtype, fixed_rate=True)
+        yg, sg = decompress_on(GPU, fc, nc, (256, 64), dtype, fixed_rate=True)
+        _check_same(sc, sg, f"{codec} status")
+        _check_same(bits_of(yc), bits_of(yg), f"{codec} values")
+        if codec == "dedup":
+            assert np.all(sg == 10) and np.all(np.isnan(np.asarray(yg, np.float32)))
+        else:  # every frame that fit decodes (an overflowed one has its own status)
+            assert np.all(sg[nc >= 0] == 0) and np.count_nonzero(nc >= 0) > 0
 
 
 def test_bad_nbytes_and_shape_statuses():
