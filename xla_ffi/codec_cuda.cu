@@ -15,6 +15,9 @@
 
 #include <cstdint>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "cuda_launch.h"
 #include "format.h"
@@ -88,6 +91,51 @@ struct CudaRuntime {
     kernel<<<grid, threads, 0, stream>>>(static_cast<P>(args)...);
     return (int)cudaGetLastError();
   }
+  // Instantiate stage (Launcher::instantiate). A thread of our own: cudaSetDevice there leaves
+  // XLA's threads' current device alone, and the runtime's per-thread error state dies with it.
+  template <class F>
+  int on_own_thread(F f) {
+    try {
+      std::thread t(f);
+      t.join();
+    } catch (const std::system_error&) {
+      return (int)cudaErrorOperatingSystem;
+    }
+    return 0;
+  }
+  // Devices whose primary context is active (XLA's client retained it; XLA uses the primary
+  // contexts): only those are loaded, so that no context is made on a GPU this process does not
+  // use (one process per GPU with every GPU visible). Asked of the driver through the runtime's
+  // entry points (no link to libcuda: the module imports without a driver). No device, or no
+  // way to ask: none (the kernels then load at their first call).
+  int devices_in_use(std::vector<int>* devices) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+    using GetFn = int (*)(int*, int);                     // cuDeviceGet (CUresult, CUdevice)
+    using StateFn = int (*)(int, unsigned int*, int*);  // cuDevicePrimaryCtxGetState
+    void* get = nullptr;
+    void* state = nullptr;
+#if CUDART_VERSION >= 12050
+    cudaDriverEntryPointQueryResult q1, q2;
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGet", &get, 2000, cudaEnableDefault, &q1) != cudaSuccess ||
+        cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &state, 7000, cudaEnableDefault,
+                                         &q2) != cudaSuccess ||
+        q1 != cudaDriverEntryPointSuccess || q2 != cudaDriverEntryPointSuccess)
+      return 0;
+#else
+    (void)n;
+    return 0;  // toolkits before 12.5: no versioned entry points; kernels load at first use
+#endif
+    for (int d = 0; d < n; ++d) {
+      int dev = 0, active = 0;
+      unsigned int flags = 0;
+      if (reinterpret_cast<GetFn>(get)(&dev, d) != 0) continue;
+      if (reinterpret_cast<StateFn>(state)(dev, &flags, &active) != 0) continue;
+      if (active) devices->push_back(d);
+    }
+    return 0;
+  }
+  int make_current(int device) { return (int)cudaSetDevice(device); }  // own thread only
 };
 
 // One per process: the per-device queries are cached in it.
@@ -144,6 +192,18 @@ ffi::Error FrameStatusImpl(cudaStream_t stream, ffi::ScratchAllocator scratch,
                   "lc_frame_status");
 }
 
+// XLA's instantiate stage of every CUDA target (before the executable's first run; no stream,
+// no operands): loads all of the codec's kernels and computes their occupancy on every device
+// in use (Launcher::instantiate), so that the first step neither loads a module (lazy loading
+// while NCCL kernels spin on the same device can deadlock: CUDA's lazy loading guide) nor asks
+// the runtime anything. Where XLA skips this stage the kernels load at their first call.
+ffi::Error InstantiateImpl() {
+  const int e = launcher().instantiate();
+  if (e == 0) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string("jax_lossy_comm: loading the CUDA kernels (instantiate stage): ") +
+                              cudaGetErrorString((cudaError_t)e));
+}
+
 // Context of every CUDA target, before its operands (ffi_args.h): XLA's stream (the kernels
 // run on it) and its scratch allocator (the workspaces).
 auto cuda_bind() {
@@ -152,6 +212,7 @@ auto cuda_bind() {
 
 }  // namespace
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(LcInstantiateCuda, InstantiateImpl, ffi::Ffi::BindInstantiate());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LcCompressCuda, CompressImpl, lc::ffi_args::bind_compress(cuda_bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(LcDecompressCuda, DecompressImpl,
                               lc::ffi_args::bind_decompress(cuda_bind()));

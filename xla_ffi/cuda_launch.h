@@ -12,6 +12,11 @@
 //                                                  loads the kernel's module on the CUDA runtime)
 //   template <class K, class... A>
 //   int launch(K kernel, unsigned grid, unsigned threads, Stream s, A... args);
+// and, for XLA's instantiate stage (Launcher::instantiate):
+//   template <class F> int on_own_thread(F f);      runs f() on a thread of the library's own
+//                                                  (never one of XLA's), waits for it
+//   int devices_in_use(std::vector<int>* devices);  devices whose context exists already
+//   int make_current(int device);                   on that own thread only
 // No query needs the calling thread's current device to change (no cudaSetDevice on XLA's
 // thread): occupancy is computed here (occupancy_blocks) from the kernel's resources and the
 // device's limits.
@@ -42,7 +47,9 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
+#include <vector>
 
 #include "decode_kernels.cuh"
 #include "encode_kernels.cuh"
@@ -253,6 +260,12 @@ struct Launcher {
   ResidentBlocks resident;
   ScratchBudget budget;
 
+ private:
+  std::mutex instantiate_mu_;
+  std::set<int> preloaded_;
+
+ public:
+
   // Resident blocks of every kernel of dtype D on `dev`, asked of the runtime together the first
   // time (which, on the CUDA runtime, loads all of the codec's kernels of that dtype at the first
   // call rather than one at a time at each kernel's first use), then cached.
@@ -269,6 +282,44 @@ struct Launcher {
     if (e == 0) e = resident.get(rt, decode_fast_kernel<D, false>, dev, st_fast);
     if (e == 0) e = resident.get(rt, decode_dict_kernel<D, false>, dev, st_dict);
     return e;
+  }
+
+  // Every kernel of every dtype on `dev` (the current device of the calling thread): on the CUDA
+  // runtime this loads all of the codec's kernels into the device's context and computes their
+  // occupancy, so that no later call on `dev` loads a module or asks the runtime anything.
+  int preload(int dev) {
+    int64_t r[6];
+    int e = resident_all<kF32>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
+    if (e == 0) e = resident_all<kBF16>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
+    if (e == 0) e = resident_all<kF16>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
+    return e;
+  }
+
+  // XLA's instantiate stage (before the first execution of an executable that calls the codec):
+  // preload() on every device in use (its context exists: XLA's client made it) and not done
+  // yet, on a thread of the library's own that makes each device current in turn, so XLA's
+  // threads keep their current device and error state. A device done once is not visited again;
+  // a device that is not in use yet loads at its first call instead (resident_all), as does
+  // every device where XLA has no instantiate stage. Returns the first runtime error (0: none).
+  int instantiate() {
+    std::lock_guard<std::mutex> lock(instantiate_mu_);
+    int e = 0;
+    const int t = rt.on_own_thread([&]() {
+      std::vector<int> devices;
+      e = rt.devices_in_use(&devices);
+      for (size_t i = 0; e == 0 && i < devices.size(); ++i) {
+        if (preloaded_.count(devices[i])) continue;
+        e = rt.make_current(devices[i]);
+        if (e == 0) e = preload(devices[i]);
+        if (e == 0) preloaded_.insert(devices[i]);
+      }
+    });
+    return t != 0 ? t : e;
+  }
+  // Devices instantiate() has preloaded.
+  bool preloaded(int dev) {
+    std::lock_guard<std::mutex> lock(instantiate_mu_);
+    return preloaded_.count(dev) != 0;
   }
 
   // Compress: encode_fixed_kernel for "fixed" and "raw", encode_dict_kernel for the others.

@@ -1,5 +1,6 @@
-// nanobind module: exports the FFI handlers as capsules, keyed by platform then target name, and
-// the frame format of format.h (constants, enums, status codes, size functions), which
+// nanobind module: exports the FFI handlers as capsules (CUDA: a dict of capsules by XLA FFI stage,
+// {"instantiate", "execute"}, as jax.ffi.register_ffi_target takes), keyed by platform then
+// target name, and the frame format of format.h (constants, enums, status codes, size functions), which
 // jax_lossy_comm/frame.py reads instead of keeping its own copy.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -85,9 +86,17 @@ NB_MODULE(_ext, m) {
     cpu["lc_decompress"] = encapsulate(LcDecompressCpu);
     cpu["lc_frame_status"] = encapsulate(LcFrameStatusCpu);
 #ifdef JLC_WITH_CUDA
-    cuda["lc_compress"] = encapsulate(LcCompressCuda);
-    cuda["lc_decompress"] = encapsulate(LcDecompressCuda);
-    cuda["lc_frame_status"] = encapsulate(LcFrameStatusCuda);
+    // A handler bundle by XLA FFI stage: "instantiate" loads the kernels before the first
+    // step (codec_cuda.cu), "execute" runs them.
+    auto bundle = [](XLA_FFI_Error* (*execute)(XLA_FFI_CallFrame*)) {
+      nb::dict d;
+      d["instantiate"] = encapsulate(LcInstantiateCuda);
+      d["execute"] = encapsulate(execute);
+      return d;
+    };
+    cuda["lc_compress"] = bundle(LcCompressCuda);
+    cuda["lc_decompress"] = bundle(LcDecompressCuda);
+    cuda["lc_frame_status"] = bundle(LcFrameStatusCuda);
 #endif
     out["cpu"] = cpu;
     out["CUDA"] = cuda;

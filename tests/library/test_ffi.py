@@ -138,3 +138,54 @@ def test_decompress_fixed_rate_attribute():
     for attrs in ({"fixed_rate": np.int32(2)}, {"codec": np.int32(2)}):
         with pytest.raises(Exception, match="lc_decompress"):
             _decompress_call(fixed, nb_fixed, 8, 16, **attrs)[1].block_until_ready()
+
+
+@pytest.mark.skipif(jlc.implementations()["cpu"] != "compiled", reason="no compiled extension")
+def test_cuda_targets_are_stage_bundles():
+    """CUDA: each target is ``{"instantiate", "execute"}`` (XLA's instantiate stage loads the
+    kernels before the first step, docs/gpu.md); CPU: one execute capsule."""
+    from jax_lossy_comm import _ffi
+
+    regs = _ffi._ext.registrations()
+    assert set(regs["cpu"]) == {"lc_compress", "lc_decompress", "lc_frame_status"}
+    assert all(type(c).__name__ == "PyCapsule" for c in regs["cpu"].values())
+    if not _ffi.has_cuda():
+        assert regs["CUDA"] == {}
+        return
+    assert set(regs["CUDA"]) == set(regs["cpu"])
+    for bundle in regs["CUDA"].values():
+        assert set(bundle) == {"instantiate", "execute"}
+        assert all(type(c).__name__ == "PyCapsule" for c in bundle.values())
+
+
+@pytest.mark.skipif(jlc.implementations()["cpu"] != "compiled", reason="no compiled extension")
+def test_a_stage_bundle_registers_and_runs_on_cpu():
+    """jaxlib takes the dict form :func:`jax_lossy_comm.register` passes for CUDA: the CPU
+    compress handler as ``{"execute": ...}`` (plus, in a CUDA build, the CUDA instantiate
+    handler, which finds no device in use here and loads nothing) compiles, runs and writes the
+    frames of the registered target (XLA:CPU runs an instantiate handler at compile time)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jax_lossy_comm import _ffi
+
+    regs = _ffi._ext.registrations()
+    bundle = {"execute": regs["cpu"]["lc_compress"]}
+    if _ffi.has_cuda():
+        bundle["instantiate"] = regs["CUDA"]["lc_compress"]["instantiate"]
+    jax.ffi.register_ffi_target("jlc_test_stage_bundle_compress", bundle, platform="cpu")
+    x = jnp.linspace(-1.0, 1.0, 4 * 8, dtype=jnp.float32).reshape(4, 8)
+    frames, nbytes = jlc.compress(x, 0.01, codec="auto", min_error_bound=0.01)
+    call = jax.ffi.ffi_call(
+        "jlc_test_stage_bundle_compress",
+        (
+            jax.ShapeDtypeStruct(frames.shape, jnp.uint8),
+            jax.ShapeDtypeStruct(nbytes.shape, jnp.int32),
+        ),
+    )
+    got = jax.jit(lambda x, eb: call(x, eb, mode=np.int32(0), codec=np.int32(0)))(
+        x, jnp.full(nbytes.shape, 0.01, jnp.float32)
+    )
+    np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(nbytes))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(frames))

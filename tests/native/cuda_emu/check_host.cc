@@ -8,7 +8,11 @@
 //    freed when the call returns; it can be told to fail.
 //  * EmuRuntime: streams belong to a device other than 0 (nothing may use the current device);
 //    every launch must come on the stream the call was given; queries of the device (SMs,
-//    occupancy) are counted, so that their caching is checked.
+//    occupancy) are counted, so that their caching is checked; kernel_resources "loads" the
+//    kernel into the calling thread's current device (make_current, own threads only, as the
+//    CUDA runtime's lazy loading does), and with require_loaded every launch must find its
+//    kernel loaded on the stream's device: XLA's instantiate stage (Launcher::instantiate) ran
+//    before the execution and the execution loads nothing.
 // Prints one line per failure and exits non-zero on any.
 //
 //   g++ -std=c++20 -O1 -g -fsanitize=address,undefined -pthread -DLC_CUDA_EMULATION
@@ -17,7 +21,10 @@
 #include <stdlib.h>
 
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "../../../xla_ffi/codec.h"
@@ -74,10 +81,20 @@ struct Stream {
   int device;
 };
 
+// The calling thread's current device, as the CUDA runtime keeps it (-1: never set).
+thread_local int current_device = -1;
+
 struct EmuRuntime {
   using Stream = const ::Stream*;
   const ::Stream* expected = nullptr;
   int device_queries = 0, sm_queries = 0, occupancy_queries = 0, launches = 0;
+  // Instantiate stage: the devices in use, the (kernel, device) pairs loaded, whether a launch
+  // must find its kernel loaded, threads run by on_own_thread, make_current calls off them.
+  std::vector<int> in_use;
+  std::set<std::pair<const void*, int>> loaded;
+  bool require_loaded = false;
+  int own_threads = 0, current_on_caller = 0;
+  std::thread::id caller = std::this_thread::get_id();
   unsigned last_grid = 0;
   std::vector<unsigned> grids;
   // 3 SMs; 2 blocks per SM by the block limit (the kernels' registers and shared memory fit).
@@ -95,15 +112,35 @@ struct EmuRuntime {
     return 0;
   }
   template <class K>
-  int kernel_resources(K, lc::gpu::KernelResources* r) {
+  int kernel_resources(K kernel, lc::gpu::KernelResources* r) {
     ++occupancy_queries;
+    loaded.insert({reinterpret_cast<const void*>(kernel), current_device});
     *r = resources;
+    return 0;
+  }
+  template <class F>
+  int on_own_thread(F f) {
+    ++own_threads;
+    std::thread t(f);
+    t.join();
+    return 0;
+  }
+  int devices_in_use(std::vector<int>* devices) {
+    *devices = in_use;
+    return 0;
+  }
+  int make_current(int device) {
+    if (std::this_thread::get_id() == caller) ++current_on_caller;
+    current_device = device;
     return 0;
   }
   template <class... P, class... A>
   int launch(void (*kernel)(P...), unsigned grid, unsigned threads, Stream s, A... args) {
     ++launches;
     check(s == expected, "kernel launched on the stream the call was given");
+    if (require_loaded)
+      check(loaded.count({reinterpret_cast<const void*>(kernel), s->device}) != 0,
+            "kernel loaded on the stream's device before the execution (instantiate stage)");
     check(grid >= 1 && threads == lc::gpu::kThreads, "launch geometry");
     grids.push_back(grid);
     emu::launch(grid, threads, kernel, args...);
@@ -331,6 +368,37 @@ int main() {
     std::vector<int32_t> n1(1);
     fresh.compress(scratch, &stream, c1, x1.data(), e1.data(), lc::kRel, lc::kCodecFixed, f1.data(), n1.data());
     check(fresh.rt.occupancy_queries == 8, "the first call loads and sizes every kernel of its dtype");
+  }
+  // XLA's instantiate stage: every kernel of every dtype loaded and sized on each device in use
+  // (2), on a thread of the library's own (the caller's current device untouched), once; the
+  // executions that follow load nothing and ask the runtime nothing.
+  {
+    lc::gpu::Launcher<EmuRuntime> inst;
+    inst.rt.expected = &stream;
+    inst.rt.in_use = {stream.device};
+    check(!inst.preloaded(stream.device), "instantiate: nothing preloaded before the stage");
+    check(inst.instantiate() == 0, "instantiate: succeeds");
+    check(inst.preloaded(stream.device) && !inst.preloaded(0), "instantiate: the device in use preloaded");
+    check(inst.rt.own_threads == 1 && inst.rt.current_on_caller == 0 && current_device == -1,
+          "instantiate: devices made current on the library's own thread only");
+    check(inst.rt.occupancy_queries == 8 * 3 && inst.rt.sm_queries == 8 * 3,
+          "instantiate: all eight kernels of all three dtypes loaded and sized");
+    const int occ = inst.rt.occupancy_queries, sm = inst.rt.sm_queries;
+    check(inst.instantiate() == 0 && inst.rt.occupancy_queries == occ,
+          "instantiate: a device done once is not visited again");
+    inst.rt.require_loaded = true;
+    for (int dtype : {lc::kF32, lc::kBF16, lc::kF16})
+      for (int codec : {lc::kCodecFixed, lc::kCodecAuto}) {
+        run_case(inst, stream, dtype, 5, 64, 16, codec, seed++);
+        run_case(inst, stream, dtype, 2, 256, 64, codec, seed++);  // multi-block (parts) kernels
+      }
+    check(inst.rt.launches > 0 && inst.rt.occupancy_queries == occ && inst.rt.sm_queries == sm,
+          "instantiate: the executions after it load nothing and ask the runtime nothing");
+    // Without the stage (no device in use yet, or an XLA without it): loaded at the first call.
+    lc::gpu::Launcher<EmuRuntime> late;
+    late.rt.expected = &stream;
+    check(late.instantiate() == 0 && !late.preloaded(stream.device) && late.rt.occupancy_queries == 0,
+          "instantiate: no device in use, nothing loaded");
   }
   // Grids: resident blocks (3 SMs x 2), at most one per chunk, within the scratch budget.
   {
