@@ -53,7 +53,8 @@ static_assert((1 << lc::kMaxHuffLen) == lc::kMaxHuffSymbols, "decode table size"
 // the GPU).
 enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec = 2,
                      kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4,
-                     kPathEncodeMultiBlock = 5, kPathEncodeHalf = 6, kPathDecodeHalf = 7 };
+                     kPathEncodeMultiBlock = 5, kPathEncodeHalf = 6, kPathDecodeHalf = 7,
+                     kPathHuffShared = 8, kNumPaths = 9 };
 #ifndef LC_GPU_PATH
 #define LC_GPU_PATH(k) ((void)0)
 #endif

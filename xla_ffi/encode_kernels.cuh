@@ -16,9 +16,10 @@
 //       from its serial dedup of the distinct input rows: equal input rows have equal codes, so
 //       both orders agree);
 //    3. each section is planned as huffman.h's plan_section: histogram with shared atomics, keys
-//       (freq << 16 | symbol) bitonic-sorted by the block, then huff_lengths / huff_codes by one
-//       thread on the sorted frequencies (so lengths are the CPU's by construction), total bits
-//       by a block reduction;
+//       (freq << 16 | symbol) bitonic-sorted by the block, then huff_lengths' steps on the
+//       sorted frequencies in shared memory (the Moffat-Katajainen depths by one thread, leaves
+//       per depth, the length limit and each symbol's length by the block: the CPU's lengths by
+//       construction), huff_codes by one thread, total bits by a block reduction;
 //    4. the chosen form is written: every section is an LSB-first bit stream produced tile by
 //       tile: each thread takes kRun symbols, a block scan of their bit counts gives each its
 //       bit offset, threads OR their bits into shared words, whole words go out aligned and the
@@ -441,6 +442,7 @@ struct DictShared {
   } u;
   static_assert(kStageWords <= 2 * kSortShared, "the stream stage stays within the union");
   uint32_t seg_start[kRunTile / lc::kSeg + 1];
+  uint32_t hcount[33];                 // Huffman leaves per depth, then per code length
   uint32_t red[kWarps];
   uint64_t red64[kWarps];
   float rmin[kWarps], rmax[kWarps];
@@ -592,9 +594,8 @@ __device__ void block_bitonic(uint64_t* keys, uint32_t P) {
 }
 
 // lc::plan_section by the block: Huffman code table (code | length << 16) into enc[] and the
-// section size, Huffman when smaller than bit-packing at `bits` bits. The lengths are huffman.h's:
-// huff_lengths runs on the frequencies in ascending (freq, symbol) order, which its own sort
-// leaves as they are (keys are distinct), and the lengths go back to their symbols.
+// section size, Huffman when smaller than bit-packing at `bits` bits. The lengths are huffman.h's
+// huff_lengths, step by step (below), and go back to their symbols.
 template <class Cur>
 __device__ lc::SectionPlan plan_section_dev(Cur cur, uint64_t count, int nsym, int bits,
                                             bool allow_huff, uint32_t* enc, DictShared& sh,
@@ -621,15 +622,37 @@ __device__ lc::SectionPlan plan_section_dev(Cur cur, uint64_t count, int nsym, i
   }
   const uint32_t n_used = block_sum(used, sh.red);
   block_bitonic(keys, P);
+  // The frequencies in ascending (freq, symbol) order go to fsorted (total bits) and to A in
+  // shared memory (sh.hist: the histogram is no longer needed), where one thread runs
+  // lc::huff_mk_depths (the CPU's huff_lengths minus its sort: the keys are distinct, so its
+  // sort would leave this order as it is); the block counts leaves per depth, one thread limits
+  // the counts (lc::huff_limit_counts) and the block gives each sorted symbol its length
+  // (lc::huff_rank_length): the CPU's lengths by construction.
+  __syncthreads();
+  uint32_t* const A = sh.hist;
   for (uint32_t k = tid; k < n_used; k += kThreads) {
     w.fsorted[k] = (uint32_t)(keys[k] >> 16);
+    A[k] = (uint32_t)(keys[k] >> 16);
     w.symof[k] = (uint16_t)(keys[k] & 0xffffu);
   }
   for (int s = tid; s < nsym; s += kThreads) w.len[s] = 0;
+  if (tid <= 32) sh.hcount[tid] = 0;
   __syncthreads();
-  if (tid == 0) lc::huff_lengths(w.fsorted, (int)n_used, w.lsorted, w.keys, w.A);
-  __syncthreads();
-  for (uint32_t k = tid; k < n_used; k += kThreads) w.len[w.symof[k]] = w.lsorted[k];
+  if (n_used >= 2) {
+    if (tid == 0) {
+      LC_GPU_PATH(kPathHuffShared);
+      lc::huff_mk_depths(A, (int)n_used);
+    }
+    __syncthreads();
+    for (uint32_t k = tid; k < n_used; k += kThreads) atomicAdd(&sh.hcount[A[k] > 32 ? 32 : A[k]], 1u);
+    __syncthreads();
+    if (tid == 0) lc::huff_limit_counts(sh.hcount);
+    __syncthreads();
+    for (uint32_t k = tid; k < n_used; k += kThreads)
+      w.len[w.symof[k]] = (uint8_t)lc::huff_rank_length(sh.hcount, n_used - 1 - k);
+  } else if (n_used == 1 && tid == 0) {
+    w.len[w.symof[0]] = 1;
+  }
   __syncthreads();
   if (tid == 0) {
     int ml = 0;
@@ -638,10 +661,8 @@ __device__ lc::SectionPlan plan_section_dev(Cur cur, uint64_t count, int nsym, i
   __syncthreads();
   const bool ok = sh.flag != 0;
   uint64_t tb = 0;
-  for (int s = tid; s < nsym; s += kThreads) {
-    tb += (uint64_t)sh.hist[s] * w.len[s];
-    enc[s] = (uint32_t)w.code[s] | ((uint32_t)w.len[s] << 16);
-  }
+  for (uint32_t k = tid; k < n_used; k += kThreads) tb += (uint64_t)w.fsorted[k] * w.len[w.symof[k]];
+  for (int s = tid; s < nsym; s += kThreads) enc[s] = (uint32_t)w.code[s] | ((uint32_t)w.len[s] << 16);
   const uint64_t total_bits = block_sum64(tb, sh.red64);
   const size_t b = lc::varint_size((uint64_t)nsym) + (size_t)(nsym + 1) / 2 +
                    2 * lc::segments_for(count) + (size_t)((total_bits + 7) / 8);

@@ -10,10 +10,61 @@
 namespace lc {
 
 // ---------------------------------------------------------------- Huffman (canonical)
+// Code lengths in three shared steps (the CPU runs them one after another in huff_lengths; the
+// GPU encoder runs the first on one thread in shared memory on frequencies the block already
+// sorted, and the other two across the block):
+//  * huff_mk_depths: Moffat & Katajainen's in-place minimum-redundancy algorithm (WADS 1995)
+//    on A[0..n) (n >= 2 frequencies, ascending): afterwards A[i] is the depth (unlimited code
+//    length) of the i-th leaf;
+//  * huff_limit_counts: leaves per length (count[1..32], depths over 32 counted at 32) limited
+//    to kMaxHuffLen by the Kraft repair of zlib/miniz;
+//  * huff_rank_length: the length of the r-th most frequent symbol (r = 0: the most frequent,
+//    which takes the shortest length).
+LC_HD void huff_mk_depths(uint32_t* A, int n) {
+  int root = 0, leaf = 2, next;
+  A[0] += A[1];
+  for (next = 1; next < n - 1; ++next) {
+    if (leaf >= n || A[root] < A[leaf]) { A[next] = A[root]; A[root++] = (uint32_t)next; }
+    else A[next] = A[leaf++];
+    if (leaf >= n || (root < next && A[root] < A[leaf])) { A[next] += A[root]; A[root++] = (uint32_t)next; }
+    else A[next] += A[leaf++];
+  }
+  A[n - 2] = 0;
+  for (next = n - 3; next >= 0; --next) A[next] = A[A[next]] + 1;
+  int avbl = 1, used = 0, dpth = 0;
+  root = n - 2; next = n - 1;
+  while (avbl > 0) {
+    while (root >= 0 && (int)A[root] == dpth) { ++used; --root; }
+    while (avbl > used) { A[next--] = (uint32_t)dpth; --avbl; }
+    avbl = 2 * used; ++dpth; used = 0;
+  }
+}
+
+// count[0..32]: count[l] leaves of depth l (l = 32: 32 or more); afterwards no length exceeds
+// kMaxHuffLen and Kraft's sum is exactly one.
+LC_HD void huff_limit_counts(uint32_t* count) {
+  for (int i = kMaxHuffLen + 1; i <= 32; ++i) { count[kMaxHuffLen] += count[i]; count[i] = 0; }
+  uint32_t total = 0;
+  for (int i = kMaxHuffLen; i > 0; --i) total += count[i] << (kMaxHuffLen - i);
+  while (total != (1u << kMaxHuffLen)) {
+    count[kMaxHuffLen]--;
+    for (int i = kMaxHuffLen - 1; i > 0; --i)
+      if (count[i]) { count[i]--; count[i + 1] += 2; break; }
+    total--;
+  }
+}
+
+LC_HD int huff_rank_length(const uint32_t* count, uint32_t r) {
+  uint32_t c = 0;
+  for (int l = 1; l < kMaxHuffLen; ++l) {
+    c += count[l];
+    if (r < c) return l;
+  }
+  return kMaxHuffLen;
+}
+
 // Code lengths for freq[0..nsym) limited to kMaxHuffLen; symbols with freq 0 get length 0.
 // tmp needs 2 * nsym uint32 (sorted pairs, lengths). One used symbol gets length 1.
-// Lengths follow Moffat & Katajainen's in-place minimum-redundancy algorithm (WADS 1995),
-// limited by the Kraft repair of zlib/miniz.
 LC_HD void huff_lengths(const uint32_t* freq, int nsym, uint8_t* len, uint64_t* sorted,
                         uint32_t* A) {
   int n = 0;
@@ -32,43 +83,13 @@ LC_HD void huff_lengths(const uint32_t* freq, int nsym, uint8_t* len, uint64_t* 
       sorted[j] = v;
     }
   for (int i = 0; i < n; ++i) A[i] = (uint32_t)(sorted[i] >> 16);
-  // Moffat-Katajainen: A holds frequencies ascending; afterwards, code lengths.
-  {
-    int root = 0, leaf = 2, next;
-    A[0] += A[1];
-    for (next = 1; next < n - 1; ++next) {
-      if (leaf >= n || A[root] < A[leaf]) { A[next] = A[root]; A[root++] = (uint32_t)next; }
-      else A[next] = A[leaf++];
-      if (leaf >= n || (root < next && A[root] < A[leaf])) { A[next] += A[root]; A[root++] = (uint32_t)next; }
-      else A[next] += A[leaf++];
-    }
-    A[n - 2] = 0;
-    for (next = n - 3; next >= 0; --next) A[next] = A[A[next]] + 1;
-    int avbl = 1, used = 0, dpth = 0;
-    root = n - 2; next = n - 1;
-    while (avbl > 0) {
-      while (root >= 0 && (int)A[root] == dpth) { ++used; --root; }
-      while (avbl > used) { A[next--] = (uint32_t)dpth; --avbl; }
-      avbl = 2 * used; ++dpth; used = 0;
-    }
-  }
-  // Count per length, then enforce the maximum length keeping Kraft's sum at exactly one.
+  huff_mk_depths(A, n);
   uint32_t count[33];
   for (int i = 0; i <= 32; ++i) count[i] = 0;
   for (int i = 0; i < n; ++i) count[A[i] > 32 ? 32 : A[i]]++;
-  for (int i = kMaxHuffLen + 1; i <= 32; ++i) { count[kMaxHuffLen] += count[i]; count[i] = 0; }
-  uint32_t total = 0;
-  for (int i = kMaxHuffLen; i > 0; --i) total += count[i] << (kMaxHuffLen - i);
-  while (total != (1u << kMaxHuffLen)) {
-    count[kMaxHuffLen]--;
-    for (int i = kMaxHuffLen - 1; i > 0; --i)
-      if (count[i]) { count[i]--; count[i + 1] += 2; break; }
-    total--;
-  }
+  huff_limit_counts(count);
   // Most frequent symbols (end of the ascending list) take the shortest lengths.
-  int k = n - 1;
-  for (int l = 1; l <= kMaxHuffLen; ++l)
-    for (uint32_t c = 0; c < count[l]; ++c) len[sorted[k--] & 0xffff] = (uint8_t)l;
+  for (int k = 0; k < n; ++k) len[sorted[k] & 0xffff] = (uint8_t)huff_rank_length(count, (uint32_t)(n - 1 - k));
 }
 
 // Canonical codes (bit-reversed for LSB-first streams) from lengths. Returns false when the

@@ -401,6 +401,92 @@ void run_dtype(bool quick) {
   }
 }
 
+// plan_section_dev's code lengths (Moffat-Katajainen depths in shared memory, the length limit
+// and the lengths by the block) against the CPU's lc::huff_lengths + huff_codes + plan_section on
+// histograms made to stress them: random (many ties), all equal, powers of two and Fibonacci
+// frequencies (depths past kMaxHuffLen: the Kraft repair), one or two used symbols, alphabets
+// up to kMaxHuffSymbols (sort keys in shared memory and in scratch).
+__global__ void plan_kernel(const uint32_t* sym, uint64_t count, int nsym, int bits, uint8_t* ws,
+                            uint32_t* enc, uint64_t* out) {
+  __shared__ DictShared sh;
+  const DictWs w = carve_dict_ws(ws, 8192, 1, lc::kF32, 64);
+  const lc::SectionPlan p = plan_section_dev(Flat{sym, nullptr}, count, nsym, bits, true, enc, sh, w);
+  if (threadIdx.x == 0) { out[0] = p.huff; out[1] = p.bytes; }
+}
+
+void check_huffman_lengths() {
+  Rng r{424242};
+  int cases = 0;
+  std::vector<uint8_t> ws(al256(dict_ws_bytes(8192, 1, lc::kF32, 64)), 0xA5);
+  for (int t = 0; t < 160; ++t) {
+    const int sizes[] = {2, 3, 5, 17, 64, 255, 1024, 1025, 3000, 4096};
+    const int nsym = sizes[t % 10];
+    const int kind = (t / 10) % 8;
+    std::vector<uint32_t> freq(nsym, 0);
+    uint32_t fa = 1, fb = 1;
+    for (int s = 0; s < nsym; ++s) {
+      switch (kind) {
+        case 0: freq[s] = r.next() % 4; break;                       // ties and unused symbols
+        case 1: freq[s] = 1 + r.next() % 1000; break;
+        case 2: freq[s] = 7; break;                                  // all equal
+        case 3: freq[s] = (r.next() % 3) ? 0 : 1u << (r.next() % 9); break;
+        case 4: {                                                    // Fibonacci: long depths
+          freq[s] = s < 25 ? fa : 1 + r.next() % 3;
+          const uint32_t c = fa + fb; fa = fb; fb = c;
+        } break;
+        case 5: freq[s] = (s == nsym / 2) ? 5 : 0; break;            // one used symbol
+        case 6: freq[s] = (s == 0 || s == nsym - 1) ? 1 + r.next() % 9 : 0; break;  // two
+        default: freq[s] = (r.next() % 8 == 0) ? 3000 + r.next() % 5 : r.next() % 3;  // peaked
+      }
+    }
+    if (kind == 4)  // shuffle the Fibonacci frequencies over the alphabet
+      for (int s = nsym - 1; s > 0; --s) std::swap(freq[s], freq[r.next() % (s + 1)]);
+    std::vector<uint32_t> sym;
+    for (int s = 0; s < nsym; ++s) sym.insert(sym.end(), std::min<uint32_t>(freq[s], 2000000), (uint32_t)s);
+    for (size_t i = sym.size(); i > 1; --i) std::swap(sym[i - 1], sym[r.next() % i]);
+    if (sym.empty()) continue;
+    for (int s = 0; s < nsym; ++s) freq[s] = 0;
+    for (uint32_t v : sym) freq[v]++;
+    const int bits = lc::bits_for((uint32_t)(nsym - 1));
+    // CPU: the lengths and codes, and plan_section's choice and size.
+    std::vector<uint8_t> len(nsym);
+    std::vector<uint16_t> code(nsym);
+    std::vector<uint64_t> sorted(nsym);
+    std::vector<uint32_t> A(2 * nsym), f2(lc::kMaxHuffSymbols), tmp(lc::kMaxHuffSymbols),
+        hist(2 * lc::kMaxHuffSymbols);
+    std::vector<uint64_t> sorted2(lc::kMaxHuffSymbols);
+    lc::huff_lengths(freq.data(), nsym, len.data(), sorted.data(), A.data());
+    int ml = 0;
+    const bool codes_ok = lc::huff_codes(len.data(), nsym, code.data(), &ml);
+    std::vector<uint8_t> len2(nsym);
+    std::vector<uint16_t> code2(nsym);
+    const lc::HuffScratch hs = {f2.data(), tmp.data(), hist.data(), sorted2.data()};
+    const lc::SectionPlan pc = lc::plan_section(sym.data(), sym.size(), nsym, bits, true, hs, len2.data(), code2.data());
+    std::vector<uint32_t> enc(nsym, 0xdeadbeef);
+    std::vector<uint64_t> out(2, 99);
+    emu::launch(1, kThreads, plan_kernel, sym.data(), (uint64_t)sym.size(), nsym, bits, ws.data(),
+                enc.data(), out.data());
+    ++checks;
+    ++cases;
+    std::string name = "huffman lengths case " + std::to_string(t) + " nsym " + std::to_string(nsym) +
+                       " kind " + std::to_string(kind);
+    if (!codes_ok) { fail(name + ": CPU lengths over-subscribe the code space"); continue; }
+    int maxlen = 0;
+    for (int s = 0; s < nsym; ++s) {
+      maxlen = std::max<int>(maxlen, len[s]);
+      if ((enc[s] >> 16) != len[s] || (enc[s] & 0xffff) != code[s]) {
+        fail(name + ": symbol " + std::to_string(s) + " gpu length " + std::to_string(enc[s] >> 16) +
+             " cpu " + std::to_string(len[s]));
+        break;
+      }
+    }
+    if (len2 != len || out[0] != (uint64_t)pc.huff || out[1] != pc.bytes)
+      fail(name + ": plan differs from lc::plan_section");
+    if (kind == 4 && nsym >= 17 && maxlen != lc::kMaxHuffLen) fail(name + ": length limit not reached");
+  }
+  printf("Huffman lengths: %d histograms equal to the CPU's\n", cases);
+}
+
 // Real dumps (float32 [rows, dim] files named *_ROWSxDIM_f32.bin): each whole, and the DLRM
 // exchange shape (26 tables x 8 peers chunks of [256, 64]) cut from the [*, 64] ones.
 void run_dumps(const std::string& dir, bool quick) {
@@ -454,6 +540,7 @@ int main(int argc, char** argv) {
     else if (std::string(argv[i]) == "golden" && i + 1 < argc) golden = fopen(argv[++i], "w");
     else dumps = argv[i];
   }
+  check_huffman_lengths();
   run_dtype<lc::kF32>(quick);
   const long f32_vec = emu::path_hits[lc::gpu::kPathEncodeVec];
   run_dtype<lc::kBF16>(quick);
@@ -472,7 +559,7 @@ int main(int argc, char** argv) {
          emu::path_hits[lc::gpu::kPathDecodeMultiBlock], emu::path_hits[lc::gpu::kPathEncodeMultiBlock]);
   printf("paths: encode half tiles %ld; decode half tiles %ld\n",
          emu::path_hits[lc::gpu::kPathEncodeHalf], emu::path_hits[lc::gpu::kPathDecodeHalf]);
-  for (int k = 0; k < 8; ++k)
+  for (int k = 0; k < lc::gpu::kNumPaths; ++k)
     if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
   if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");
   for (int st : {lc::kOk, lc::kTruncated, lc::kBadHeader, lc::kBadChecksum, lc::kCorrupt, lc::kTrailingBytes})

@@ -38,7 +38,7 @@
 // Paths of the kernels taken (cuda_common.cuh: LC_GPU_PATH), counted per block so that a test
 // can show it ran the path it checks.
 namespace emu {
-inline long path_hits[8] = {0};
+inline long path_hits[16] = {0};
 }
 #define LC_GPU_PATH(k) (threadIdx.x == 0 ? (void)++emu::path_hits[k] : (void)0)
 
