@@ -75,8 +75,14 @@ def _group_size(line: str) -> int:
     if m:
         return len(m.group(1).split(","))
     m = re.search(r"replica_groups=\[([0-9,]+)\]<=", line)  # iota form [groups, size]<=[N]
+    if m:
+        return int(m.group(1).split(",")[-1])
+    # mesh form (newer XLA): replica_groups=mesh['nodes'=2,'local'=4] {'local'}: a group
+    # spans the listed axes
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
     assert m, f"no replica groups in {line!r}"
-    return int(m.group(1).split(",")[-1])
+    sizes = {k: int(v) for k, v in re.findall(r"'([^']+)'=(\d+)", m.group(1))}
+    return int(np.prod([sizes[a] for a in re.findall(r"'([^']+)'", m.group(2))]))
 
 
 def collectives(hlo: str) -> list[Collective]:
@@ -103,10 +109,14 @@ def test_collectives_parses_tuple_all_to_all_and_all_gather():
   %all-to-all = (u16[1,2,32]{2,1,0}, /*index=1*/u16[1,2,32]{2,1,0}) all-to-all(%a, %b), channel_id=1, replica_groups={{0,4},{1,5},{2,6},{3,7}}, dimensions={0}
   ROOT %all_gather.3 = u8[8,296]{1,0} all-gather(%p), channel_id=2, replica_groups=[1,8]<=[8], dimensions={0}
   %get-tuple-element.1 = u16[1,2,32]{2,1,0} get-tuple-element(%all-to-all), index=1
+  %all-to-all.2 = u8[8,40]{1,0} all-to-all(%c), channel_id=3, replica_groups=mesh['nodes'=2,'local'=4] {'local'}, dimensions={0}
+  %all-to-all.3 = u8[8,40]{1,0} all-to-all(%d), channel_id=4, replica_groups=mesh['nodes'=2,'local'=4] {'nodes','local'}, dimensions={0}
 """
     assert collectives(hlo) == [
         Collective("all-to-all", "u16", 256, 2),
         Collective("all-gather", "u8", 2368, 8),
+        Collective("all-to-all", "u8", 320, 4),
+        Collective("all-to-all", "u8", 320, 8),
     ]
 
 
