@@ -1,4 +1,4 @@
-"""Committed results whose bfloat16 byte figures count bytes that did not cross (issue 36).
+"""Committed results whose bfloat16 byte figures count bytes that did not cross.
 
 Before commit fb6bc28 the BF16 codec (``jax_lossy_comm.BF16``: the ``bf16`` exchange
 baseline and the ``bf16`` gradient all-reduce) sent its values as bfloat16 through XLA
@@ -80,7 +80,7 @@ def bf16_wire_note(result: dict[str, Any] | None, runs: list[dict[str, Any]]) ->
     if not parts:
         return ""
     return (
-        "**BF16 bytes counted, not crossed (issue 36):** this run sent the BF16 codec's "
+        "**BF16 bytes counted, not crossed:** this run sent the BF16 codec's "
         "bfloat16 values through XLA:CPU collectives, which widen bfloat16 to float32 (4 bytes "
         "per value crossed, 2 counted): "
         + "; ".join(parts)

@@ -1,4 +1,4 @@
-"""compressed_all_to_all as a drop-in for jax.lax.all_to_all (issue 36), on 8 CPU devices.
+"""compressed_all_to_all as a drop-in for jax.lax.all_to_all, on 8 CPU devices.
 
 The cases JAX's own all_to_all tests cover (shapes and ranks, every split/concat pair, tiled
 and untiled, negative axes, dtypes, a tuple of axis names, pytrees, axis_index_groups, a

@@ -1,5 +1,5 @@
 """Int8Rowwise (FBGEMM's INT8 row-wise) on rows of tiny range and of float32 subnormals: the
-error fbgemm_quant.int8_rowwise_quantize documents (issue 36, item 7)."""
+error fbgemm_quant.int8_rowwise_quantize documents."""
 
 from __future__ import annotations
 
