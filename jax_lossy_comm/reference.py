@@ -23,11 +23,12 @@ Differences, by design:
 * The decoder does not read dictionary (dedup) or Huffman sections: a frame with those flags
   gets status 10 (:attr:`jax_lossy_comm.frame.Status.UNSUPPORTED_FORM`) and NaN values. Every check that
   ``decode_frame`` makes before those sections still gives the C++ status.
-* Subnormal (denormal) float32 and bfloat16 inputs are outside the bit-identity guarantee:
-  XLA:CPU runs with flush-to-zero and denormals-are-zero, and so does the C++ handler called from
-  XLA's threads, but which bit pattern a min/max or select returns for a flushed operand depends
-  on the instructions each compiler chose (and the CUDA build keeps subnormals). Subnormal
-  *intermediates* of normal inputs (a tiny ``eb_abs`` or step) are flushed alike on both sides.
+* A chunk holding a subnormal (denormal) float32 or bfloat16 value is stored raw (lossless):
+  XLA:CPU runs with flush-to-zero and denormals-are-zero, so jax.numpy arithmetic would see
+  such values as zero and could not honour their bound. The C++ codec clears those modes for
+  its handler (and the CUDA build keeps subnormals) and quantizes them like any other chunk.
+  Subnormal *intermediates* of normal inputs (a tiny ``eb_abs`` or step) are flushed here, and
+  the C++ codec keeps them: a chunk whose step is subnormal is outside the bit identity.
 * Offsets are int32: a chunk needs ``24 * rows * dim < 2**31``.
 
 Floating point: the C++ codec is built with ``-ffp-contract=off``, but XLA:CPU and XLA:GPU contract
@@ -140,8 +141,12 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
         inv = jnp.float32(1) / step
     constant = value_range == 0
     spans = jnp.isfinite(step) & (step > 0) & jnp.isfinite(inv) & (mc < 2.0**frame.MAX_BITS)
+    # values.h: exponent bits zero, mantissa not (XLA would flush them: the docstring)
+    vbits = lax.bitcast_convert_type(v, rb.U32)
+    subnormal = jnp.any(((vbits & 0x7F800000) == 0) & ((vbits & 0x007FFFFF) != 0))
     quant_ok = (
-        (codec != frame.CODECS["raw"])
+        ~subnormal
+        & (codec != frame.CODECS["raw"])
         & jnp.bool_(n > 0)
         & (eb >= 0)
         & jnp.isfinite(eb)

@@ -43,7 +43,7 @@ LC_HD uint64_t quantize_verify(const uint8_t* in, uint64_t n, const QuantPlan& p
   const QuantPlan p = plan;  // a local copy: the stores below cannot alias it
   uint64_t i = i0, nbad = 0;
 #if LC_CPU_SIMD
-  if (D == kF32 && i0 == 0)
+  if (D == kF32 && i0 == 0 && p.pre == 1.0f)  // the vector paths leave out the 2^64 scaling
     i = simd::quantize_f32_prefix((const float*)in, n, p.vmin, p.inv, p.step, p.eb_abs, p.maxf,
                                   codes, bad, &nbad);
 #endif
@@ -158,7 +158,8 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
   if (quant_ok) {
     uint64_t n_bad = 0;
 #if LC_CPU_SIMD
-    if (D == kF32 && codec == kCodecFixed && psec_off + packed_bytes(n, bits) <= capacity) {
+    if (D == kF32 && codec == kCodecFixed && plan.pre == 1.0f &&
+        psec_off + packed_bytes(n, bits) <= capacity) {
       psec = out + psec_off;
       packed = simd::quantize_pack_f32_prefix((const float*)src, ns, plan.vmin, plan.inv,
                                               plan.step, plan.eb_abs, plan.maxf, bits, psec,

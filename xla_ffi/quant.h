@@ -16,6 +16,7 @@ namespace lc {
 
 struct QuantPlan {
   float vmin, eb_abs, half, step, inv, maxf;  // eb_abs: the bound; half: step / 2 (stored)
+  float pre;  // 1, or 2^64 for a step below float32's normal range (set_inverse)
   uint32_t maxcode;
   int bits;  // code width; 0 when !ok
   bool ok;   // false: the frame is raw (lossless)
@@ -86,6 +87,16 @@ LC_HD float half_step(float eb_abs, float vmin, float vmax, int dtype) {
   return u <= 0.75f * eb_abs && h > lo ? h : lo;
 }
 
+// inv = 1 / (step * pre). A step below float32's normal range (a chunk of subnormal values:
+// a table that is barely used) would make 1 / step overflow and the chunk go raw, overflowing
+// a fixed-rate capacity. Then the codes come from (x - vmin) * 2^64 and step * 2^64 instead
+// (quant_code): powers of two, so both scalings are exact and the codes are the same as the
+// unscaled ones would be; the stored step and the decoder do not change.
+LC_HD void set_inverse(QuantPlan& p) {
+  p.pre = p.step < 0x1p-126f ? 0x1p64f : 1.0f;
+  p.inv = 1.0f / (p.step * p.pre);
+}
+
 // The plan for a chunk of n values with finite range [vmin, vmax] (vmin > vmax: no finite
 // value) and bound eb (relative in kRel, absolute in kAbs). Not ok for the raw codec, an empty
 // chunk, a negative, NaN or infinite bound, or a range the codes cannot span in kMaxBits bits.
@@ -105,12 +116,13 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
   bool ok = codec != kCodecRaw && n > 0 && eb >= 0.0f && is_finite_bits(f2u(eb)) &&
             is_finite_bits(f2u(p.eb_abs));
   p.inv = 0.0f;
+  p.pre = 1.0f;
   uint32_t maxcode = 0;
   if (ok && !constant) {
     ok = is_finite_bits(f2u(p.step)) && p.step > 0.0f;
     if (ok) {
-      p.inv = 1.0f / p.step;
-      float mc = rint_nonneg(range * p.inv);
+      set_inverse(p);
+      float mc = rint_nonneg(range * p.pre * p.inv);
       ok = is_finite_bits(f2u(p.inv)) && mc < (float)(1u << kMaxBits);
       if (ok) maxcode = (uint32_t)mc;
       // Half types: the top code's x_hat (up to vmax + h) may round past the dtype's largest
@@ -120,7 +132,7 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
           !is_finite_bits(f2u(round_to_dtype(vmin + mc * p.step, dtype)))) {
         p.half = range / mc * 0.5f;
         p.step = p.half * 2.0f;
-        p.inv = 1.0f / p.step;
+        set_inverse(p);
       }
     }
   }
@@ -134,7 +146,7 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
 // The code of v as a float (0 for NaN and +-Inf), branch-free.
 LC_HD float quant_code(float v, const QuantPlan& p) {
   const bool fin = v - v == 0.0f;
-  float qf = rint_nonneg((v - p.vmin) * p.inv);
+  float qf = rint_nonneg((v - p.vmin) * p.pre * p.inv);
   qf = qf >= 0.0f ? qf : 0.0f;  // NaN and -Inf give 0
   qf = qf <= p.maxf ? qf : p.maxf;
   return fin ? qf : 0.0f;

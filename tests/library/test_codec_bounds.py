@@ -260,3 +260,43 @@ def test_frame_capacity_rejects_other_dtypes_and_negative_shapes():
     assert lc.frame_capacity((16, 8), ml_dtypes.bfloat16) == frame.raw_frame_bytes(
         16, 8, ml_dtypes.bfloat16
     )
+
+
+# ------------------------------------------------- quiet chunks: subnormal and tiny ranges
+@pytest.mark.parametrize(
+    "dtype,scale",
+    [(np.float32, 1e-39), (np.float32, 1e-42), (np.float32, 1e-43), (ml_dtypes.bfloat16, 1e-39)],
+)
+def test_a_subnormal_chunk_compresses_beside_normal_ones(dtype, scale):
+    # A table barely used keeps values below float32's normal range (2^-126): its step is
+    # subnormal and 1/step overflows. It must still be quantized within the bound and within
+    # the fixed-rate capacity, and leave the other chunks' frames as they are.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 256, 64)).astype(np.float32)
+    x[1] *= np.float32(scale)
+    x = x.astype(dtype)
+    assert np.abs(x[1].astype(np.float32)).max() < 2.0**-126
+    kw = dict(codec="fixed", min_error_bound=0.01)
+    frames, nbytes = lc.compress(jnp.asarray(x), 0.01, **kw)
+    infos = frame.frame_info(frames, nbytes)
+    assert [i.form for i in infos] == ["quantized"] * 3, infos[1]
+    assert infos[1].n_outliers == 0  # and within the capacity: no other form was needed
+    y = np.asarray(lc.decompress(frames, nbytes, shape=(256, 64), dtype=dtype))
+    b = bound64(x, 0.01)
+    assert np.all(max_error64(x, y) <= b), max_error64(x, y) / b
+    alone, alone_n = lc.compress(jnp.asarray(x[::2]), 0.01, **kw)
+    np.testing.assert_array_equal(np.asarray(frames)[::2], np.asarray(alone))
+    np.testing.assert_array_equal(np.asarray(nbytes)[::2], np.asarray(alone_n))
+
+
+def test_the_reference_codec_stores_a_chunk_with_subnormal_values_raw():
+    # XLA:CPU flushes subnormals to zero: jax.numpy would take the chunk for a constant one
+    # and break its bound, so the pure-jax codec keeps such a chunk lossless.
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 64, 16)).astype(np.float32)
+    x[0] *= np.float32(1e-39)
+    x[1, 3, 5] = np.float32(3e-41)  # one subnormal value among normal ones
+    frames, nbytes = reference.compress(jnp.asarray(x), 0.01, codec="fixed")
+    assert [i.form for i in frame.frame_info(frames, nbytes)] == ["raw", "raw"]
+    y = np.asarray(reference.decompress(frames, nbytes, shape=(64, 16))[0])
+    np.testing.assert_array_equal(y.view(np.uint32), x.view(np.uint32))

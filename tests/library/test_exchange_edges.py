@@ -111,3 +111,44 @@ def test_empty_table_axis_returns_the_empty_result(mesh, table_axis):
 
     y, ye = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("i"), out_specs=(P("i"), P("i"))))(x)
     assert y.shape == ye.shape and y.dtype == ye.dtype
+
+
+@pytest.mark.parametrize("path", ["dense", "packed"])
+def test_a_quiet_table_of_subnormal_values_keeps_the_exchange_compressed(mesh, path):
+    """One table barely used (every value below float32's normal range, 1e-39): its chunks
+    are quantized like the others', no step falls back to the exact exchange, the bound holds
+    on every chunk and the other table's frames are the bytes they are without it."""
+    rows, L, dim = 128, 2, 32
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((NDEV * NDEV * rows, L, dim)).astype(np.float32)
+    quiet = x.copy()
+    quiet[:, 1] *= np.float32(1e-39)
+    cfg = jlc.ExchangeConfig(
+        jlc.FrameCodec(codec="fixed", min_error_bound=0.01), table_axis=1, path=path
+    )
+    f = jax.jit(
+        jax.shard_map(
+            lambda x, eb: _stats(x, eb, cfg),
+            mesh=mesh,
+            in_specs=(P("i"), P()),
+            out_specs=(P("i"), P("i"), P("i")),
+        )
+    )
+    y, s, ye = f(jnp.asarray(quiet), jnp.float32(0.01))
+    y0, s0, _ = f(jnp.asarray(x), jnp.float32(0.01))
+    assert int(np.asarray(s.fallback).sum()) == 0
+    assert int(np.asarray(s.overflow_count).sum()) == 0
+    np.testing.assert_array_equal(np.asarray(s.moved_bytes), np.asarray(s0.moved_bytes))
+    xs = np.asarray(ye, np.float64).reshape(NDEV, rows, NDEV, L, dim)
+    ys = np.asarray(y, np.float64).reshape(NDEV, rows, NDEV, L, dim)
+    for d in range(NDEV):
+        for i in range(NDEV):
+            for t in range(L):
+                c = xs[d, :, i, t]
+                eb = np.float64(np.float32(0.01)) * (c.max() - c.min())
+                assert np.abs(ys[d, :, i, t] - c).max() <= eb, (d, i, t)
+    # the loud table decodes to what it decodes to without the quiet one
+    np.testing.assert_array_equal(
+        np.asarray(y).reshape(NDEV, rows, NDEV, L, dim)[..., 0, :],
+        np.asarray(y0).reshape(NDEV, rows, NDEV, L, dim)[..., 0, :],
+    )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,7 +25,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE / "frames.json"
-DUMPS = HERE.parents[2] / "shared" / "data" / "emb_dumps"
+# the data folder beside the checkout, as tests/support.py finds it ($JLC_DATA_DIR wins)
+DUMPS = Path(os.environ.get("JLC_DATA_DIR", HERE.parents[3] / "shared" / "data")) / "emb_dumps"
 
 KINDS = (
     "normal",
