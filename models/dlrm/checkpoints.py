@@ -2,9 +2,10 @@
 
 A checkpoint at step ``s`` lives in ``<workdir>/checkpoints/<s>/`` with two items: ``state``
 (the ``step.TrainState``: step, parameters, optimizer state, error-bound state; sharded
-arrays are saved and restored with their shardings) and ``meta`` (JSON: ``step`` and
-``data_position``, where the input stream resumes). Orbax writes a step to a temporary folder
-and renames it when complete, so a listed step is a whole one; but its pruning of old steps
+arrays are saved and restored with their shardings) and ``meta`` (JSON, ``meta_of``: ``step``,
+``data_position``, where the input stream resumes, and ``placement``, the table plan). A
+checkpoint of another plan (another number of devices) is moved to this run's (``reshard``).
+Orbax writes a step to a temporary folder and renames it when complete, so a listed step is a whole one; but its pruning of old steps
 deletes a listed folder in place, and a kill during it leaves a half-deleted step that orbax
 still lists. ``manager`` removes such incomplete steps (``remove_incomplete``) and ``restore``
 falls back to the next older step when one cannot be read. ``max_checkpoints`` most recent
@@ -33,7 +34,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from models.dlrm import reshard
 from models.dlrm.mesh import to_host
+from models.dlrm.sharding import TablePlacement
 from models.dlrm.step import TrainState
 
 log = logging.getLogger("dlrm")
@@ -139,6 +142,16 @@ def interrupt_after():
         raise KeyboardInterrupt
 
 
+def meta_of(data_position: dict, step: int, placement: TablePlacement) -> dict:
+    """A checkpoint's ``meta`` item: where the input stream resumes, the step, and the table
+    plan the state was written under (``reshard.placement_record``)."""
+    return {
+        "data_position": data_position,
+        "step": step,
+        "placement": reshard.placement_record(placement),
+    }
+
+
 def save(mngr: ocp.CheckpointManager, state: TrainState, meta: dict) -> None:
     """Saves ``state`` and the JSON ``meta`` at step ``state.step`` and waits until written;
     a Ctrl-C meanwhile is raised once the step is complete (``interrupt_after``)."""
@@ -172,6 +185,25 @@ def _leaf_specs(tree) -> dict:
     }
 
 
+def _check_same_leaves(abstract: dict, saved: dict) -> None:
+    """Raises ``ValueError`` naming the leaves (key path, saved and wanted shape and dtype)
+    where ``saved`` differs from ``abstract`` outside ``REINITIALIZABLE``: found here from the
+    metadata, before orbax starts reading (a restore that fails part way leaves orbax's reads
+    to finish after its event loop closed, and Python prints their tracebacks at exit)."""
+    diffs = []
+    for name in abstract:
+        if name in REINITIALIZABLE or name not in saved:
+            continue
+        have, want = _leaf_specs(saved[name]), _leaf_specs(abstract[name])
+        for key in sorted(set(have) | set(want)):
+            if have.get(key) != want.get(key):
+                show = [f"{s[0]} {s[1]}" if s else "none" for s in (have.get(key), want.get(key))]
+                diffs.append(f"{'/'.join((name, *key))}: saved {show[0]}, this run {show[1]}")
+    if diffs:
+        more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+        raise ValueError("; ".join(diffs[:3]) + more)
+
+
 def _restore_target(abstract: dict, saved: dict | None) -> tuple[dict, dict[str, str]]:
     """The item to restore a step with, and the fields to re-initialize (name: why).
 
@@ -184,6 +216,7 @@ def _restore_target(abstract: dict, saved: dict | None) -> tuple[dict, dict[str,
     """
     if saved is None:
         return abstract, {}
+    _check_same_leaves(abstract, saved)
     item, reinit = dict(abstract), {}
     for name in REINITIALIZABLE:
         if name not in abstract:
@@ -207,10 +240,24 @@ def _restore_target(abstract: dict, saved: dict | None) -> tuple[dict, dict[str,
     return item, reinit
 
 
+def _plan_move(mngr, step: int, saved: dict | None, placement) -> reshard.Move | None:
+    """The re-placement checkpoint ``step`` needs to resume under ``placement``
+    (``reshard.plan_move``); None without a plan or saved tables to compare."""
+    try:
+        table = saved["params"]["embedding"]["table"]
+    except (KeyError, TypeError):
+        return None
+    if placement is None:
+        return None
+    meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    return reshard.plan_move(table.shape, meta, placement)
+
+
 def restore(
     mngr: ocp.CheckpointManager,
     abstract_state: TrainState,
     init_state: Callable[[], TrainState] | None = None,
+    placement: TablePlacement | None = None,
 ) -> tuple[TrainState | None, dict | None]:
     """The latest checkpoint, or ``(None, None)`` when there is none.
 
@@ -222,6 +269,10 @@ def restore(
         fields re-initialized are computed, under ``jax.jit`` with ``abstract_state``'s
         shardings). Without it a checkpoint that lacks a ``REINITIALIZABLE`` field, or holds
         it in another structure, is a ``CheckpointError``.
+      placement: this run's table plan. A checkpoint written under another plan (another
+        number of devices, or other split settings) has its tables, their optimizer state and
+        the error-feedback residuals moved to this one (``reshard``); None: the checkpoint's
+        shapes must be this run's.
 
     Returns:
       ``(state, meta)`` of the newest step that can be read; a step with a missing file is
@@ -234,10 +285,12 @@ def restore(
       CheckpointError: a step that cannot be restored for another reason (e.g. the shapes of
         another config), naming the step and the way out (``--restart``).
     """
+    abstract = abstract_state._asdict()
     for step in sorted(mngr.all_steps(), reverse=True):
         try:
             saved = getattr(mngr.item_metadata(step).get("state"), "tree", None)
-            item, reinit = _restore_target(abstract_state._asdict(), saved)
+            move = _plan_move(mngr, step, saved, placement)
+            item, reinit = _restore_target(move.saved_item(abstract) if move else abstract, saved)
             if reinit and init_state is None:
                 why = "; ".join(f"{name}: {why}" for name, why in reinit.items())
                 raise ValueError(f"{why} (and no init_state to start it from)")
@@ -257,6 +310,17 @@ def restore(
             mngr.reload()
             continue
         fields = out["state"]
+        if move:
+            fields = move.place(fields, abstract)
+            if jax.process_index() == 0:
+                log.warning(
+                    "checkpoint %d: tables and their optimizer state moved from the plan it was "
+                    "written under (%s) to this run's (%s); error-feedback residuals spread "
+                    "over the new devices",
+                    step,
+                    reshard.describe_layout(move.old),
+                    reshard.describe_layout(move.new),
+                )
         for name, why in reinit.items():
             shardings = jax.tree.map(lambda a: a.sharding, getattr(abstract_state, name))
             fields[name] = jax.jit(

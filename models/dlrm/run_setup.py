@@ -97,11 +97,13 @@ def start_over(workdir: str) -> str | None:
 
 
 def restore_latest(
-    config: Config, mngr, init_state, shard
+    config: Config, mngr, init_state, shard, placement=None
 ) -> tuple[TrainState | None, dict | None]:
     """The latest checkpoint's ``(state, meta)`` when ``config.resume`` and there is one,
     else ``(None, None)`` (the caller then starts from ``init_state``). First checks that
-    every process sees the same checkpoint folder (``checkpoints.check_shared_workdir``)."""
+    every process sees the same checkpoint folder (``checkpoints.check_shared_workdir``).
+    ``placement``: this run's table plan, to move a checkpoint of another plan to
+    (``checkpoints.restore``)."""
     checkpoints.check_shared_workdir(mngr)
     if config.resume:
         abstract = jax.tree.map(
@@ -109,7 +111,7 @@ def restore_latest(
             jax.eval_shape(init_state),
             shard,
         )
-        return checkpoints.restore(mngr, abstract, init_state)
+        return checkpoints.restore(mngr, abstract, init_state, placement)
     return None, None
 
 
@@ -163,7 +165,7 @@ def setup_run(config: Config, workdir: str) -> RunSetup:
     init_state, shard = train_state.init_state_fn(config, mesh, placement, tx, eb_hook, allreduce)
     removed = None if config.resume else start_over(workdir)
     mngr = checkpoints.manager(workdir, config.max_checkpoints)
-    state, meta = restore_latest(config, mngr, init_state, shard)
+    state, meta = restore_latest(config, mngr, init_state, shard, placement)
     position = meta["data_position"] if meta else None
     # Data first: a bad file is reported before anything is compiled.
     nproc = jax.process_count()

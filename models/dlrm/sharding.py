@@ -257,9 +257,11 @@ def split_tables(placement: TablePlacement, buffer: np.ndarray) -> list[np.ndarr
     return [np.concatenate([a for _, a in sorted(ps, key=lambda x: x[0])]) for ps in parts]
 
 
-def join_tables(placement: TablePlacement, tables) -> np.ndarray:
-    """Inverse of ``split_tables``: T tables ``[rows_t, dim]`` -> ``float32[P, R, dim]``."""
-    out = np.zeros((placement.num_devices, placement.rows_per_device, placement.dim), np.float32)
+def join_tables(placement: TablePlacement, tables, dtype=np.float32) -> np.ndarray:
+    """Inverse of ``split_tables``: T tables ``[rows_t, dim]`` -> ``dtype[P, R, dim]`` (rows
+    no slot holds are zeros)."""
+    shape = (placement.num_devices, placement.rows_per_device, placement.dim)
+    out = np.zeros(shape, dtype)
     for v in range(placement.num_pieces):
         d, j = placement.device_of[v], placement.slot_of[v]
         o, lo, n = placement.offsets[d, j], placement.piece_lo[v], placement.piece_rows[v]

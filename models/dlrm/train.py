@@ -226,7 +226,9 @@ def train_and_evaluate(
             intervals.restart_clock()
         if _due(step, config.checkpoint_every, config.steps):
             intervals.check_loss(step)  # never checkpoint a diverged state
-            checkpoints.save(run.mngr, state, {"data_position": stream.position(), "step": step})
+            checkpoints.save(
+                run.mngr, state, checkpoints.meta_of(stream.position(), step, ctx.placement)
+            )
             intervals.restart_clock()
     bar.close()
     getattr(stream, "close", lambda: None)()  # stops a shard stream's prefetch thread
