@@ -337,3 +337,10 @@ def test_two_processes_compress_on_a_slow_link_and_choose_exact_on_a_fast_one(tm
     assert set(fast["candidates"]) == {"exact", "flat"}
     assert fast["choice"] == _check_rule(fast) == "exact", fast["reason"]
     assert fast["comparison"]["error"]["inter_node_bytes"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_slower_candidate_is_called_slower_not_below_the_margin():
+    cl = _cluster(inter_latency=1e-4)
+    slow = ae.decide(TB, cl, COMPUTE, _codecs(1e6, 1.01))  # a codec too slow to pay
+    assert slow.mode == "exact"
+    assert "slower than exact" in slow.reason and "margin" not in slow.reason, slow.reason

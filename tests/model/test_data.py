@@ -176,3 +176,16 @@ def test_synthetic_is_deterministic_zipf_and_learnable():
     big = gen.eval_set(20000)
     z = gen._raw_logit(big["dense"], big["ids"])
     assert roc_auc_score(big["label"], z) > 0.75
+
+
+@needs_data
+def test_a_kaggle_file_under_the_dcnv2_preset_is_described_by_its_layout():
+    import dataclasses
+
+    from models.dlrm.data import sources
+
+    path = os.path.join(KAGGLE, "dac_head8000_split_train.tsv")
+    config = dataclasses.replace(get_config("dcnv2_small"), data=path, eval_rows=64)
+    desc = sources.make_data(config, 64, None).description
+    assert desc.startswith(f"Criteo tab-separated files ['{path}']"), desc
+    assert "terabyte" not in desc

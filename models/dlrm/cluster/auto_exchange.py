@@ -147,11 +147,11 @@ def decide(
             )
         else:
             mode = "exact"
-            how = f"{gain:.1%} faster" if gain >= 0 else f"{-gain:.1%} slower"
-            reason = (
-                f"the best compressed candidate, {best}, is predicted {how} than exact (less "
-                f"than the {margin:.0%} margin)"
-            )
+            if gain >= 0:
+                how = f"only {gain:.1%} faster than exact (less than the {margin:.0%} margin)"
+            else:
+                how = f"{-gain:.1%} slower than exact"
+            reason = f"the best compressed candidate, {best}, is predicted {how}"
     else:
         mode, reason = "exact", "no compressed candidate on this mesh"
     compression, topo = TRAINER_SETTINGS[mode]

@@ -135,8 +135,11 @@ def make_data(
         skip_bad_lines=config.skip_bad_lines,
         holdout_every=holdout,
     )
+    # Kaggle's and Terabyte's lines have one layout: the files are named by it, not by a
+    # dataset the preset assumes (a Kaggle file under the DCNv2 preset was "terabyte files")
+    layout = "CSV" if config.data_format == "csv" else "Criteo tab-separated"
     desc = (
-        f"{config.data_format} files {paths[:3]}{'...' if len(paths) > 3 else ''}; eval "
+        f"{layout} files {paths[:3]}{'...' if len(paths) > 3 else ''}; eval "
         f"{len(eval_set['label'])} rows from "
         f"{f'held-out lines (every {holdout}-th)' if holdout else eval_paths[:3]}"
         f"{f'; {bad} bad eval lines skipped' if bad else ''}"
