@@ -31,8 +31,14 @@ from jax_lossy_comm.wire import (
     PATHS,
     TEST_PATHS,
     exact_all_to_all,
+    exact_all_to_all_in_pieces,
     send_frames,
 )
+
+#: Slices the exact fallback's all-to-all runs in (``wire.exact_all_to_all_in_pieces``): its
+#: buffers are then a quarter of the block's, so the compressed exchange's peak memory stays
+#: within 1.2x of ``jax.lax.all_to_all``'s (bench/training/exchange_memory.py).
+FALLBACK_PIECES = 4
 
 #: ``ExchangeConfig.topology`` choices (:mod:`jax_lossy_comm.exchange`, "Hierarchical exchange").
 TOPOLOGIES = ("flat", "hierarchical")
@@ -173,12 +179,19 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
 
         def compressed(_):
             rf, rnb = sent.receive()
-            return codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
+            r = codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
+            return r if hier else lay.from_chunks(r.reshape(grid + lay.chunk_shape))
 
-        def exact(_):
-            # From the chunks the codec read, not from x: XLA would otherwise materialize x a
-            # second time (the producer's fusion recomputed for the cond operand).
-            return exact_all_to_all(c, ax, 0, 0, tiled=True)  # 16-bit floats as uint16
+        def exact(_):  # 16-bit floats as uint16, in slices (FALLBACK_PIECES)
+            if hier:  # the chunks the codec read: the own node's are taken from them after
+                return exact_all_to_all_in_pieces(c, ax, FALLBACK_PIECES)
+            # Flat: from x in its own layout, peer-major (a reshape for split_axis 0), not from
+            # the chunks: the table-major chunks are a transposed copy of x, and holding them
+            # for this branch kept them alive through the decode (the peak).
+            peer = table_lay.per_peer()
+            return peer.from_chunks(
+                exact_all_to_all_in_pieces(peer.to_chunks(x), ax, FALLBACK_PIECES)
+            )
 
         any_over = sent.any_overflow
         r = jax.lax.cond(any_over, exact, compressed, None)
@@ -214,7 +227,8 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
         intra, inter_moved = node_bytes(moved_slot, ax)
         inter_raw = node_bytes(jnp.full(n, raw_bytes / n), ax)[1]
         moved = comp_moved
-    y = lay.from_chunks(r.reshape(grid + lay.chunk_shape))
+    coded_y = codec.variable_size and not hier  # the cond gave the result's layout
+    y = r if coded_y else lay.from_chunks(r.reshape(grid + lay.chunk_shape))
     stats = ExchangeStats(
         raw_bytes=raw_bytes,
         frame_bytes=jnp.asarray(frame_bytes, jnp.float32),

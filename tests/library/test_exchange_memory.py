@@ -1,0 +1,38 @@
+"""The compressed all-to-all's memory beside jax.lax.all_to_all's: XLA's temp + output per
+device, from ``Compiled.memory_analysis()`` (deterministic for a program: no timing).
+bench/training/exchange_memory.py reports the same at 16 MiB per device."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import jax_lossy_comm as jlc
+
+NDEV = 8
+pytestmark = pytest.mark.skipif(jax.device_count() < NDEV, reason=f"needs {NDEV} devices")
+
+
+def _budget(mesh, fn, shape):
+    f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("i"), out_specs=P("i")))
+    m = f.lower(jax.ShapeDtypeStruct(shape, jnp.float32)).compile().memory_analysis()
+    return m.temp_size_in_bytes + m.output_size_in_bytes
+
+
+@pytest.mark.parametrize("path", ["dense", "packed"])
+@pytest.mark.parametrize("table_axis", [1, None])
+def test_the_exchange_needs_at_most_1_2x_the_exact_collectives_memory(mesh, path, table_axis):
+    # 2 MiB per device: 8 peers x 4 tables of [256, 64] float32 chunks (or one per peer)
+    shape = (NDEV * NDEV * 256, 4, 64) if table_axis else (NDEV * NDEV * 1024, 64)
+    exact = _budget(mesh, lambda a: jax.lax.all_to_all(a, "i", 0, 0, tiled=True), shape)
+    cfg = jlc.ExchangeConfig(
+        jlc.FrameCodec(codec="fixed", min_error_bound=0.01), table_axis=table_axis, path=path
+    )
+    coded = _budget(
+        mesh,
+        lambda a: jlc.compressed_all_to_all(a, "i", 0, 0, tiled=True, error_bound=0.01, config=cfg),
+        shape,
+    )
+    assert coded <= 1.2 * exact, (coded / 2**20, exact / 2**20)
