@@ -87,7 +87,7 @@ def compress(
     """Compresses each chunk ``x[..., rows, dim]`` into a frame with a hard error bound.
 
     Per chunk: quantization without prediction (codes ``q = rint((x - min) / (2 eb_abs))``),
-    then the form ``codec`` names (see :data:`jax_lossy_comm.frame.CODECS`). Every finite value
+    then the form ``codec`` names (see :data:`jax_lossy_comm.CODECS`). Every finite value
     decodes within ``eb_abs``; values the quantizer cannot honour (NaN, Inf, float rounding at
     the edge) are stored exactly as outliers; a constant chunk costs a header only.
 
@@ -249,7 +249,7 @@ def decompress_with_status(
 
     Returns:
       ``(x_hat, status)``: ``x_hat [..., rows, dim]`` of ``dtype`` and ``status int32[...]``
-      (0 valid; see :data:`jax_lossy_comm.frame.STATUS`). A frame that is malformed,
+      (0 valid; see :data:`jax_lossy_comm.STATUS`). A frame that is malformed,
       truncated, corrupt or of another shape decodes to NaN, never to garbage.
 
     Raises:
