@@ -82,8 +82,19 @@ def _skip_namedtuple_fields(app, what, name, obj, skip, options):
     return None
 
 
+def _jax_array_in_full(app, what, name, obj, options, signature, return_annotation):
+    """Signatures name types by their last part (``ErrorBoundConfig``, not the module it is
+    defined in); jax's array keeps its package, as users write it: ``jax.Array``."""
+
+    def full(text):
+        return text and text.replace("~jax.Array", "jax.Array")
+
+    return full(signature), full(return_annotation)
+
+
 def setup(app):
     app.connect("autodoc-skip-member", _skip_namedtuple_fields)
+    app.connect("autodoc-process-signature", _jax_array_in_full)
     app.add_css_file("custom.css")
 
 
