@@ -3,6 +3,8 @@
 * :func:`codecs_page` -> codecs.md: the codec comparison on the real dumps (peers.json).
 * :func:`training_page` -> training.md: DLRM training with each exchange (train_compare.json).
 * :func:`link_page` -> link.md: the rate-limited link between two processes (netns.json).
+* :func:`fidelity_page` -> fidelity.md: DLRM fidelity over seeds, per preset
+  (fidelity_*.json; their full tables are fidelity_*.md, rendered by bench.training.fidelity).
 * :func:`overview_page` -> RESULTS.md: every results page with its headline figure.
 
 Each family page starts with a short table of headline figures (few columns; the longer
@@ -299,12 +301,67 @@ def link_page(netns: dict[str, Any]) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+# -------------------------------------------------------------------------------- fidelity
+def headline_fidelity(res: dict[str, Any]) -> str:
+    """exchange | AUC - exact (paired over seeds) | bytes moved / step | raw / moved |
+    frames: MX4 / frames."""
+    lines = [
+        "| exchange | AUC - exact, paired (mean ± std) | bytes moved / step | raw / moved "
+        "| MX4 / frames |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, s in res.get("summary", {}).items():
+        if s.get("auc_diff_mean") is None:
+            lines.append(f"| {name} | - | | | |")
+            continue
+        vs_mx4 = s.get("frame_bytes_vs_mx4")
+        lines.append(
+            f"| {name} | {s['auc_diff_mean']:+.5f} ± {s['auc_diff_std']:.5f} | "
+            f"{s['moved_bytes_per_step'] / 2**20:.3f} MiB | {bu.fmt(s['moved_ratio'])}x | "
+            + ("-" if vs_mx4 is None else f"{vs_mx4:.2f}x")
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def fidelity_page(results: list[dict[str, Any]], names: list[str]) -> str:
+    """bench/results/fidelity.md: per preset the headline table and the plot (``names``: the
+    results' file stems, ``fidelity_<preset>``); the full tables are the fidelity_*.md pages."""
+    out = [
+        "# Fidelity over seeds",
+        "",
+        GENERATED.format(src="fidelity_*.json")
+        + " AUC differences are paired: each run minus the exact run of its own seed. Bytes "
+        "are the forward exchange's per step over all devices; MX4 / frames: MX4's bytes over "
+        "the variable-size frames a GPU's ragged path sends.",
+        "",
+    ]
+    for res, name in zip(results, names, strict=True):
+        p = res.get("params", {})
+        tol = res.get("targets", {}).get("tolerance", p.get("auc_tolerance"))
+        out += [
+            f"## Preset `{p.get('preset')}`",
+            "",
+            f"{p.get('steps')} steps, seeds {', '.join(map(str, p.get('seeds', [])))}, "
+            f"{p.get('eval_rows')} held-out rows, {p.get('devices')} devices; target: within "
+            f"{tol:g} of exact. Full table: `{name}.md`.",
+            "",
+            headline_fidelity(res),
+            "",
+            *([note, ""] if (note := bf16_wire_note(res, res.get("runs", []))) else []),
+            f"![AUC difference to exact against bytes moved, preset {p.get('preset')}]({name}.png)",
+            "",
+        ]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
 # -------------------------------------------------------------------------------- overview
 #: The other results pages: file, what it measures (rendered elsewhere, linked from here).
 OTHER_PAGES = (
     ("codec.md", "the codec's targets at REL 0.01, beside a memcpy"),
-    ("fidelity_kaggle.md", "DLRM fidelity over 3 seeds, Kaggle preset"),
-    ("fidelity_dcnv2_small.md", "DLRM fidelity over 3 seeds, DLRM-DCNv2 (`dcnv2_small`)"),
+    ("fidelity.md", "DLRM fidelity over 3 seeds, Kaggle and DLRM-DCNv2: headline and plots"),
+    ("fidelity_kaggle.md", "its full table, Kaggle preset"),
+    ("fidelity_dcnv2_small.md", "its full table, DLRM-DCNv2 (`dcnv2_small`)"),
     ("two_node.md", "two nodes beside TorchRec"),
     ("two_node_dcnv2.md", "DLRM-DCNv2 on two nodes beside TorchRec's `DLRM_DCN`"),
     ("two_node_rates.md", "two nodes at several link rates"),
@@ -381,11 +438,17 @@ def overview_page(
 
 
 def family_pages(
-    peers: dict[str, Any] | None, train: dict[str, Any] | None, netns: dict[str, Any] | None
+    peers: dict[str, Any] | None,
+    train: dict[str, Any] | None,
+    netns: dict[str, Any] | None,
+    fidelity: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, str]:
     """Every page this module renders, by file name (a family without its result is left
-    out; RESULTS.md is always there)."""
+    out; RESULTS.md is always there). ``fidelity``: the ``fidelity_*.json`` results by file
+    stem."""
     pages = {"RESULTS.md": overview_page(peers, train, netns)}
+    if fidelity:
+        pages["fidelity.md"] = fidelity_page(list(fidelity.values()), list(fidelity))
     if peers:
         pages["codecs.md"] = codecs_page(peers)
     if train:

@@ -133,7 +133,10 @@ def render(results: Path = RESULTS) -> int:
     except Exception as e:  # noqa: BLE001 - a figure must not lose the tables
         print(f"figures failed: {type(e).__name__}: {e}")
         rc = 1
-    for name, text in family_pages(peers, train, netns).items():
+    # the fidelity sweeps, the classic Kaggle preset first
+    sweeps = sorted(results.glob("fidelity_*.json"), key=lambda j: (j.stem != "fidelity_kaggle", j))
+    fid = {j.stem: json.loads(j.read_text()) for j in sweeps}
+    for name, text in family_pages(peers, train, netns, fid).items():
         (results / name).write_text(text)
         print(f"wrote {results / name}")
     if codec:

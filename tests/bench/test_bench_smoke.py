@@ -182,7 +182,10 @@ def test_report_rerenders_the_committed_results():
     re-rendered shows here)."""
     peers, codec = _committed("peers.json"), _committed("codec.json")
     train, netns = _committed("train_compare.json"), _committed("netns.json")
-    for name, text in report.family_pages(peers, train, netns).items():
+    fid = {n: _committed(f"{n}.json") for n in ("fidelity_kaggle", "fidelity_dcnv2_small")}
+    pages = report.family_pages(peers, train, netns, fid)
+    assert "fidelity.md" in pages
+    for name, text in pages.items():
         assert text == (bu.RESULTS_DIR / name).read_text(), name
     assert codec_tables.codec_markdown(codec) == (bu.RESULTS_DIR / "codec.md").read_text()
     # the checks stored by the targets suite are those check_targets makes from its rows
