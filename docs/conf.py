@@ -11,6 +11,7 @@ The API reference's pages of one public name each are generated at build time
 """
 
 import os
+import tomllib
 
 import jax
 
@@ -115,12 +116,18 @@ html_static_path = ["_static"]
 html_theme_options = {
     "navigation_with_keys": True,
 }
-# The repository link in the header (Furo's source buttons): the URL of the repository the
-# site is built from, e.g. JLC_DOCS_REPOSITORY=https://github.com/OWNER/jax_lossy_comm.
-if os.environ.get("JLC_DOCS_REPOSITORY"):
+# The repository link in the header (Furo's source buttons): JLC_DOCS_REPOSITORY, else the
+# "Repository" (or "Source") URL of pyproject.toml's [project.urls], when there is one; e.g.
+# JLC_DOCS_REPOSITORY=https://github.com/OWNER/jax_lossy_comm.
+with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as f:
+    _urls = tomllib.load(f)["project"].get("urls", {})
+_repository = (
+    os.environ.get("JLC_DOCS_REPOSITORY") or _urls.get("Repository") or _urls.get("Source")
+)
+if _repository:
     html_theme_options.update(
-        source_repository=os.environ["JLC_DOCS_REPOSITORY"].rstrip("/") + "/",
+        source_repository=_repository.rstrip("/") + "/",
         source_branch=os.environ.get("JLC_DOCS_BRANCH", "main"),
         source_directory="docs/",
+        footer_icons=[{"name": "Repository", "url": _repository, "html": "Repository"}],
     )
-    html_context = {"jlc_repository": os.environ["JLC_DOCS_REPOSITORY"]}
