@@ -43,7 +43,7 @@ napoleon_use_ivar = True
 # No "show-inheritance" key: Sphinx 9 reads any value given to it, False included, as on.
 autodoc_default_options = {"members": True, "undoc-members": True}
 autodoc_member_order = "bysource"
-# Signatures with their annotations (jax.Array prints as jax.Array: see the end of the section).
+# Signatures with their annotations (jax.Array printed as such: setup() below).
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
 # One page per public name, written at build time under docs/api/generated/.
@@ -69,10 +69,6 @@ nitpick_ignore = [
     ("py:class", "os.PathLike"),
 ]
 
-# jax.Array's own name is ``jaxlib._jax.Array``: where an annotation is a class, not a string,
-# it is printed under the name users write.
-jax.Array.__qualname__ = "Array"
-
 
 def _skip_namedtuple_fields(app, what, name, obj, skip, options):
     """NamedTuple fields are documented in the class's "Attributes:" section; autodoc would
@@ -94,6 +90,9 @@ def _jax_array_in_full(app, what, name, obj, options, signature, return_annotati
 
 
 def setup(app):
+    # jax.Array's own name is ``jaxlib._jax.Array``: the signatures print it under the name
+    # users write (set here, in the Sphinx process only: pytest imports this file too).
+    jax.Array.__qualname__ = "Array"
     app.connect("autodoc-skip-member", _skip_namedtuple_fields)
     app.connect("autodoc-process-signature", _jax_array_in_full)
     app.add_css_file("custom.css")
