@@ -11,7 +11,7 @@
 # OUTDIR defaults to $GPU_CHECK_OUT, else ./gpu_check_out.
 #
 # What the machine needs (docs/gpu.md, "What to install"): the NVIDIA driver; Python with jax
-# and its CUDA plugin (pip install 'jax[cuda13]'), this checkout's test dependencies
+# and its CUDA plugin (pip install 'jax[cuda13]<0.13'), this checkout's test dependencies
 # (pip install -e '.[test]' installs them and builds the package), nanobind, scikit-build-core,
 # cmake and ninja for the build; the CUDA toolkit's nvcc (CUDA 13) and compute-sanitizer. The
 # package is built with --no-build-isolation --no-deps against the jax installed there, so the
