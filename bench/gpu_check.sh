@@ -1,25 +1,25 @@
 #!/usr/bin/env bash
-# GPU check in one shot: build (or the carried wheel), smoke, the GPU tests of the codec, the
-# exchange and the trainer, a quick benchmark, compute-sanitizer; each stage under its own time
-# limit, every result in OUTDIR as soon as it exists, and a summary of what ran, passed, failed
-# or was skipped, with times. docs/gpu.md says the same at more length.
+# GPU check in one shot, on a machine with an NVIDIA GPU: build the CUDA handlers (or install a
+# prebuilt wheel), then a smoke test, the GPU tests of the codec, the exchange and the trainer,
+# a quick benchmark and compute-sanitizer; each stage under its own time limit, every result in
+# OUTDIR as soon as it exists, and a summary of what ran, passed, failed or was skipped, with
+# times. docs/gpu.md says the same at more length.
 #
-# On the GPU machine (about 8 minutes at most, so one rerun fits in a 15-minute lease):
-#   bash bench/gpu_check.sh "$OUT"              # OUTDIR: the device tool's $OUT
-# On a CPU (also with JLC_CUDA=OFF): the same pytest command lines, the CPU standing in:
-#   bash bench/gpu_check.sh /tmp/gpu_check --dry-run
+#   bash bench/gpu_check.sh [OUTDIR]             # about 8 minutes at most (the stage limits)
+#   bash bench/gpu_check.sh [OUTDIR] --dry-run   # on a CPU (also with JLC_CUDA=OFF): the same
+#                                                # pytest command lines, the CPU standing in
+# OUTDIR defaults to $GPU_CHECK_OUT, else ./gpu_check_out.
 #
-# Put beside the checkout first (only the checkout travels to the GPU machine, plus a shared/
-# folder inside it and the ignored paths named in the device tool's carry):
-#   * the real dumps:  mkdir -p shared/data && cp -r ../shared/data/emb_dumps shared/data/
-#     (/shared/ is git-ignored; tests and benchmark read ./shared/data through JLC_DATA_DIR)
-#   * the prebuilt wheel, used when the build fails there: tools/wheel.sh --gpu-image writes
-#     .whl/jax_lossy_comm-*-cp312-*.whl (name .whl in carry).
-#
-# Meant for the H200 image without a package index (Python 3.12, jax 0.11.2 + the CUDA 13
-# plugin, pytest, pytest-xdist, pytest-timeout, nanobind, scikit-build-core, cmake, ninja,
-# nvcc, compute-sanitizer; no isal, no zstandard): the package is built with
-# --no-build-isolation --no-deps against the jaxlib installed there; nothing is fetched.
+# What the machine needs (docs/gpu.md, "What to install"): the NVIDIA driver; Python with jax
+# and its CUDA plugin (pip install 'jax[cuda13]<0.13'), this checkout's test dependencies
+# (pip install -e '.[test]' installs them and builds the package), nanobind, scikit-build-core,
+# cmake and ninja for the build; the CUDA toolkit's nvcc (CUDA 13) and compute-sanitizer. The
+# package is built with --no-build-isolation --no-deps against the jax installed there, so the
+# run fetches nothing. Optional: JLC_DATA_DIR, a folder holding emb_dumps/ (the real embedding
+# dumps the dump tests and the benchmark read; default ./shared/data, else ../shared/data;
+# without them those tests are skipped and the benchmark uses synthetic data); a prebuilt wheel
+# in GPU_CHECK_WHEEL_DIR (default ./.whl, e.g. from tools/wheel.sh), installed only when the
+# build fails.
 #
 # Stages, in order (limit in seconds, overridable by GPU_CHECK_LIMIT_<STAGE>_S; a stage whose
 # limit does not fit in what is left of GPU_CHECK_BUDGET_S runs with what is left, and is
@@ -28,8 +28,9 @@
 #   env        interpreter, packages and tool versions, jax.devices() with JAX_PLATFORMS unset
 #              (under a time limit), /dev/nvidia*, Python.h, commit          ENV 20 (~8 s)
 #   build      pip install . with JLC_CUDA=ON (nvcc, sm_80 + sm_90); if that fails, pip
-#              install --no-index --no-deps of the one carried .whl/*-cp312-*.whl; the import
-#              check; kernel registers / spills (cuobjdump)                  BUILD 100 (~80 s)
+#              install --no-index --no-deps of the one prebuilt wheel for this Python in
+#              GPU_CHECK_WHEEL_DIR; the import check; kernel registers / spills (cuobjdump)
+#                                                                            BUILD 100 (~80 s)
 #   smoke      one compress/decompress per codec and dtype against the CPU's frames, one
 #              1-GPU ragged exchange, 3 trainer steps                        SMOKE 45 (~30 s)
 #   tests      pytest -m gpu on tests/native/test_cuda.py, library/test_exchange_gpu.py, model/test_train_gpu.py:
@@ -47,7 +48,8 @@
 # stage fails on a report naming the codec's kernels (lc::gpu::encode_* / decode_*) or on a
 # failing test, other reports are counted in the detail. Total of the limits: 480 s.
 #
-# Files written to OUTDIR (8, no folders: what the device machine sends back):
+# Files written to OUTDIR (8 plain files, no folders: one folder to copy off the machine or to
+# attach to a report):
 #   summary.txt  "started" and result lines per stage (status, limit, time taken, detail), the
 #                benchmark's figures, then the overall line
 #   env.txt  build.log  smoke.log  tests.log  bench.log  bench.json  sanitizer.log
@@ -63,28 +65,30 @@
 # (--allow-cpu, tiny tiles; figures meaningless). Stage limits are not enforced in the dry
 # run (GPU_CHECK_DRY_LIMIT_S each, default 900); the summary shows the GPU mode's.
 # Exit status: 0 when no stage failed.
-# Environment: PYTHON (default python3), JLC_DATA_DIR (folder of emb_dumps/; default
-# ./shared/data, else ../shared/data), GPU_CHECK_BUDGET_S, GPU_CHECK_LIMIT_<STAGE>_S,
-# GPU_CHECK_TEST_TIMEOUT_S (per test; default 120, dry run 600), GPU_CHECK_WORKERS (xdist;
-# default 4, fewer on fewer cores), GPU_CHECK_SELECT (a -k expression ANDed to every
-# selection, e.g. "not trainer" for a quicker dry run), GPU_CHECK_WHEEL_DIR (default ./.whl).
+# Environment: PYTHON (default python3), GPU_CHECK_OUT (OUTDIR when none is given),
+# JLC_DATA_DIR, GPU_CHECK_BUDGET_S, GPU_CHECK_LIMIT_<STAGE>_S, GPU_CHECK_TEST_TIMEOUT_S (per
+# test; default 120, dry run 600), GPU_CHECK_WORKERS (xdist; default 4, fewer on fewer cores),
+# GPU_CHECK_SELECT (a -k expression ANDed to every selection, e.g. "not trainer" for a quicker
+# dry run), GPU_CHECK_WHEEL_DIR (default ./.whl).
 set -u
-usage() { echo "usage: bash bench/gpu_check.sh OUTDIR [--dry-run]" >&2; exit 2; }
-OUT="" DRY=0
+usage() { echo "usage: bash bench/gpu_check.sh [OUTDIR] [--dry-run]" >&2; exit 2; }
+DEST="" DRY=0
 for a in "$@"; do
   case "$a" in
     --dry-run) DRY=1 ;;
-    -h | --help) sed -n '2,70p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,72p' "$0"; exit 0 ;;
     -*) usage ;;
-    *) [ -z "$OUT" ] || usage; OUT=$a ;;
+    *) [ -z "$DEST" ] || usage; DEST=$a ;;
   esac
 done
-[ -n "$OUT" ] || usage
+DEST=${DEST:-${GPU_CHECK_OUT:-gpu_check_out}}
 [ "${JLC_CUDA:-}" = "OFF" ] && DRY=1
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || exit 2
+mkdir -p "$DEST" && DEST=$(cd "$DEST" && pwd) || exit 2
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 PY=${PYTHON:-python3}
+# The wheel tag of the interpreter (cp312): a prebuilt wheel must match it.
+PY_TAG=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null || echo cp3)
 BUDGET=${GPU_CHECK_BUDGET_S:-480}
 L_ENV=${GPU_CHECK_LIMIT_ENV_S:-20}
 L_BUILD=${GPU_CHECK_LIMIT_BUILD_S:-100}
@@ -108,10 +112,10 @@ K_RACECHECK="fuzz_small"
 # A sanitizer report names the codec's kernels in its "at" / "Race reported between" lines.
 CODEC_KERNELS='lc::gpu::(en|de)code_[a-z_]*kernel'
 T0=$(date +%s)
-SUMMARY="$OUT/summary.txt"
+SUMMARY="$DEST/summary.txt"
 FILES=(summary.txt env.txt build.log smoke.log tests.log bench.log bench.json sanitizer.log)
 # A rerun into the same folder leaves nothing of the run before.
-for f in "${FILES[@]}" bench.json.tmp; do rm -f "${OUT:?}/$f"; done
+for f in "${FILES[@]}" bench.json.tmp; do rm -f "${DEST:?}/$f"; done
 N_PASS=0 N_FAIL=0 N_SKIP=0 N_DRY=0
 # The installed package, not the checkout, must be imported on the GPU run: python -P keeps the
 # checkout off sys.path, pytest's importlib mode does not put it back, and the bench package
@@ -195,21 +199,21 @@ fi
   echo "compute-sanitizer: ${SAN:-none} $([ -n "$SAN" ] && "$SAN" --version 2>/dev/null | tail -n 1)"
   echo "Python.h: $("$PY" -c 'import os, sysconfig; p = os.path.join(sysconfig.get_paths()["include"], "Python.h"); print(p, "exists" if os.path.exists(p) else "MISSING")')"
   echo "data: ${JLC_DATA_DIR:-none (the dump tests are skipped, the benchmark uses synthetic data)}"
-  echo "wheel: $(ls "${GPU_CHECK_WHEEL_DIR:-$ROOT/.whl}"/jax_lossy_comm-*-cp312-*.whl 2>/dev/null || echo none carried)"
+  echo "wheel: $(ls "${GPU_CHECK_WHEEL_DIR:-$ROOT/.whl}"/jax_lossy_comm-*-"$PY_TAG"-*.whl 2>/dev/null || echo "no prebuilt $PY_TAG wheel")"
   echo "--- jax.devices() with JAX_PLATFORMS unset (limit 15 s)"
   env -u JAX_PLATFORMS timeout 15 "$PY" -P -c "import jax; print(jax.__version__, jax.devices())" 2>&1 | tail -n 3
   git -C "$ROOT" rev-parse HEAD 2>/dev/null || true
-} > "$OUT/env.txt" 2>&1
-record env passed "$L_ENV" $(( $(now) - s0 )) "env.txt; $(grep -m1 '^--- jax' -A1 "$OUT/env.txt" | tail -n 1 | cut -c1-80); nvcc ${NVCC:-none}; data ${JLC_DATA_DIR:-synthetic}"
+} > "$DEST/env.txt" 2>&1
+record env passed "$L_ENV" $(( $(now) - s0 )) "env.txt; $(grep -m1 '^--- jax' -A1 "$DEST/env.txt" | tail -n 1 | cut -c1-80); nvcc ${NVCC:-none}; data ${JLC_DATA_DIR:-synthetic}"
 
 # ------------------------------------------------------------------ build
 BUILD_OK=0
 s0=$(now)
 t=$(limit_of "$L_BUILD")
 started build "$L_BUILD"
-: > "$OUT/build.log"
+: > "$DEST/build.log"
 BUILD=(env JLC_CUDA=ON "$PY" -m pip install --no-build-isolation --no-deps -v .)
-WHEEL_GLOB="${GPU_CHECK_WHEEL_DIR:-$ROOT/.whl}/jax_lossy_comm-*-cp312-*.whl"
+WHEEL_GLOB="${GPU_CHECK_WHEEL_DIR:-$ROOT/.whl}/jax_lossy_comm-*-$PY_TAG-*.whl"
 IMPORT_CHECK=("$PY" -P -c "import jax, jax_lossy_comm._ext as e; assert e.HAS_CUDA, 'built without CUDA'; print('import:', e.__file__, jax.__version__, jax.devices('gpu'))")
 if [ $DRY = 1 ]; then
   {
@@ -217,42 +221,42 @@ if [ $DRY = 1 ]; then
     echo "  ${BUILD[*]}"
     echo "  and if that fails: $PY -m pip install --no-index --no-deps --force-reinstall $WHEEL_GLOB ($(ls $WHEEL_GLOB 2>/dev/null || echo 'no such file here'))"
     echo "  then the import check: ${IMPORT_CHECK[*]}"
-  } | tee -a "$OUT/build.log"
+  } | tee -a "$DEST/build.log"
   record build dry-run "$L_BUILD" 0 "pip command lines in build.log (not run)"
 else
   how="build"
   rc=1
   if [ -z "$NVCC" ]; then
-    echo "no nvcc (PATH, /usr/local/cuda/bin): the build is not tried" >> "$OUT/build.log"
+    echo "no nvcc (PATH, /usr/local/cuda/bin): the build is not tried" >> "$DEST/build.log"
   else
     export CUDACXX=${CUDACXX:-$NVCC}
     export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 8)}
-    run_limited $(( t > 40 ? t - 20 : t )) "$OUT/build.log" "${BUILD[@]}"  # 20 s kept for the wheel
+    run_limited $(( t > 40 ? t - 20 : t )) "$DEST/build.log" "${BUILD[@]}"  # 20 s kept for the wheel
     rc=$?
   fi
   if [ $rc != 0 ]; then
     wheels=($WHEEL_GLOB)
     if [ -f "${wheels[0]}" ] && [ ${#wheels[@]} = 1 ]; then
-      echo "gpu_check: the build failed (status $rc); installing the carried wheel ${wheels[0]}" >> "$OUT/build.log"
-      run_limited 60 "$OUT/build.log" "$PY" -m pip install --no-index --no-deps --force-reinstall "${wheels[0]}"
-      rc=$? how="carried wheel ${wheels[0]##*/}"
+      echo "gpu_check: the build failed (status $rc); installing the prebuilt wheel ${wheels[0]}" >> "$DEST/build.log"
+      run_limited 60 "$DEST/build.log" "$PY" -m pip install --no-index --no-deps --force-reinstall "${wheels[0]}"
+      rc=$? how="prebuilt wheel ${wheels[0]##*/}"
     else
-      echo "gpu_check: the build failed (status $rc) and no single carried wheel $WHEEL_GLOB is here (tools/wheel.sh --gpu-image makes it)" >> "$OUT/build.log"
+      echo "gpu_check: the build failed (status $rc) and there is not exactly one prebuilt wheel $WHEEL_GLOB (tools/wheel.sh makes one)" >> "$DEST/build.log"
     fi
   fi
   if [ $rc = 0 ]; then
-    run_limited 60 "$OUT/build.log" "${IMPORT_CHECK[@]}"
+    run_limited 60 "$DEST/build.log" "${IMPORT_CHECK[@]}"
     rc=$?
-    [ $rc = 0 ] || echo "the installed extension has no CUDA handlers or no GPU is visible" >> "$OUT/build.log"
+    [ $rc = 0 ] || echo "the installed extension has no CUDA handlers or no GPU is visible" >> "$DEST/build.log"
   fi
   if [ $rc = 0 ]; then
     BUILD_OK=1
     EXT=$("$PY" -P -c "import jax_lossy_comm._ext as e; print(e.__file__)" 2>/dev/null)
     # Registers, shared memory and spills of every kernel as built.
     command -v cuobjdump >/dev/null 2>&1 && [ -n "$EXT" ] &&
-      { echo "--- cuobjdump --dump-resource-usage"; cuobjdump --dump-resource-usage "$EXT"; } >> "$OUT/build.log" 2>&1
+      { echo "--- cuobjdump --dump-resource-usage"; cuobjdump --dump-resource-usage "$EXT"; } >> "$DEST/build.log" 2>&1
   fi
-  record build "$(status_of $rc)" "$t" $(( $(now) - s0 )) "$how; build.log: $(grep -m1 -o 'compiling CUDA kernels.*' "$OUT/build.log" || tail -n 1 "$OUT/build.log" | cut -c1-120)"
+  record build "$(status_of $rc)" "$t" $(( $(now) - s0 )) "$how; build.log: $(grep -m1 -o 'compiling CUDA kernels.*' "$DEST/build.log" || tail -n 1 "$DEST/build.log" | cut -c1-120)"
 fi
 
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -264,7 +268,7 @@ gpu_stage() {
   if [ $DRY = 0 ] && [ "$(left)" -lt 20 ]; then record "$1" skipped "$2" 0 "out of budget"; return 1; fi
   return 0
 }
-# Plugins of the image: a per-test time limit and parallel workers where installed.
+# Plugins where installed: a per-test time limit and parallel workers where installed.
 PLUGINS=()
 "$PY" -P -c "import pytest_timeout" 2>/dev/null && PLUGINS+=(--timeout="$TEST_TIMEOUT")
 XDIST=()
@@ -291,28 +295,28 @@ pytest_stage() {
 }
 
 # ------------------------------------------------------------------ smoke, GPU tests
-pytest_stage smoke "$L_SMOKE" "$OUT/smoke.log" "$K_SMOKE" "${PLUGINS[@]}"
-pytest_stage tests "$L_TESTS" "$OUT/tests.log" "" --maxfail=20 --durations=15 "${PLUGINS[@]}" "${XDIST[@]}"
+pytest_stage smoke "$L_SMOKE" "$DEST/smoke.log" "$K_SMOKE" "${PLUGINS[@]}"
+pytest_stage tests "$L_TESTS" "$DEST/tests.log" "" --maxfail=20 --durations=15 "${PLUGINS[@]}" "${XDIST[@]}"
 
 # ------------------------------------------------------------------ benchmark
 s0=$(now)
 t=$(limit_of "$L_BENCH")
 started bench "$L_BENCH"
-: > "$OUT/bench.log"
-BENCH=(env PYTHONPATH="$LINKS" "$PY" -P -m bench.codecs.codec_bench_gpu --quick --json "$OUT/bench.json")
+: > "$DEST/bench.log"
+BENCH=(env PYTHONPATH="$LINKS" "$PY" -P -m bench.codecs.codec_bench_gpu --quick --json "$DEST/bench.json")
 if [ $DRY = 1 ]; then
-  run_limited "$t" "$OUT/bench.log" "${BENCH[@]}" --allow-cpu --tile-mb 0.25 --large-mb 1
+  run_limited "$t" "$DEST/bench.log" "${BENCH[@]}" --allow-cpu --tile-mb 0.25 --large-mb 1
   rc=$?
-  record bench "$(dry_status $rc)" "$L_BENCH" $(( $(now) - s0 )) "dry run on the CPU (figures meaningless): $(grep -c -E '^ +[a-z]+ +compress' "$OUT/bench.log") form results, bench.json"
+  record bench "$(dry_status $rc)" "$L_BENCH" $(( $(now) - s0 )) "dry run on the CPU (figures meaningless): $(grep -c -E '^ +[a-z]+ +compress' "$DEST/bench.log") form results, bench.json"
 elif gpu_stage bench "$t"; then
-  run_limited "$t" "$OUT/bench.log" "${BENCH[@]}"
+  run_limited "$t" "$DEST/bench.log" "${BENCH[@]}"
   rc=$?
-  record bench "$(status_of $rc)" "$t" $(( $(now) - s0 )) "bench.log, bench.json: $(grep -c -E '^ +[a-z]+ +compress' "$OUT/bench.log") form results"
-  grep -E "copy|compress" "$OUT/bench.log" | sed 's/  forms {.*//; s/^/    /' >> "$SUMMARY"
+  record bench "$(status_of $rc)" "$t" $(( $(now) - s0 )) "bench.log, bench.json: $(grep -c -E '^ +[a-z]+ +compress' "$DEST/bench.log") form results"
+  grep -E "copy|compress" "$DEST/bench.log" | sed 's/  forms {.*//; s/^/    /' >> "$SUMMARY"
 fi
 
 # ------------------------------------------------------------------ compute-sanitizer
-: > "$OUT/sanitizer.log"
+: > "$DEST/sanitizer.log"
 SAN_OPTS=(--report-api-errors no --print-limit 50 --target-processes all)
 if [ -n "$SAN" ] && "$SAN" --help 2>/dev/null | grep -q -- "--kernel-name"; then
   SAN_OPTS+=(--kernel-name kns=code_)
@@ -328,13 +332,13 @@ sanitize() {
   # The platform allocator gives each buffer its own allocation, so an access past a frame
   # or past the output is caught (inside XLA's pooled allocator it would not be).
   local san=(env XLA_PYTHON_CLIENT_ALLOCATOR=platform "${SAN:-compute-sanitizer}" --tool "$tool" "${SAN_OPTS[@]}")
-  echo "=== $name: compute-sanitizer --tool $tool, pytest -k '$k'" >> "$OUT/sanitizer.log"
+  echo "=== $name: compute-sanitizer --tool $tool, pytest -k '$k'" >> "$DEST/sanitizer.log"
   if [ $DRY = 1 ]; then
-    echo "dry run: would run $(printf '%q ' "${san[@]}" "${cmd[@]}")" | tee -a "$OUT/sanitizer.log"
-    echo "dry run: runs the selection without the sanitizer, the CPU standing in" >> "$OUT/sanitizer.log"
-    run_limited "$t" "$OUT/sanitizer.log" "${cmd[@]}"
+    echo "dry run: would run $(printf '%q ' "${san[@]}" "${cmd[@]}")" | tee -a "$DEST/sanitizer.log"
+    echo "dry run: runs the selection without the sanitizer, the CPU standing in" >> "$DEST/sanitizer.log"
+    run_limited "$t" "$DEST/sanitizer.log" "${cmd[@]}"
     rc=$?
-    record "$name" "$(dry_status $rc)" "$lim" $(( $(now) - s0 )) "dry run (no sanitizer): $(pytest_tail "$OUT/sanitizer.log" | tail -n 1)"
+    record "$name" "$(dry_status $rc)" "$lim" $(( $(now) - s0 )) "dry run (no sanitizer): $(pytest_tail "$DEST/sanitizer.log" | tail -n 1)"
     return 0
   fi
   gpu_stage "$name" "$t" || return 0
@@ -345,20 +349,20 @@ sanitize() {
   local log="$LINKS/sanitizer.$name.log"  # outside OUTDIR: a kill leaves no ninth file
   run_limited "$t" "$log" "${san[@]}" "${cmd[@]}"
   rc=$?
-  cat "$log" >> "$OUT/sanitizer.log"
+  cat "$log" >> "$DEST/sanitizer.log"
   # Reports that name the codec's kernels fail the stage; others (XLA's kernels) are counted.
   n_codec=$(grep -c -E "^=+ .*$CODEC_KERNELS" "$log")
   n_all=$(grep -c -E "^=+ +(Invalid|Race reported|Error|Uninitialized|Barrier|Program hit)" "$log")
   rm -f "$log"
   st=$(status_of $rc)
   [ "$n_codec" -gt 0 ] && [ "$st" = passed ] && st=failed
-  record "$name" "$st" "$t" $(( $(now) - s0 )) "sanitizer.log: $n_codec report lines naming the codec's kernels, $n_all reports in all; $(pytest_tail "$OUT/sanitizer.log" | tail -n 1)"
+  record "$name" "$st" "$t" $(( $(now) - s0 )) "sanitizer.log: $n_codec report lines naming the codec's kernels, $n_all reports in all; $(pytest_tail "$DEST/sanitizer.log" | tail -n 1)"
 }
 sanitize memcheck memcheck "$L_MEMCHECK" "$K_MEMCHECK"
 sanitize racecheck racecheck "$L_RACECHECK" "$K_RACECHECK"
 
 # ------------------------------------------------------------------ overall
-rm -f "$OUT/bench.json.tmp"
+rm -f "$DEST/bench.json.tmp"
 total=$(( $(now) - T0 ))
 overall=$([ $N_FAIL = 0 ] && echo passed || echo failed)
 limits=$(( L_ENV + L_BUILD + L_SMOKE + L_TESTS + L_BENCH + L_MEMCHECK + L_RACECHECK ))

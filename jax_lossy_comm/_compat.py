@@ -1,7 +1,7 @@
 """What differs between the JAX releases the library supports, in one place.
 
 Supported: jax/jaxlib 0.10.2 (the newest on Python 3.11) up to 0.12.x (Python 3.12-3.13; the
-H200 image has 0.11.2). Public API only, never ``jax._src``. Checked on both ends (CI):
+GPU checks ran 0.11.2). Public API only, never ``jax._src``. Checked on both ends (CI):
 
 * The Varying -> Invariant all-gather: ``jax.lax.all_gather(x, axis, to="invarying")`` in
   every supported release (0.10.2 already has the ``to`` keyword); the private

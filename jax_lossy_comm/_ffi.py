@@ -110,7 +110,7 @@ def register() -> None:
     ``import jax_lossy_comm`` already calls it, so a process that imports the library can run
     the codec and call a deserialized ``jax.export`` that uses it; calling it again does
     nothing. It starts no JAX backend (JAX registers queued targets when the backend starts).
-    Registers :data:`TARGETS` (``jax_lossy_comm_compress_v1``, ``..._decompress_v1``,
+    Registers ``TARGETS`` (``jax_lossy_comm_compress_v1``, ``..._decompress_v1``,
     ``..._frame_status_v1``) on ``cpu`` and, when built with CUDA, on ``CUDA``.
 
     Raises:
@@ -158,7 +158,7 @@ def export_safety_checks() -> list:
     codec, the exchanges or the all-reduce (public as ``jax_lossy_comm.export_safety_checks``).
 
     ``jax.export`` refuses custom calls that are not on JAX's own list of stable targets;
-    :data:`TARGETS` are the library's, versioned (docs/export.md states what is promised).
+    ``TARGETS`` are the library's, versioned (docs/export.md states what is promised).
 
     Returns:
       ``[jax.export.DisabledSafetyCheck.custom_call(name) for name in TARGETS.values()]``,
@@ -239,7 +239,7 @@ def implementations() -> dict[str, str]:
       ``"reference"`` (the pure-jax reference codec: raw and fixed-rate frames only; the
       extension did not import, see the import warning) or ``"unavailable"`` (GPU only: an
       extension built without its CUDA handlers; a call on a GPU raises ``RuntimeError``).
-      :func:`describe` gives the same in a phrase for logs.
+      :func:`jax_lossy_comm.describe_implementation` gives the same in a phrase for logs.
 
     Examples:
       >>> import jax_lossy_comm as jlc

@@ -40,7 +40,7 @@ from jax_lossy_comm.wire import (
 #: within 1.2x of ``jax.lax.all_to_all``'s (bench/training/exchange_memory.py).
 FALLBACK_PIECES = 4
 
-#: ``ExchangeConfig.topology`` choices (:mod:`jax_lossy_comm.exchange`, "Hierarchical exchange").
+#: ``ExchangeConfig.topology`` choices (``jax_lossy_comm.exchange``, "Hierarchical exchange").
 TOPOLOGIES = ("flat", "hierarchical")
 
 
@@ -73,11 +73,11 @@ class ExchangeConfig:
         and REL range (static; not the last axis), or None: one chunk per peer. With a
         per-peer codec (the TorchRec baselines) it only shapes ``compression_ratio``.
       path: how variable-size frames travel: ``"auto"`` (:func:`resolve_path`), ``"dense"``,
-        ``"packed"`` or ``"ragged"`` (:mod:`jax_lossy_comm.exchange`). Fixed-size codecs ignore it.
+        ``"packed"`` or ``"ragged"`` (``jax_lossy_comm.exchange``). Fixed-size codecs ignore it.
       topology: ``"flat"`` (default): one exchange over ``axis_name``, every block coded;
         ``"hierarchical"``: ``axis_name=(node_axis, local_axis)``, only blocks whose
         destination is on another node are coded, exact among the devices of a node
-        (:mod:`jax_lossy_comm.exchange`, "Hierarchical exchange").
+        (``jax_lossy_comm.exchange``, "Hierarchical exchange").
 
     Raises:
       TypeError: a codec that is not a :class:`jax_lossy_comm.CommCodec`.

@@ -87,7 +87,7 @@ def compress(
     """Compresses each chunk ``x[..., rows, dim]`` into a frame with a hard error bound.
 
     Per chunk: quantization without prediction (codes ``q = rint((x - min) / (2 eb_abs))``),
-    then the form ``codec`` names (see :data:`jax_lossy_comm.frame.CODECS`). Every finite value
+    then the form ``codec`` names (see :data:`jax_lossy_comm.CODECS`). Every finite value
     decodes within ``eb_abs``; values the quantizer cannot honour (NaN, Inf, float rounding at
     the edge) are stored exactly as outliers; a constant chunk costs a header only.
 
@@ -118,9 +118,10 @@ def compress(
       of the size it needs and its bytes are zero (status ``1``, overflow).
 
     Raises:
-      TypeError: unsupported dtype. ValueError: rank < 2, unknown mode/codec, a concrete
-      negative or non-finite error bound, a capacity too small for any header, a chunk over
-      2 GiB (``frame.MAX_FRAME_BYTES``), or a missing ``min_error_bound`` for ``codec="fixed"``.
+      TypeError: an unsupported dtype (not float32, bfloat16 or float16).
+      ValueError: rank < 2, an unknown mode or codec, a concrete negative or non-finite
+        error bound, a capacity too small for any header, a chunk over 2 GiB
+        (``frame.MAX_FRAME_BYTES``), or a missing ``min_error_bound`` for ``codec="fixed"``.
 
     Examples:
       Three chunks ``[256, 16]``, REL bound 0.01 (``max - min = 2``: ``eb_abs = 0.02``):
@@ -248,11 +249,14 @@ def decompress_with_status(
 
     Returns:
       ``(x_hat, status)``: ``x_hat [..., rows, dim]`` of ``dtype`` and ``status int32[...]``
-      (0 valid; see :data:`jax_lossy_comm.frame.STATUS`). A frame that is malformed,
+      (0 valid; see :data:`jax_lossy_comm.STATUS`). A frame that is malformed,
       truncated, corrupt or of another shape decodes to NaN, never to garbage.
 
     Raises:
-      TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
+      TypeError: ``frames`` or ``nbytes`` of the wrong dtype or shape, or an unsupported
+        ``dtype``.
+      ValueError: a ``shape`` with a negative size, or neither ``(rows, dim)`` nor
+        ``frames.shape[:-1] + (rows, dim)``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -316,7 +320,10 @@ def decompress(
       tells which).
 
     Raises:
-      TypeError: wrong frames/nbytes dtypes or shapes, unsupported dtype. ValueError: bad shape.
+      TypeError: ``frames`` or ``nbytes`` of the wrong dtype or shape, or an unsupported
+        ``dtype``.
+      ValueError: a ``shape`` with a negative size, or neither ``(rows, dim)`` nor
+        ``frames.shape[:-1] + (rows, dim)``.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -346,8 +353,14 @@ def frame_status(
 ) -> jax.Array:
     """Checks frames fully without writing values: ``int32[...]``, 0 = valid.
 
-    Args and errors as :func:`decompress`; the status codes are in
-    :data:`jax_lossy_comm.frame.STATUS` (1 overflow, 2 truncated, 7 checksum, 8 corrupt, ...).
+    Args as :func:`decompress`; the status codes are in :data:`jax_lossy_comm.STATUS`
+    (1 overflow, 2 truncated, 7 checksum, 8 corrupt, ...).
+
+    Raises:
+      TypeError: ``frames`` or ``nbytes`` of the wrong dtype or shape, or an unsupported
+        ``dtype``.
+      ValueError: a ``shape`` with a negative size, or neither ``(rows, dim)`` nor
+        ``frames.shape[:-1] + (rows, dim)``.
 
     Examples:
       >>> import jax.numpy as jnp

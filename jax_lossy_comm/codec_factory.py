@@ -100,7 +100,7 @@ def get_comm_codec(
 
     Returns:
       ``FrameCodec(mode, codec=name, min_error_bound)`` for a codec form, the baseline's
-      :mod:`jax_lossy_comm.qcomm` object with its defaults, or None for ``FP32``/``exact``
+      ``jax_lossy_comm.qcomm`` object with its defaults, or None for ``FP32``/``exact``
       (the exact exchange).
 
     Raises:

@@ -142,7 +142,7 @@ class FrameCodec:
 
     @property
     def default_error_bound(self) -> float | None:
-        """The bound used when the caller passes none: in REL mode ``DEFAULT_ERROR_BOUND``
+        """The bound used when the caller passes none. In REL mode ``DEFAULT_ERROR_BOUND``
         (REL 0.01), or ``min_error_bound`` when that is larger (the frames are sized for bounds
         at least ``min_error_bound``: a smaller default would overflow every dense frame and
         fall back to the exact exchange); None in ABS mode (an absolute bound has no

@@ -69,7 +69,7 @@ class Layout(NamedTuple):
 
     @property
     def grid(self) -> tuple:
-        """Chunk grid: ``(P,)`` or ``(P, T)`` with a table axis."""
+        """The chunk grid, ``(P,)`` or ``(P, T)`` with a table axis."""
         b = self.block_shape
         return (self.p,) if self.table is None else (self.p, b[self.table])
 

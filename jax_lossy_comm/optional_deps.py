@@ -3,8 +3,8 @@
 The library needs only jax, jaxlib and numpy; the trainer's extras (``jax_lossy_comm[train]``:
 pyarrow and isal for the Criteo text conversion, pyyaml for YAML configs, ...) and the
 benchmarks' (``[bench]``: zstandard) are imported by the function that needs them, so a machine
-without one of them (the H200 image has no isal and no zstandard) still imports and trains;
-only the use of that function fails, with one error naming the extra to install.
+without one of them (a GPU machine's Python may have no isal and no zstandard) still imports
+and trains; only the use of that function fails, with one error naming the extra to install.
 """
 
 from __future__ import annotations

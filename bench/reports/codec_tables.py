@@ -1,6 +1,6 @@
-"""The codec tables of ``bench.reports.report``: the Pareto verdict per real dump, the per-dump
-codec tables and ratio matrices of a ``bench.codecs.codec_bench --suite peers`` result, and codec.md
-(every row and check of a ``--suite targets`` result).
+"""The codec tables of ``bench.reports.report``: the Pareto verdict per real dump and the
+per-dump codec tables of a ``bench.codecs.codec_bench --suite peers`` result (laid out on a page
+by ``bench.reports.pages``), and codec.md (every row and check of a ``--suite targets`` result).
 """
 
 from __future__ import annotations
@@ -42,7 +42,15 @@ def violations(peers: dict[str, Any]) -> list[dict[str, Any]]:
     return [r for r in peers.get("rows", []) if r.get("status") == "ok" and not r["bound_ok"]]
 
 
-def verdict_note(a: dict[str, Any]) -> str:
+#: Why the casts and fixed-rate codecs are faster (said once on the codec page).
+FASTER_WHY = (
+    "casts, fixed-rate quantization or ZFP, without auto's range scan, per-value bound check "
+    "and lossless stage"
+)
+
+
+def verdict_note(a: dict[str, Any], explain: bool = True) -> str:
+    """The verdict of one dump in words; ``explain=False`` leaves out :data:`FASTER_WHY`."""
     au = a["auto"]
     if au is None:
         return "jlc-auto did not run"
@@ -56,9 +64,8 @@ def verdict_note(a: dict[str, Any]) -> str:
         if low:
             parts.append(
                 f"faster at <= 8x ratio: {', '.join(p['codec'] for p in low)} (up to "
-                f"{gbps_text(max(p['compress_gbps'] for p in low))} GB/s: casts, fixed-rate "
-                "quantization or ZFP, without auto's range scan, per-value bound check "
-                "and lossless stage)"
+                f"{gbps_text(max(p['compress_gbps'] for p in low))} GB/s"
+                + (f": {FASTER_WHY})" if explain else ")")
             )
         if high:
             parts.append(
@@ -86,37 +93,6 @@ def verdict_note(a: dict[str, Any]) -> str:
             + " reach the same ratio slightly faster (auto tries every form)"
         )
     return "; ".join(parts) or "ahead of every peer on both axes"
-
-
-def pareto_table(peers: dict[str, Any], eb_rel: float = 0.01) -> str:
-    lines = [
-        "| dump | shape | jlc-auto ratio | compress GB/s | decompress GB/s | max err / eb "
-        "| best peer ratio | on the front (bound honoured) | jlc-auto on front | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    rows = [r for r in peers.get("rows", []) if r.get("status") == "ok"]
-    for a in verdict_rows(peers, eb_rel):
-        au = a["auto"] or {}
-        ps = [
-            r
-            for r in rows
-            if r["dump"] == a["dump"]
-            and not r["codec"].startswith("jlc-")
-            and math.isclose(r["eb_rel"], eb_rel)
-            and r["bound_ok"]
-        ]
-        best = max(ps, key=lambda r: r["ratio"]) if ps else None
-        lines.append(
-            f"| {a['dump']} | {a['shape']} | {bu.fmt(au.get('ratio'), '.1f')} | "
-            f"{gbps_text(au.get('compress_gbps', float('nan')))} | "
-            f"{gbps_text(au.get('decompress_gbps', float('nan')))} | "
-            f"{bu.fmt(au.get('max_err_over_eb'), '.4f')} | "
-            + (f"{best['ratio']:.1f} ({best['codec']})" if best else "-")
-            + f" | {', '.join(a['front_bounded'])} | "
-            + ("**yes**" if au.get("on_front") else "NO")
-            + f" | {verdict_note(a)} |"
-        )
-    return "\n".join(lines)
 
 
 def codec_table(peers: dict[str, Any], dump: str, eb_rel: float) -> str:
@@ -152,32 +128,9 @@ def codec_table(peers: dict[str, Any], dump: str, eb_rel: float) -> str:
     return "\n".join(lines)
 
 
-def ratio_matrix(peers: dict[str, Any], tiled: bool) -> str:
-    """codec x (dump, eb_rel) compression ratios; '!' marks a bound exceeded."""
-    rows = [
-        r
-        for r in peers.get("rows", [])
-        if r.get("status") == "ok" and bool(r.get("tiled")) == tiled
-    ]
-    cols = list(dict.fromkeys((r["dump"], r["eb_rel"]) for r in rows))
-    codecs = list(dict.fromkeys(r["codec"] for r in rows))
-    lines = [
-        "| codec | " + " | ".join(f"{d} {e}" for d, e in cols) + " |",
-        "|---|" + "---|" * len(cols),
-    ]
-    for c in codecs:
-        cells = []
-        for d, e in cols:
-            r = next(
-                (r for r in rows if r["codec"] == c and r["dump"] == d and r["eb_rel"] == e), None
-            )
-            cells.append("-" if r is None else f"{r['ratio']:.1f}" + ("" if r["bound_ok"] else "!"))
-        lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def codec_markdown(result: dict[str, Any]) -> str:
-    """bench/results/codec.md: every row of a ``--suite targets`` result and its checks."""
+    """bench/results/codec.md: the checks of a ``--suite targets`` result first (a short table,
+    its notes numbered below it), then every row of the run."""
     rows, env = result["rows"], result["environment"]
     cpu = env.get("cpu_model", "?")
     lines = [
@@ -185,6 +138,28 @@ def codec_markdown(result: dict[str, Any]) -> str:
         "Ratio = raw float32 bytes / frame bytes; GB/s of raw float32; "
         "err/eb = max |x - x_hat| / eb_abs (float64). Generated by "
         "`python -m bench.codecs.codec_bench --suite targets`.",
+        "",
+        "Targets at REL 0.01 (measured in the same run):",
+        "",
+        "| dump | check | measured | target | met |",
+        "|---|---|---:|---:|---|",
+    ]
+    notes: list[str] = []  # each distinct note once, numbered in order of first use
+    for c in result.get("checks", []):
+        ref = ""
+        if c.get("note"):
+            if c["note"] not in notes:
+                notes.append(c["note"])
+            ref = f" [{notes.index(c['note']) + 1}]"
+        lines.append(
+            f"| {c['dump']} | {c['what']} | {c['value']:.3g} | {c['target']:g} | "
+            f"{'yes' if c['ok'] else '**no**'}{ref} |"
+        )
+    if notes:
+        lines += ["", *(f"{k}. {note}" for k, note in enumerate(notes, 1))]
+    lines += [
+        "",
+        "Every row of the run:",
         "",
         "| dump | REL | codec | ratio | err/eb | compress GB/s | decompress GB/s |",
         "|---|---|---|---:|---:|---:|---:|",
@@ -196,17 +171,5 @@ def codec_markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {r['dump']} | {r['eb_rel']} | {r['codec']} | {r['ratio']:.2f} | {err} | "
             f"{r['compress_gbps']:.2f} | {r['decompress_gbps']:.2f} |"
-        )
-    lines += [
-        "",
-        "Targets at REL 0.01 (measured in the same run):",
-        "",
-        "| dump | check | measured | target | met | note |",
-        "|---|---|---:|---:|---|---|",
-    ]
-    for c in result.get("checks", []):
-        lines.append(
-            f"| {c['dump']} | {c['what']} | {c['value']:.3g} | {c['target']:g} | "
-            f"{'yes' if c['ok'] else '**no**'} | {c.get('note', '')} |"
         )
     return "\n".join(lines) + "\n"

@@ -6,7 +6,9 @@
 * :func:`plot_fidelity`: AUC difference against bytes moved of ``train_compare --seeds``.
 
 Only the standard library is imported at module import; matplotlib (Agg) is imported by the
-plotting functions.
+plotting functions. The figures are drawn about 10 inches wide with 10-12 pt text, so that
+their labels stay readable when a docs page shows them at its column's width (about 750
+pixels): one or two panels a row, legends outside the data.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ def _plt():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    plt.rcParams.update(
+        {
+            "font.size": 11,
+            "axes.titlesize": 12,
+            "axes.labelsize": 11,
+            "xtick.labelsize": 10,
+            "ytick.labelsize": 10,
+            "legend.fontsize": 10,
+            "figure.titlesize": 13,
+        }
+    )
     return plt
 
 
@@ -57,9 +70,9 @@ def plot_pareto(
     dumps = list(dict.fromkeys(r["dump"] for r in rows))
     analysis = {a["dump"]: a for a in pareto_analysis(peer_result["rows"], eb_rel, tiled)}
     n = len(dumps)
-    cols = min(3, max(1, n))
-    nrows = max(1, math.ceil(n / cols))
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 4.2 * nrows), squeeze=False)
+    cols = min(2, max(1, n))
+    nrows = max(1, math.ceil((n + 1) / cols))  # a free panel holds the legend
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 4.4 * nrows), squeeze=False)
     for ax, dump in zip(axes.flat, dumps):
         rs = [r for r in rows if r["dump"] == dump]
         front = set(analysis[dump]["front_bounded"])
@@ -76,15 +89,15 @@ def plot_pareto(
                 marker="*" if r["codec"] == AUTO else ("s" if form else "o"),
                 zorder=4 if r["codec"] == AUTO else 3,
             )
-            if is_library_form(r["codec"]):
-                continue  # unlabelled: they sit on top of jlc-auto (see RESULTS.md tables)
+            if r["codec"] not in front:
+                continue  # labelled: the front only (every codec is in codecs.md's tables)
             ax.annotate(
                 r["codec"],
                 (r["compress_gbps"], r["ratio"]),
-                fontsize=6,
-                xytext=(3, 2),
+                fontsize=10,
+                xytext=(4, 3),
                 textcoords="offset points",
-                weight="bold" if r["codec"] in front else "normal",
+                weight="bold" if r["codec"] == AUTO else "normal",
             )
         fr = sorted((r for r in rs if r["codec"] in front), key=lambda r: r["compress_gbps"])
         ax.plot(
@@ -101,19 +114,30 @@ def plot_pareto(
 
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_title(f"{dump} {rs[0].get('shape')} REL {eb_rel}", fontsize=9)
+        ax.set_title(f"{dump} {rs[0].get('shape')}")
         ax.set_xlabel("compress GB/s (single thread)")
         ax.set_ylabel("compression ratio")
         ax.grid(True, which="both", lw=0.3)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     if n:
-        axes.flat[0].legend(fontsize=7, loc="lower left")
-    fig.suptitle(
-        "Codecs on the real DLRM dumps: ratio vs compress throughput "
-        "(filled: within the bound; hollow: over it; star: jlc-auto; squares: its forms)",
-        fontsize=10,
-    )
+        from matplotlib.lines import Line2D
+
+        def mark(color, **kw):
+            return Line2D([], [], color=color, ls="none", **{"marker": "o", "ms": 8, **kw})
+
+        handles = [Line2D([], [], color="k", ls="--", lw=0.8)]
+        labels = ["Pareto front (bound honoured)"]
+        handles += [mark(c) for c in _FAMILY_COLORS.values()]
+        labels += list(_FAMILY_COLORS)
+        handles += [
+            mark("tab:red", marker="*", ms=14),
+            mark("tab:red", marker="s", alpha=0.45),
+            mark("black", mfc="none"),
+        ]
+        labels += ["jlc-auto", "its forms (fixed, dedup, entropy)", "hollow: over the bound"]
+        list(axes.flat)[n].legend(handles, labels, loc="center", frameon=False)
+    fig.suptitle(f"Ratio against compress throughput at REL {eb_rel}, real dumps")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,7 +159,7 @@ def plot_ratio_bars(
     ]
     dumps = list(dict.fromkeys(r["dump"] for r in rows))
     codecs = list(dict.fromkeys(r["codec"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(8, 1.9 * len(dumps) + 3), 4.8))
+    fig, ax = plt.subplots(figsize=(10, 6.8))
     width = 0.85 / max(1, len(codecs))
     cmap = plt.get_cmap("tab20")
     for k, codec in enumerate(codecs):
@@ -160,12 +184,10 @@ def plot_ratio_bars(
                 b.set_hatch("////")
     ax.set_yscale("log")
     ax.set_xticks(range(len(dumps)))
-    ax.set_xticklabels(dumps, fontsize=8)
+    ax.set_xticklabels(dumps)
     ax.set_ylabel("compression ratio (raw float32 / compressed)")
-    ax.set_title(
-        f"Compression ratio per table at REL {eb_rel} (hatched: over the bound)", fontsize=10
-    )
-    ax.legend(fontsize=6, ncol=2, bbox_to_anchor=(1.01, 1), loc="upper left")
+    ax.set_title(f"Compression ratio per table at REL {eb_rel} (hatched: over the bound)")
+    ax.legend(ncol=4, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     ax.grid(True, axis="y", which="both", lw=0.3)
     fig.tight_layout()
     path = Path(path)
@@ -177,7 +199,8 @@ def plot_ratio_bars(
 def plot_accuracy(train_result: dict[str, Any], path: str | Path) -> Path:
     """Eval AUC and training loss vs step of every run of bench.training.train_compare."""
     plt = _plt()
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 8))
+    ax = list(axes.flat)
     for r in train_result.get("runs", []):
         if r.get("status") != "ok":
             continue
@@ -189,12 +212,9 @@ def plot_accuracy(train_result: dict[str, Any], path: str | Path) -> Path:
         a.set_title(t)
         a.set_xlabel("step")
         a.grid(True, lw=0.3)
-        a.legend(fontsize=8)
-    fig.suptitle(
-        "DLRM with the exact, compressed (jax_lossy_comm) and quantized-comm "
-        "(INT8 row-wise, BF16) embedding all-to-all, same seed and data",
-        fontsize=10,
-    )
+    ax[3].axis("off")
+    ax[3].legend(*ax[0].get_legend_handles_labels(), loc="center", title="exchange")
+    fig.suptitle("DLRM with each embedding all-to-all, same seed and data")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
@@ -206,7 +226,7 @@ def plot_fidelity(results: list[dict[str, Any]], path: str | Path) -> Path:
     """AUC difference to exact (mean and spread over seeds, paired per seed) against bytes
     moved per step, one panel per ``bench.training.train_compare --seeds`` result."""
     plt = _plt()
-    fig, axes = plt.subplots(1, len(results), figsize=(6.5 * len(results), 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(results), figsize=(9 * len(results), 6), squeeze=False)
     for ax, res in zip(axes[0], results):
         tol = res.get("targets", {}).get("tolerance", 5e-4)
         for name, s in res["summary"].items():
@@ -229,7 +249,7 @@ def plot_fidelity(results: list[dict[str, Any]], path: str | Path) -> Path:
             ax.annotate(
                 name,
                 (s["moved_bytes_per_step"] / 2**20, s["auc_diff_mean"]),
-                fontsize=7,
+                fontsize=9,
                 xytext=(4, 3),
                 textcoords="offset points",
             )
@@ -239,11 +259,9 @@ def plot_fidelity(results: list[dict[str, Any]], path: str | Path) -> Path:
         ax.set_xlabel("bytes moved per step, all devices (MiB, log)")
         ax.set_ylabel("AUC - exact, paired per seed (mean, min..max)")
         p = res["params"]
-        ax.set_title(f"{p['preset']}: {p['steps']} steps, {len(p['seeds'])} seeds", fontsize=10)
+        ax.set_title(f"{p['preset']}: {p['steps']} steps, {len(p['seeds'])} seeds")
         ax.grid(True, lw=0.3)
-    fig.suptitle(
-        f"Embedding all-to-all: AUC against bytes (shaded: within ±{tol:g} of exact)", fontsize=10
-    )
+    fig.suptitle(f"AUC against bytes moved (shaded: within ±{tol:g} of exact)")
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)

@@ -12,38 +12,53 @@ from bench.testbed.netns_testbed import rate_bits
 
 
 def _mib(x: float | None) -> str:
-    return "-" if x is None else f"{x / 2**20:.2f} MiB"
+    return "-" if x is None else f"{x / 2**20:.2f}"
 
 
 def netns_table(netns: dict[str, Any]) -> str:
-    """The netns benchmark's table: one row per (rate, mode), medians over rounds; the
-    speedup against each mode's baseline (``netns_results.baseline``); an in-process bytes
-    column where the runs measured it (two-node testbed)."""
+    """The netns benchmark's tables: one per link rate (the rate and its measured speed
+    above it), one row per mode, medians over rounds; the speedup against each mode's
+    baseline (``netns_results.baseline``); an in-process column where the runs measured it
+    (two-node testbed). Bytes are MiB per step: forward = the forward exchange moved, link =
+    what crossed the link, in-process = what each process's own loopback carried."""
     if netns.get("status") == "skipped":
         return f"Skipped: {netns.get('skip_reason')}"
     runs = netns_results.median_runs(netns.get("runs", []))
     sp = netns_results.paired_speedups(netns.get("runs", []))
     per_round = netns_results.speedups_per_round(netns.get("runs", []))
     inproc = any(r.get("inprocess_bytes_per_step") is not None for r in runs)
-    lines = [
-        "| link | exchange | step time | samples/s | forward bytes moved / step | "
-        "link bytes / step | "
-        + ("in-process bytes / step | " if inproc else "")
+    header = [
+        "| exchange | step (ms) | samples/s | forward MiB | link MiB | "
+        + ("in-process MiB | " if inproc else "")
         + "speedup | AUC | log loss |",
-        "|---|---|---|---|---|---|---|---|---|" + ("---|" if inproc else ""),
+        "|---|---:|---:|---:|---:|" + ("---:|" if inproc else "") + "---:|---:|---:|",
     ]
+    lines = [
+        "Bytes per step, all devices: forward = the forward exchange moved; link = what "
+        "crossed the link"
+        + ("; in-process = what the processes' own loopbacks carried" if inproc else "")
+        + ".",
+    ]
+    rate = None
     for r in runs:
+        if r["rate"] != rate:
+            rate = r["rate"]
+            probe = f" (measured {r['probe_gbits']:.2f} Gbit/s)" if r.get("probe_gbits") else ""
+            lines += ["", f"**Link {rate}**{probe}:", "", *header]
         base = netns_results.baseline(r["mode"])
         s = 1.0 if r["mode"] == base else sp.get(r["rate"], {}).get(r["mode"])
-        probe = f" (measured {r['probe_gbits']:.2f} Gbit/s)" if r.get("probe_gbits") else ""
         lines.append(
-            f"| {r['rate']}{probe} | {r['mode']} | {r['step_time_s'] * 1e3:.0f} ms | "
-            f"{r['samples_per_s']:.0f} | {_mib(r.get('moved_bytes_per_step'))} | "
-            f"{_mib(r.get('link_bytes_per_step'))} | "
+            f"| {r['mode']} | {r['step_time_s'] * 1e3:.0f} | {r['samples_per_s']:.0f} | "
+            f"{_mib(r.get('moved_bytes_per_step'))} | {_mib(r.get('link_bytes_per_step'))} | "
             + (f"{_mib(r.get('inprocess_bytes_per_step'))} | " if inproc else "")
-            + f"{bu.fmt(s, '.3f')}x"
-            + ("" if base == "exact" else f" (vs {base})")
-            + f" | {bu.fmt(r['auc'], '.5f')} | {bu.fmt(r['logloss'], '.5f')} |"
+            + f"{bu.fmt(s, '.3f')}x | {bu.fmt(r['auc'], '.5f')} | {bu.fmt(r['logloss'], '.5f')} |"
+        )
+    bases = sorted({netns_results.baseline(r["mode"]) for r in runs} - {"exact"})
+    if bases:
+        lines[0] += (
+            " Speedup: against `exact` for the library's modes, against "
+            + " or ".join(f"`{b}`" for b in bases)
+            + " for TorchRec's."
         )
     lt = netns_results.link_times(runs)
     if lt:
@@ -67,8 +82,13 @@ def netns_table(netns: dict[str, Any]) -> str:
             ),
         ]
     bad = [r for r in netns.get("runs", []) if r.get("status") != "ok"]
-    for r in bad:
-        lines.append(f"| {r['rate']} | {r['mode']} | {r.get('status')} | | | | | |")
+    if bad:
+        lines += [
+            "",
+            "Runs that did not finish: "
+            + "; ".join(f"{r['rate']} {r['mode']}: {r.get('status')}" for r in bad)
+            + ".",
+        ]
     return "\n".join(lines)
 
 
@@ -162,7 +182,7 @@ def two_node_markdown(res: dict[str, Any]) -> str:
     qdisc = next(
         (r["qdisc"] for r in res.get("runs", []) if r.get("qdisc") not in (None, "none")), "-"
     )
-    out = [
+    method = [
         f"Run: {bu.env_line(res)}; preset {p.get('preset')}, 2 processes x "
         f"{p.get('devices_per_process')} CPU devices, {p.get('steps')} steps (first "
         f"{p.get('log_every')} = compile / warm-up, dropped), interleaved rounds: "
@@ -180,10 +200,13 @@ def two_node_markdown(res: dict[str, Any]) -> str:
         "cores here, so the absolute samples/s say nothing of a GPU cluster; the ratios show "
         "what each stack's exchange saves on a limited link."
         + (f" {res['note'][:1].upper() + res['note'][1:]}." if res.get("note") else ""),
+    ]
+    out = [
+        _two_node_targets(res),
         "",
         netns_table(res),
         "",
-        _two_node_targets(res),
+        "How it was measured: " + method[0],
         "",
     ]
     return "\n".join(out)

@@ -111,7 +111,7 @@ def error_bounds(state: ErrorBoundState, config: ErrorBoundConfig) -> jax.Array:
       config: the static config (gives the schedule).
 
     Returns:
-      float32[num_tables]: ``eb_rel`` per table; ``eb_abs = eb_rel * (max - min)``.
+      ``eb_rel`` per table, ``float32[num_tables]``; ``eb_abs = eb_rel * (max - min)``.
 
     Raises:
       TypeError: ``state`` is not an :class:`ErrorBoundState` (e.g. the dicts of a

@@ -153,15 +153,17 @@ def test_markdown_and_summary():
         ],
     }
     netns = {"status": "skipped", "skip_reason": "not root"}
-    md = report.render_markdown(PEERS, train, netns)
-    assert "| kaggle_table08 | [128, 32] | 190.0 |" in md
-    assert "**yes**" in md and "| NO |" in md
+    pages = report.family_pages(PEERS, train, netns)
+    assert sorted(pages) == ["RESULTS.md", "codecs.md", "link.md", "training.md"]
+    md = "\n".join(pages.values())
+    assert "| kaggle_table08 | 190.0 |" in md and "kaggle_table08 [128, 32]: front" in md
+    assert "**yes** [1] |" in md and "| NO [2] |" in md
     assert "-0.00100" in md and "4.00x" in md
     assert "Skipped: not root" in md
     assert "sz3-default (no pysz)" in md
     assert "none.**" in md  # no error-bounded codec violated its bound
     assert "why: 50 us of jlc-auto's 100 us" in md
-    assert "#### kaggle_table08, REL 0.01" in md and "![Pareto](pareto_rel0.01.png)" in md
+    assert "#### kaggle_table08, REL 0.01" in md and "(pareto_rel0.01.png)" in md
     s = report.summary(PEERS, train, netns)
     assert "kaggle_table08" in s and "ON the front" in s and "NOT on the front" in s
     assert "fbgemm-mx4" in s
@@ -175,12 +177,16 @@ def _committed(name):
 
 
 def test_report_rerenders_the_committed_results():
-    """The report from the committed JSON results is the committed Markdown: RESULTS.md and
-    codec.md (so a rerun that is not re-rendered shows here)."""
+    """The report from the committed JSON results is the committed Markdown: RESULTS.md, the
+    family pages (codecs.md, training.md, link.md) and codec.md (so a rerun that is not
+    re-rendered shows here)."""
     peers, codec = _committed("peers.json"), _committed("codec.json")
     train, netns = _committed("train_compare.json"), _committed("netns.json")
-    full = report.render_markdown(peers, train, netns) + "\n"
-    assert full == (bu.RESULTS_DIR / "RESULTS.md").read_text()
+    fid = {n: _committed(f"{n}.json") for n in ("fidelity_kaggle", "fidelity_dcnv2_small")}
+    pages = report.family_pages(peers, train, netns, fid)
+    assert "fidelity.md" in pages
+    for name, text in pages.items():
+        assert text == (bu.RESULTS_DIR / name).read_text(), name
     assert codec_tables.codec_markdown(codec) == (bu.RESULTS_DIR / "codec.md").read_text()
     # the checks stored by the targets suite are those check_targets makes from its rows
     assert codec_targets.check_targets(codec["rows"], codec["paired"]) == codec["checks"]
@@ -199,7 +205,15 @@ def test_render_writes_the_results_pages_and_leaves_the_readme_alone(tmp_path, m
     assert report.render(tmp_path) == 0
     assert (readme.read_bytes(), readme.stat().st_mtime_ns) == before
     pages = sorted(p.name for p in tmp_path.glob("*.md"))
-    assert pages == ["RESULTS.md", "codec.md", "two_node.md", "two_node_rates.md"]
+    assert pages == [
+        "RESULTS.md",
+        "codec.md",
+        "codecs.md",
+        "link.md",
+        "training.md",
+        "two_node.md",
+        "two_node_rates.md",
+    ]
     for page in pages:
         assert (tmp_path / page).read_text() == (bu.RESULTS_DIR / page).read_text(), page
 
@@ -254,7 +268,9 @@ def test_check_targets_and_codec_markdown():
     md = codec_tables.codec_markdown({"rows": rows, "environment": env, "checks": checks})
     assert "| terabyte_table01 | 0.01 | memcpy | 1.00 | - | 20.00 | 20.00 |" in md
     assert "| terabyte_table01 | 0.01 | jlc-fixed | 5.00 | 1.500 | 6.00 | 8.00 |" in md
-    assert "| decompress speed fixed / memcpy (side by side) | 0.2 | 0.25 | **no** | jitted" in md
+    assert "| decompress speed fixed / memcpy (side by side) | 0.2 | 0.25 | **no** [1] |" in md
+    assert "\n1. jitted" in md and "\n2. " not in md  # one note, numbered once
+    assert md.index("Targets at REL 0.01") < md.index("| terabyte_table01 | 0.01 | memcpy")
 
 
 def _train_record(step, samples_per_s, fallback_steps, loss, net_tx_bytes=None):

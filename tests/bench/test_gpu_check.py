@@ -5,10 +5,11 @@ runs every pytest selection (smoke, tests, memcheck, racecheck) through the GPU 
 line with the CPU standing in (``JLC_GPU_TESTS_ON_CPU=1``), prints the pip and
 compute-sanitizer command lines, and runs the benchmark on the CPU. Checked here: the
 "started" and result lines of every stage in order, their limits (total within the 8-minute
-budget), the command lines, the files written (8 plain files, no folders: what the device
-machine sends back), the benchmark's cases (the exchange shape and its tiling beyond L2,
+budget), the command lines, the files written (8 plain files, no folders: one folder to copy
+off the GPU machine), the benchmark's cases (the exchange shape and its tiling beyond L2,
 each beside the copy); that a stage past its limit is reported as timed out and the later
-stages still run; that a failed build installs the carried wheel, or says there is none, and
+stages still run; that without an OUTDIR argument the files go to ``$GPU_CHECK_OUT``; that a
+failed build installs the prebuilt wheel of the interpreter's tag, or says there is none, and
 skips the GPU stages. The dry run here leaves the trainer's tests out (``GPU_CHECK_SELECT``;
 about 2 minutes each on a loaded 2-core machine) and still takes about 4 minutes: ``slow``.
 """
@@ -26,6 +27,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The wheel tag of this interpreter: the prebuilt wheel the script looks for must match it.
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
 STAGES = ("env", "build", "smoke", "tests", "bench", "memcheck", "racecheck")
 LIMITS = dict(zip(STAGES, (20, 100, 45, 145, 70, 60, 40), strict=True))
@@ -39,7 +42,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _run(out: Path, *args: str, **env: str):
+def _run(out: Path | None, *args: str, **env: str):
     full = {
         k: v
         for k, v in os.environ.items()
@@ -47,14 +50,14 @@ def _run(out: Path, *args: str, **env: str):
     }
     full.update({"PYTHON": sys.executable, **env})
     run = subprocess.run(
-        ["bash", str(SCRIPT), str(out), *args],
+        ["bash", str(SCRIPT), *([str(out)] if out else []), *args],
         capture_output=True,
         text=True,
         timeout=900,
         env=full,
         cwd="/",
     )
-    lines = (out / "summary.txt").read_text().splitlines()
+    lines = (Path(out or env["GPU_CHECK_OUT"]) / "summary.txt").read_text().splitlines()
     rows = [m.groups() for m in map(LINE.match, lines) if m]
     stages = {r[0]: r[1:] for r in rows if r[1] != "started"}
     return run, lines, stages, rows
@@ -90,13 +93,13 @@ def test_dry_run_runs_every_selection_through_the_gpu_command_line(tmp_path):
     assert "test_exchange_gpu.py" in tests_log  # the exchange's GPU tests ran (durations)
     build = (out / "build.log").read_text()
     assert "JLC_CUDA=ON" in build and "pip install --no-build-isolation --no-deps -v ." in build
-    assert "pip install --no-index --no-deps --force-reinstall" in build and "cp312" in build
+    assert "pip install --no-index --no-deps --force-reinstall" in build and f"-{TAG}-" in build
     san = (out / "sanitizer.log").read_text()
     for tool in ("memcheck", "racecheck"):
         assert f"compute-sanitizer --tool {tool} --report-api-errors no" in san, san[:2000]
     assert "--error-exitcode" not in san
-    # What comes back from the device machine: 8 plain files, no folders.
-    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    # One folder to copy off the machine: 8 plain files, no folders.
+    assert {"summary.txt", "env.txt", "tests.log"} <= {p.name for p in out.iterdir()}
     assert all((out / f).is_file() for f in FILES)
     rec = json.loads((out / "bench.json").read_text())
     assert rec["complete"] and rec["quick"] and rec["forms"] == ["fixed", "auto"]
@@ -112,8 +115,13 @@ def test_dry_run_runs_every_selection_through_the_gpu_command_line(tmp_path):
 
 
 def test_stages_past_their_limit_time_out_and_the_rest_still_run(tmp_path):
-    # JLC_CUDA=OFF is a dry run too; every stage gets 1 s and is stopped by `timeout`.
-    run, lines, stages, _ = _run(tmp_path / "out", JLC_CUDA="OFF", GPU_CHECK_DRY_LIMIT_S="1")
+    # JLC_CUDA=OFF is a dry run too; every stage gets 1 s and is stopped by `timeout`. No
+    # OUTDIR argument: the files go to $GPU_CHECK_OUT.
+    out = tmp_path / "out"
+    run, lines, stages, _ = _run(
+        None, JLC_CUDA="OFF", GPU_CHECK_DRY_LIMIT_S="1", GPU_CHECK_OUT=str(out)
+    )
+    assert {"summary.txt", "env.txt", "tests.log"} <= {p.name for p in out.iterdir()}
     assert run.returncode == 1, (run.stdout[-3000:], run.stderr[-3000:])
     for name in ("smoke", "tests", "bench", "memcheck", "racecheck"):
         assert stages[name][0] == "timeout", (name, stages[name])
@@ -136,13 +144,14 @@ def _fake_python(tmp_path, build_rc: int) -> Path:
     return fake
 
 
-@pytest.mark.parametrize("wheel", [False, True], ids=["no-wheel", "carried-wheel"])
-def test_failed_build_tries_the_carried_wheel_then_skips_the_gpu_stages(tmp_path, wheel):
-    # The GPU mode on this machine: the build fails; the carried wheel (if any) is installed,
-    # then the import check finds no GPU; every later stage is skipped, saying why.
+@pytest.mark.parametrize("wheel", [False, True], ids=["no-wheel", "prebuilt-wheel"])
+def test_failed_build_tries_the_prebuilt_wheel_then_skips_the_gpu_stages(tmp_path, wheel):
+    # The GPU mode on this machine: the build fails; the prebuilt wheel of this interpreter's
+    # tag (if any) is installed, then the import check finds no GPU; every later stage is
+    # skipped, saying why.
     wheels = tmp_path / "whl"
     wheels.mkdir()
-    name = "jax_lossy_comm-0.1.0-cp312-cp312-linux_x86_64.whl"
+    name = f"jax_lossy_comm-0.1.0-{TAG}-{TAG}-linux_x86_64.whl"
     if wheel:
         (wheels / name).write_bytes(b"stand-in")
     run, lines, stages, _ = _run(
@@ -153,12 +162,12 @@ def test_failed_build_tries_the_carried_wheel_then_skips_the_gpu_stages(tmp_path
     assert stages["build"][0] == "failed"
     build = (tmp_path / "out" / "build.log").read_text()
     if wheel:
-        assert f"installing the carried wheel {wheels / name}" in build, build
+        assert f"installing the prebuilt wheel {wheels / name}" in build, build
         assert (
-            "wheel install stood in for" in build and f"carried wheel {name}" in stages["build"][3]
+            "wheel install stood in for" in build and f"prebuilt wheel {name}" in stages["build"][3]
         )
     else:
-        assert "no single carried wheel" in build, build
+        assert "not exactly one prebuilt wheel" in build, build
     for stage in ("smoke", "tests", "bench", "memcheck", "racecheck"):
         assert stages[stage][0] == "skipped", (stage, stages[stage])
         assert stages[stage][3] == "no build", stages[stage]

@@ -174,12 +174,16 @@ def test_two_node_markdown():
         "runs": [dict(r, qdisc="qdisc tbf 1: rate 1Gbit") for r in RUNS],
     }  # fmt: skip
     md = link_tables.two_node_markdown(res)
-    assert "| 1gbit | compressed-hierarchical | 350 ms | 5851 | 0.25 MiB | 2.00 MiB | " in md
-    assert "| 3.00 MiB | 2.000x | 0.70050 |" in md
-    assert "| 1gbit | torchrec-int8 | 1050 ms | " in md and "| - | 4.00 MiB | 0.00 MiB |" in md
-    assert "2.000x (vs torchrec-fp32) | 0.68900 |" in md
-    assert "| 1gbit | torchrec-bf16 | error |" in md
-    assert "CPU speed is not GPU speed" in md and "in-process bytes / step" in md
+    # one table per link rate, its rows the modes; bytes in MiB per step
+    assert "**Link 1gbit**" in md and md.count("| exchange | step (ms) |") == 1
+    assert "| compressed-hierarchical | 350 | 5851 | 0.25 | 2.00 | " in md
+    assert "| 3.00 | 2.000x | 0.70050 |" in md
+    assert "| torchrec-int8 | 1050 | " in md and "| - | 4.00 | 0.00 |" in md
+    assert "| 2.000x | 0.68900 |" in md and "against `torchrec-fp32` for TorchRec's" in md
+    assert "did not finish: 1gbit torchrec-bf16: error" in md
+    assert "CPU speed is not GPU speed" in md and "in-process MiB" in md
+    # the results first, how they were measured after
+    assert md.index("Targets: ") < md.index("| exchange |") < md.index("How it was measured")
     assert "hierarchical compressed 2.00x our exact at 1gbit (target >= 1.5x: met)" in md
     assert "best TorchRec quantized comm torchrec-int8 2.00x torchrec-fp32" in md
     # speedups equal: met; AUC change vs own baseline: +0.0005 ours, -0.001 TorchRec int8
@@ -235,7 +239,7 @@ def test_rate_sweep_markdown():
         "runs": runs,
     }  # fmt: skip
     md = link_tables.rate_sweep_markdown(res)
-    assert "| 250mbit | compressed-hierarchical | 300 ms | " in md
+    assert "**Link 250mbit**" in md and "| compressed-hierarchical | 300 | " in md
     # ceiling = exact at the rate / exact unlimited: 0.3 / 0.2 and 0.6 / 0.2
     assert "1gbit: compressed-hierarchical 1.20x; ceiling 1.50x" in md
     assert "250mbit: compressed-hierarchical 2.00x; ceiling 3.00x" in md
