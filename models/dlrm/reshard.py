@@ -68,7 +68,7 @@ def placement_from_record(record: dict) -> TablePlacement:
 def describe_layout(p: TablePlacement) -> str:
     """One line naming a plan: devices, tables, buffer shape."""
     return (
-        f"{p.num_devices} devices, {p.num_tables} tables of rows {list(p.table_rows)} x "
+        f"{p.num_devices} devices, {p.num_tables} tables of {sum(p.table_rows)} rows x "
         f"{p.dim}, buffer [{p.num_devices}, {p.rows_per_device}, {p.dim}]"
     )
 
