@@ -4,8 +4,8 @@
 #   bash tools/wheel.sh              a wheel for $PYTHON (default python3); the CUDA handlers
 #                                    are inside when nvcc is found (JLC_CUDA=AUTO; ON requires
 #                                    them, OFF skips them)
-#   bash tools/wheel.sh --gpu-image  a cp312 wheel for the H200 image (Python 3.12, jax/jaxlib
-#                                    0.11.2, CUDA 13 plugin, no package index): CUDA handlers for
+#   bash tools/wheel.sh --gpu-image  a cp312 wheel for an offline GPU machine (Python 3.12,
+#                                    jax/jaxlib 0.11.2, CUDA 13 plugin, no package index): CUDA handlers for
 #                                    sm_80 + sm_90, compiled with nvcc from PyPI at the pinned
 #                                    versions below (no system nvcc needed); exactly one file
 #                                    .whl/jax_lossy_comm-*-cp312-*.whl

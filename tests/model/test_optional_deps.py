@@ -1,7 +1,7 @@
 """The library and the trainer without the optional packages a machine may lack.
 
-The H200 GPU image has no isal and no zstandard; a user's machine may lack pyarrow too. None
-of them is needed to train on synthetic data or on binary shards, so ``models.dlrm.train``
+A GPU machine's Python image may have no isal and no zstandard, and a user's machine may
+lack pyarrow too. None of them is needed to train on synthetic data or on binary shards, so ``models.dlrm.train``
 must import and train with all three missing; the conversion of Criteo text (pyarrow) then
 fails with one line naming the extra to install. The packages are blocked in a subprocess by a
 finder at the head of ``sys.meta_path`` that refuses them, as an interpreter without them
