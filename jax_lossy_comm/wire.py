@@ -173,15 +173,22 @@ def exact_all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: 
     return jax.lax.bitcast_convert_type(got, dtype)
 
 
+def slice_count(block: int, pieces: int) -> int:
+    """The slices ``exact_all_to_all_in_pieces`` cuts a peer's block of ``block`` values into:
+    the largest divisor of ``block`` up to ``pieces`` (1 for a prime block larger than it: the
+    slices must be equal for one loop body)."""
+    return max(d for d in range(1, max(pieces, 1) + 1) if block % d == 0) if block else 1
+
+
 def exact_all_to_all_in_pieces(x, axis_name, pieces: int):
     """``exact_all_to_all(x, axis_name, 0, 0, tiled=True)`` for ``x [P, ...]`` run as
     ``pieces`` sequential all-to-alls (a loop over slices of each peer's block), so that the
     collective's own buffers are those of one slice: the exchange's fallback runs beside the
     frames, and this keeps its memory within the budget the frames leave (the compressed
     exchange's peak is then not the exact collective's peak plus the frames). ``pieces`` is
-    reduced to a divisor of the block's size; 1 is one all-to-all."""
+    reduced to a divisor of the block's size (``slice_count``); 1 is one all-to-all."""
     n, block = x.shape[0], math.prod(x.shape[1:])
-    pieces = max(d for d in range(1, max(pieces, 1) + 1) if block % d == 0)
+    pieces = slice_count(block, pieces)
     if pieces == 1:
         return exact_all_to_all(x, axis_name, 0, 0, tiled=True)
     flat = x.reshape(n, pieces, block // pieces)

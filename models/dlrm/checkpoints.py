@@ -311,15 +311,17 @@ def restore(
             continue
         fields = out["state"]
         if move:
-            fields = move.place(fields, abstract)
+            fields = move.place(fields, abstract, skip=reinit)
             if jax.process_index() == 0:
+                spread = move.resized and "grad_ef" not in reinit
+                spread = spread and jax.tree.leaves(fields.get("grad_ef", ()))
                 log.warning(
                     "checkpoint %d: tables and their optimizer state moved from the plan it was "
-                    "written under (%s) to this run's (%s); error-feedback residuals spread "
-                    "over the new devices",
+                    "written under (%s) to this run's (%s)%s",
                     step,
                     reshard.describe_layout(move.old),
                     reshard.describe_layout(move.new),
+                    "; error-feedback residuals spread over the new devices" if spread else "",
                 )
         for name, why in reinit.items():
             shardings = jax.tree.map(lambda a: a.sharding, getattr(abstract_state, name))

@@ -12,7 +12,8 @@ A checkpoint holds two kinds of arrays whose layout depends on the number of dev
   world size (its planner re-plans and ``DistributedModelParallel`` reshards the state).
 - **the gradient all-reduce's error-feedback residuals**, ``[P, *shape]``, each device's
   untransmitted part of its gradients. What the next step owes the sum is their sum over the
-  devices, so the new devices each get ``sum / P_new``: the same total correction, spread.
+  devices, so on another number of devices each new device gets ``sum / P_new``: the same
+  total correction, spread.
 
 What does not change: the adaptive error bound's state (per table), the step, the data
 position (the input stream's position counts global rows, so the same global batches follow
@@ -20,8 +21,11 @@ in the same order however many processes read them). What does: which device hol
 table (the log prints the new plan), and so the order of floating-point sums across devices,
 so a resized run is not bit-equal to an uninterrupted one.
 
-The saved tables are read whole into each process's host memory (numpy) during the move:
-the host needs the tables' size in free memory once, when a run is resumed on another plan.
+Host memory: during the move every process reads each table-shaped array (the tables and each
+optimizer-state leaf that mirrors them, e.g. Adagrad's accumulator) whole into numpy, and
+moves them one after the other (a per-table copy and the new buffer of the one moving): about
+(arrays + 2) x the tables' size, once, when a run is resumed on another plan. On the same
+number of devices (other split settings) the residuals stay as they were.
 """
 
 from __future__ import annotations
@@ -54,11 +58,11 @@ def placement_from_record(record: dict) -> TablePlacement:
       ValueError: a record that lacks a field of ``TablePlacement``.
     """
     names = {f.name for f in dataclasses.fields(TablePlacement)}
-    if set(record) != names:
+    if not names <= set(record):
         raise ValueError(
             f"a table plan record needs the fields {sorted(names)}, got {sorted(record)}"
         )
-    rec = dict(record)
+    rec = {k: v for k, v in record.items() if k in names}  # a later release may add fields
     for name in _ARRAYS:
         rec[name] = np.asarray(rec[name], np.int32)
     rec["table_rows"] = tuple(int(r) for r in rec["table_rows"])
@@ -104,15 +108,23 @@ class Move:
             item[name] = jax.tree_util.tree_map_with_path(
                 lambda p, x, n=name: template((jax.tree_util.DictKey(n), *p), x), abstract[name]
             )
-        item["grad_ef"] = jax.tree.map(
-            lambda x: _host_template((self.old.num_devices, *x.shape[1:]), x.dtype),
-            abstract["grad_ef"],
-        )
+        if self.resized:  # the residuals have a row per device
+            item["grad_ef"] = jax.tree.map(
+                lambda x: _host_template((self.old.num_devices, *x.shape[1:]), x.dtype),
+                abstract["grad_ef"],
+            )
         return item
 
-    def place(self, fields: dict, abstract: dict) -> dict:
+    @property
+    def resized(self) -> bool:
+        """True when the number of devices changed (not only the slots of the tables)."""
+        return self.old.num_devices != self.new.num_devices
+
+    def place(self, fields: dict, abstract: dict, skip=()) -> dict:
         """The restored ``fields`` with every host (numpy) leaf moved to the new plan and put on
-        the devices with ``abstract``'s shardings."""
+        the devices with ``abstract``'s shardings; the fields named in ``skip`` (restored in
+        the saved structure, to be re-initialized: ``checkpoints.REINITIALIZABLE``) are left
+        as they are."""
 
         def move(path, x, want):
             if not isinstance(x, np.ndarray):
@@ -126,7 +138,7 @@ class Move:
 
         out = dict(fields)
         for name in ("params", "opt_state", "grad_ef"):
-            if name in fields:
+            if name in fields and name not in skip:
                 out[name] = jax.tree_util.tree_map_with_path(
                     lambda p, x, w, n=name: move((n, *p), x, w), fields[name], abstract[name]
                 )

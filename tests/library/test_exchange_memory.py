@@ -22,17 +22,39 @@ def _budget(mesh, fn, shape):
 
 
 @pytest.mark.parametrize("path", ["dense", "packed"])
-@pytest.mark.parametrize("table_axis", [1, None])
-def test_the_exchange_needs_at_most_1_2x_the_exact_collectives_memory(mesh, path, table_axis):
-    # 2 MiB per device: 8 peers x 4 tables of [256, 64] float32 chunks (or one per peer)
+@pytest.mark.parametrize(("table_axis", "computed"), [(1, False), (1, True), (None, False)])
+def test_the_exchange_needs_at_most_1_2x_the_exact_collectives_memory(
+    mesh, path, table_axis, computed
+):
+    # 2 MiB per device: 8 peers x 4 tables of [256, 64] float32 chunks (or one per peer), the
+    # program's argument or computed in it (as a model's pooled embeddings are)
     shape = (NDEV * NDEV * 256, 4, 64) if table_axis else (NDEV * NDEV * 1024, 64)
-    exact = _budget(mesh, lambda a: jax.lax.all_to_all(a, "i", 0, 0, tiled=True), shape)
+    pre = (lambda a: jnp.tanh(a) * 1.5) if computed else (lambda a: a)
+    exact = _budget(mesh, lambda a: jax.lax.all_to_all(pre(a), "i", 0, 0, tiled=True), shape)
     cfg = jlc.ExchangeConfig(
         jlc.FrameCodec(codec="fixed", min_error_bound=0.01), table_axis=table_axis, path=path
     )
     coded = _budget(
         mesh,
-        lambda a: jlc.compressed_all_to_all(a, "i", 0, 0, tiled=True, error_bound=0.01, config=cfg),
+        lambda a: jlc.compressed_all_to_all(
+            pre(a), "i", 0, 0, tiled=True, error_bound=0.01, config=cfg
+        ),
         shape,
     )
     assert coded <= 1.2 * exact, (coded / 2**20, exact / 2**20)
+
+
+@pytest.mark.parametrize(("block", "slices"), [(12, 4), (6, 3), (7, 1), (0, 1)])
+def test_the_fallback_in_slices_is_the_exact_all_to_all(mesh, block, slices):
+    from jax_lossy_comm.wire import exact_all_to_all_in_pieces, slice_count
+
+    assert slice_count(block, 4) == slices
+    x = jnp.arange(NDEV * NDEV * block, dtype=jnp.float32).reshape(NDEV * NDEV, block)
+
+    def run(fn):
+        return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("i"), out_specs=P("i")))(x)
+
+    got = run(lambda a: exact_all_to_all_in_pieces(a, "i", 4))
+    want = run(lambda a: jax.lax.all_to_all(a, "i", 0, 0, tiled=True))
+    assert got.shape == want.shape
+    assert bool((got == want).all())

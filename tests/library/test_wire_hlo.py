@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_lossy_comm as jlc
 from jax_lossy_comm.array_exchange import FALLBACK_PIECES
-from jax_lossy_comm.wire import PACKED_CHUNKS, exact_all_to_all, packed_chunks
+from jax_lossy_comm.wire import PACKED_CHUNKS, exact_all_to_all, packed_chunks, slice_count
 
 NDEV, NODES, LOCAL = 8, 2, 4
 T, ROWS, DIM = 2, 8, 32  # the exchange: [NDEV * ROWS, T, DIM] per device, split 0 / concat 1
@@ -216,8 +216,10 @@ def test_exchange_wire_is_what_the_stats_count(name, path, topology, dtype):
         assert payload[0].nbytes == comp
     else:
         exact_ops = [o for o in coded if o.dtype == exact and o.dtype != wire]
-        # the fallback: x's bytes, in FALLBACK_PIECES slices of one loop (one all-to-all op)
-        assert len(exact_ops) == 1 and exact_ops[0].nbytes * FALLBACK_PIECES == raw
+        # the fallback: x's bytes, in slices of one loop (one all-to-all op)
+        slices = slice_count(ROWS * T * DIM, FALLBACK_PIECES)
+        assert slices == FALLBACK_PIECES
+        assert len(exact_ops) == 1 and exact_ops[0].nbytes * slices == raw
         moved = float(st.inter_node_moved_bytes) * NODES / (NODES - 1) if hier else st.moved_bytes
         if path == "dense":
             counts = [o for o in coded if o.dtype == "s32" and o.kind == "all-to-all"]

@@ -1,7 +1,7 @@
 """Resuming on another number of devices (models/dlrm/reshard.py): every table row and its
 optimizer state keep their values exactly while the plan changes; error-feedback residuals
 keep their sum; the run goes on to its last step (8 -> 4 -> 8 devices in one process, and
-2 processes x 2 devices -> 1 process x 4)."""
+2 processes x 2 devices -> 1 process x 4 -> 2 processes x 4)."""
 
 import dataclasses
 import json
@@ -70,15 +70,18 @@ def test_what_cannot_move_is_an_error_naming_both_layouts():
     assert reshard.plan_move((4, new.rows_per_device, 4), None, new) is None
     with pytest.raises(ValueError, match="needs the fields"):
         reshard.placement_from_record({"num_devices": 2})
+    # a record of a later release, with a field this one does not know, still reads
+    later = {**reshard.placement_record(new), "planner": "v2"}
+    assert reshard.placement_from_record(later).rows_per_device == new.rows_per_device
 
 
 # --- the trainer: 8 -> 4 -> 8 devices -------------------------------------------------------
 
 
-def _config(devices: int, steps: int):
+def _config(devices: int, steps: int, **kw):
     from models.dlrm.configs import get_config
 
-    return dataclasses.replace(
+    config = dataclasses.replace(
         get_config("tiny"),
         devices_per_process=devices,
         steps=steps,
@@ -91,6 +94,7 @@ def _config(devices: int, steps: int):
         log_every=2,
         eval_rows=256,
     )
+    return dataclasses.replace(config, **kw)
 
 
 def _saved_tables(workdir, step):
@@ -161,9 +165,16 @@ def test_eight_to_four_to_eight_devices_moves_tables_and_optimizer_state(tmp_pat
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-9)  # spread: the same sum
     assert state.params["embedding"]["table"].sharding == setup[2].params["embedding"]["table"]
 
-    # and the run goes on: to step 4 on 4 devices, to step 6 on 8
+    # and the run goes on: to step 4 on 4 devices, to step 6 on 8 with the exact all-reduce
+    # (the residuals are then re-initialized while the tables move)
     train.train_and_evaluate(config, str(work), progress=False)
-    result = train.train_and_evaluate(_config(8, 6), str(work), progress=False)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dlrm"):
+        result = train.train_and_evaluate(
+            _config(8, 6, grad_allreduce="exact"), str(work), progress=False
+        )
+    assert "moved from the plan it was written under (4 devices" in caplog.text
+    assert "grad_ef re-initialized" in caplog.text and "residuals spread" not in caplog.text
     assert result["step"] == 6 and np.isfinite(result["logloss"]), result
     with open(work / "metrics.jsonl") as f:
         steps = [r["step"] for r in map(json.loads, f) if r.get("kind") == "train"]
@@ -171,7 +182,7 @@ def test_eight_to_four_to_eight_devices_moves_tables_and_optimizer_state(tmp_pat
 
 
 @pytest.mark.slow
-def test_two_processes_of_two_devices_resume_as_one_process_of_four(tmp_path):
+def test_two_processes_of_two_resume_as_one_of_four_then_as_two_of_four(tmp_path):
     import subprocess
     import sys
 
@@ -217,3 +228,12 @@ def test_two_processes_of_two_devices_resume_as_one_process_of_four(tmp_path):
     changed = [not np.array_equal(a, b) for a, b in zip(later["params"][0], saved["params"][0])]
     assert [a.shape for a in later["params"][0]] == [b.shape for b in saved["params"][0]]
     assert sum(changed) > len(changed) // 2, changed
+    # and on 2 processes of 4 devices: the tables move to 8 devices, each process placing its
+    # own shards of the moved arrays
+    runs = run_trainers([*args, "--devices", "4", "--steps", "6"])
+    for i, (rc, out) in enumerate(runs):
+        assert rc == 0, f"process {i}:\n{out[-3000:]}"
+    assert "moved from the plan it was written under (4 devices" in runs[0][1], runs[0][1][-3000:]
+    assert "resumed from step 4" in runs[0][1]
+    final = _saved_tables(run, 6)
+    assert [a.shape for a in final["params"][0]] == [b.shape for b in later["params"][0]]
