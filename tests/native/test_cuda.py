@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import jax_lossy_comm as jlc
-from jax_lossy_comm.frame import frame_capacity, frame_info, raw_frame_bytes
+from jax_lossy_comm.frame import frame_capacity, frame_info, header_bytes, raw_frame_bytes
 
 CPU = jax.devices("cpu")[0]
 #: The GPU under test (tests/conftest.py's ``gpu`` fixture: the CPU with JLC_GPU_TESTS_ON_CPU=1),
@@ -296,6 +296,42 @@ def test_decompress_fixed_rate_matches_cpu(chunks, dtype):
             assert np.all(sg == 10) and np.all(np.isnan(np.asarray(yg, np.float32)))
         else:  # every frame that fit decodes (an overflowed one has its own status)
             assert np.all(sg[nc >= 0] == 0) and np.count_nonzero(nc >= 0) > 0
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["aligned", "odd"])
+@pytest.mark.parametrize("fixed_rate", [True, False])
+def test_stale_checksum_in_each_part_of_a_fixed_frame(extra, fixed_rate):
+    """The decoder sums a fixed-rate frame's checksum from the bytes it stages, each block of a
+    frame spread over several (few chunks: one per half tile) summing its own units' words and
+    reading the rest: a byte changed (checksum left stale) in the header, in any unit's codes, in
+    the outliers or in the checksum field gives BAD_CHECKSUM (7) and NaN on every part, as on
+    the CPU. ``extra``: capacities a multiple of 16 (every frame 16-aligned: the folded sum) and
+    one byte more (odd addresses: the whole-frame sum)."""
+    x = make_data("special", (2, 256, 64), seed=21)
+    cap = frame_capacity((256, 64), np.float32, "fixed", 0.01, outliers=64)
+    cap = (cap + 15) // 16 * 16 + extra
+    f, nb = compress_on(CPU, x, 0.01, codec="fixed", capacity=cap)
+    info = frame_info(f, nb)[0]
+    assert np.all(nb > 0) and info.form == "quantized" and info.n_outliers > 0
+    # The codes start after the header, eb_abs, base and the outlier count; a half tile's
+    # codes (2048 values) take 256 * bits bytes.
+    s0 = header_bytes(256, 64) + 8 + (1 if info.n_outliers < 128 else 2)
+    unit = 256 * info.bits
+    spots = [9, 4, int(nb[0]) - 1] + [s0 + k * unit + unit // 2 for k in range(8)]
+    frames = [f[0], f[1]]
+    lens = [nb[0], nb[1]]
+    for at in spots:
+        g = f[0].copy()
+        g[at] ^= 0x5A
+        frames.append(g)
+        lens.append(nb[0])
+    frames, lens = np.stack(frames), np.asarray(lens, np.int32)
+    yc, sc = decompress_on(CPU, frames, lens, (256, 64), np.float32, fixed_rate=fixed_rate)
+    yg, sg = decompress_on(GPU, frames, lens, (256, 64), np.float32, fixed_rate=fixed_rate)
+    _check_same(sc, sg, "status")
+    _check_same(bits_of(yc), bits_of(yg), "values")
+    assert sg[:2].tolist() == [0, 0] and np.all(sg[2:] == 7)
+    assert np.all(np.isnan(yg[2:]))
 
 
 def test_bad_nbytes_and_shape_statuses():

@@ -487,6 +487,93 @@ void check_huffman_lengths() {
   printf("Huffman lengths: %d histograms equal to the CPU's\n", cases);
 }
 
+// The checksum of fixed-rate frames folded into decode_fast_kernel's staging, over 1, 2, 3 and 8
+// blocks a frame (8: one per half tile, the DLRM exchange's split): a byte changed in the header,
+// in each unit's codes (so that every part, and every part's own staged words, must catch it),
+// in the outlier values, in the stored checksum, or in the padding word past a frame whose
+// length is not a multiple of 4 (not part of the frame: still valid) gives the CPU's status
+// (BAD_CHECKSUM) and NaN, the intact frames the CPU's values, with and without the parsed
+// headers (fixed_rate). Capacities a multiple of 16 (every frame 16-aligned: the folded path)
+// and one byte more (frames at odd addresses: the whole-frame sum first).
+template <int D>
+void check_fold_checksum() {
+  const uint64_t rows = 256, dim = 64, n = rows * dim;
+  const int bits = lc::rel_bits_for(0.01, D);
+  const size_t cap16 = (lc::fixed_frame_bytes(rows, dim, bits, D, 600) + 15) & ~(size_t)15;
+  const long fold0 = emu::path_hits[kPathDecodeFold], bad0 = emu::path_hits[kPathDecodeFoldBad];
+  std::vector<uint8_t> wsc(lc::workspace_bytes(rows, dim));
+  lc::Workspace w = lc::carve_workspace(wsc.data(), rows, dim);
+  for (size_t cap : {cap16, cap16 + 1}) {
+    const int64_t chunks = 2;
+    std::vector<uint8_t> in = to_dtype(make_data("special", chunks, rows, dim, 77), D);
+    std::vector<uint8_t> fc(chunks * cap, 0);
+    std::vector<int32_t> nc(chunks);
+    for (int64_t c = 0; c < chunks; ++c)
+      nc[c] = (int32_t)lc::encode_chunk(in.data() + c * n * Dev<D>::kSize, rows, dim, D, 0.01f,
+                                        lc::kRel, lc::kCodecFixed, fc.data() + c * cap, cap, w).nbytes;
+    // Every frame: intact, then one change each.
+    std::vector<uint8_t> frames;
+    std::vector<int32_t> nb;
+    std::vector<int> want_bad;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const uint8_t* f0 = fc.data() + c * cap;
+      const int32_t len = nc[c];
+      lc::FrameHeader h;
+      lc::Reader r = {nullptr, nullptr, true};
+      const uint8_t* raw = nullptr;
+      if (len <= 0 || lc::parse_header(f0, len, cap, rows, dim, D, lc::FrameChecksum{}, h, r, &raw) != lc::kOk ||
+          h.form != lc::kFormQuant || h.n_outliers == 0) {
+        fail("fold checksum: the test frame is not a fixed-rate frame with outliers");
+        return;
+      }
+      const size_t s0 = (size_t)(r.p - f0), ub = kUnit / 8 * (size_t)bits;
+      std::vector<size_t> at = {9, 4, (size_t)len - 1};  // header, checksum, last outlier byte
+      for (size_t k = 0; s0 + k * ub < s0 + lc::packed_bytes(n, bits); ++k) at.push_back(s0 + k * ub + ub / 2);
+      for (int v = -1; v < (int)at.size() + 1; ++v) {
+        std::vector<uint8_t> f(f0, f0 + cap);
+        bool bad = v >= 0 && v < (int)at.size();
+        if (bad) f[at[v]] ^= 0x5a;
+        if (v == (int)at.size()) {  // past the frame, inside its last word: not checksummed
+          if (len % 4 == 0 || (size_t)len >= cap) continue;
+          f[len] ^= 0x5a;
+        }
+        frames.insert(frames.end(), f.begin(), f.end());
+        nb.push_back(len);
+        want_bad.push_back(bad ? 1 : 0);
+      }
+    }
+    const int64_t total = (int64_t)nb.size();
+    const size_t chunk = n * Dev<D>::kSize;
+    std::vector<uint8_t> oc(total * chunk);
+    std::vector<int32_t> sc(total);
+    for (int64_t c = 0; c < total; ++c) {
+      sc[c] = lc::decode_frame<true>(frames.data() + c * cap, nb[c], cap, rows, dim, D, oc.data() + c * chunk, w);
+      if (sc[c] != (want_bad[c] ? lc::kBadChecksum : lc::kOk))
+        fail("fold checksum: CPU status " + std::to_string(sc[c]) + " of frame " + std::to_string(c));
+    }
+    for (int64_t parts : {1, 2, 3, 8})
+      for (bool with_info : {false, true}) {
+        std::vector<uint8_t> og(total * chunk, 0xCD);
+        std::vector<int32_t> sg(total, 777);
+        std::vector<FastFrame> info(total);
+        emu::launch(5, kThreads, decode_fast_kernel<D, true>, frames.data(), nb.data(), total, cap,
+                    rows, dim, og.data(), sg.data(), with_info ? info.data() : (FastFrame*)nullptr, parts);
+        ++checks;
+        const std::string name = "fold checksum dtype " + std::to_string(D) + " cap " + std::to_string(cap) +
+                                 " parts " + std::to_string(parts) + (with_info ? " (headers)" : "");
+        if (sg != sc) fail(name + ": statuses differ from the CPU");
+        else if (og != oc) fail(name + ": values differ from the CPU");
+        for (int64_t c = 0; with_info && c < total; ++c)
+          if (info[c].kind != (want_bad[c] ? kKindError : kKindFixed) || info[c].status != sc[c]) {
+            fail(name + ": parsed header of frame " + std::to_string(c));
+            break;
+          }
+      }
+  }
+  if (emu::path_hits[kPathDecodeFold] == fold0 || emu::path_hits[kPathDecodeFoldBad] == bad0)
+    fail("fold checksum: the folded path or its mismatch never ran");
+}
+
 // Real dumps (float32 [rows, dim] files named *_ROWSxDIM_f32.bin): each whole, and the DLRM
 // exchange shape (26 tables x 8 peers chunks of [256, 64]) cut from the [*, 64] ones.
 void run_dumps(const std::string& dir, bool quick) {
@@ -541,6 +628,8 @@ int main(int argc, char** argv) {
     else dumps = argv[i];
   }
   check_huffman_lengths();
+  check_fold_checksum<lc::kF32>();
+  check_fold_checksum<lc::kBF16>();
   run_dtype<lc::kF32>(quick);
   const long f32_vec = emu::path_hits[lc::gpu::kPathEncodeVec];
   run_dtype<lc::kBF16>(quick);
@@ -559,6 +648,8 @@ int main(int argc, char** argv) {
          emu::path_hits[lc::gpu::kPathDecodeMultiBlock], emu::path_hits[lc::gpu::kPathEncodeMultiBlock]);
   printf("paths: encode half tiles %ld; decode half tiles %ld\n",
          emu::path_hits[lc::gpu::kPathEncodeHalf], emu::path_hits[lc::gpu::kPathDecodeHalf]);
+  printf("paths: decode checksum folded into the staging %ld, mismatches caught there %ld\n",
+         emu::path_hits[lc::gpu::kPathDecodeFold], emu::path_hits[lc::gpu::kPathDecodeFoldBad]);
   for (int k = 0; k < lc::gpu::kNumPaths; ++k)
     if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
   if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");
