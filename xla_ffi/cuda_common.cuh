@@ -55,7 +55,8 @@ enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec =
                      kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4,
                      kPathEncodeMultiBlock = 5, kPathEncodeHalf = 6, kPathDecodeHalf = 7,
                      kPathHuffShared = 8, kPathDecodeFold = 9, kPathDecodeFoldBad = 10,
-                     kNumPaths = 11 };
+                     kPathHuffWarp = 11, kPathHuffWarpRounds = 12, kPathHuffThread = 13,
+                     kNumPaths = 14 };
 #ifndef LC_GPU_PATH
 #define LC_GPU_PATH(k) ((void)0)
 #endif

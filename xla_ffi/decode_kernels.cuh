@@ -344,6 +344,107 @@ struct EmitIndex {
   }
 };
 
+// Sections of at most kWarpSegMax segments are decoded a warp per segment, 32 lanes on one
+// segment, since one thread a segment would leave most of the block idle (a [256, 64] chunk's
+// codes are 16 segments, an index section of up to 1024 rows one). Model (estimate): a
+// segment of 1024 symbols takes ~32 symbol steps a lane per pass and about 3 passes, against
+// 1024 on one thread; kWarps segments at a time, so up to 32 segments the warps finish first.
+constexpr int kWarpSegMax = 32;
+
+// Codes of the segment's stream from bit `pos` while pos < hi (lc::BitReader; bits past the
+// stream read as zero): *n codes, returns the bit after the last; *hole when a lookup found no
+// code (then the position of the hole). With emit, symbol i goes to emit(first + i, symbol) for
+// first + i < last.
+template <class Emit>
+__device__ uint32_t walk_codes(const uint8_t* sp, size_t bytes, uint32_t pos, uint32_t hi,
+                               const uint32_t* table, int tb, uint32_t* n, bool* hole, Emit* emit,
+                               uint64_t first, uint64_t last) {
+  lc::SegCursor cur = lc::seg_cursor(sp, bytes, pos, 0, 0);
+  uint32_t k = 0;
+  *hole = false;
+  while (pos < hi) {
+    const uint32_t e = table[cur.br.peek(tb)];
+    const int l = (int)(e & 0xff);
+    if (l == 0) { *hole = true; break; }
+    cur.br.skip(l);
+    pos += (uint32_t)l;
+    if (emit != nullptr && first + k < last) (*emit)(first + k, e >> 8);
+    ++k;
+  }
+  *n = k;
+  return pos;
+}
+
+// The segments of a Huffman section of nseg <= kWarpSegMax segments, a warp each, with the
+// CPU's result (every segment decodes to its symbols and ends exactly at its declared length,
+// no hole; else kCorrupt). The frame records only where segments start, so a lane cannot know
+// where the first code of its window of bits starts: lane j takes bits [j W, (j + 1) W) of the
+// segment (W = ceil(L / 32)) and walks its codes from a start, lane 0 from the segment's first
+// bit, the others first from their window's first bit (a guess). Each round, lane j + 1's start
+// becomes the bit where lane j's walk crossed into its window, and lanes whose start changed walk
+// again; when no start changes, every start is a code boundary (lane 0's is, and each next is
+// where a walk from a boundary crossed over), so the walks are the serial decode cut in 32.
+// Round r fixes lane r's start at the latest, so at most 32 rounds (a code that never
+// resynchronises, as 2-bit codes from an odd bit, takes them all); usually one or two. Then an
+// exclusive scan of the lanes' code counts places their symbols, and each lane walks its window
+// once more, emitting. Every round is block-wide (its barriers and shuffles are reached by all
+// warps the same number of times).
+template <class Emit>
+__device__ int32_t decode_segments_by_warps(const uint8_t* sp, size_t bytes, const uint8_t* seg,
+                                            uint64_t nseg, uint64_t count, int tb, Emit& emit,
+                                            DictDecShared& sh) {
+  LC_GPU_PATH(kPathHuffWarp);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t bad = 0;
+  for (uint64_t k0 = 0; k0 < nseg; k0 += kWarps) {
+    const uint64_t k = k0 + (uint64_t)warp;
+    const bool live = k < nseg;
+    // The segment's first bit: the lengths of the segments before it (nseg <= 32: one a lane).
+    uint32_t before = live && (uint64_t)lane < k ? (uint32_t)seg[2 * lane] | ((uint32_t)seg[2 * lane + 1] << 8) : 0u;
+    for (int o = 16; o > 0; o >>= 1) before += __shfl_xor_sync(0xffffffffu, before, o);
+    const uint32_t L = live ? (uint32_t)seg[2 * k] | ((uint32_t)seg[2 * k + 1] << 8) : 0u;
+    const uint32_t off = before, W = (L + 31) / 32;
+    const uint32_t lo = off + (lane * W < L ? lane * W : L);
+    const uint32_t hi = off + ((lane + 1) * W < L ? (lane + 1) * W : L);
+    uint32_t start = lo, n = 0;
+    bool hole = false;
+    uint32_t end = walk_codes<Emit>(sp, bytes, start, hi, sh.table, tb, &n, &hole, nullptr, 0, 0);
+    for (int round = 0; round < 33; ++round) {
+      const uint32_t prev = __shfl_up_sync(0xffffffffu, end, 1);
+      const uint32_t want = lane == 0 ? off : prev;
+      const bool moved = live && want != start;
+      if (moved) {
+        start = want;
+        end = walk_codes<Emit>(sp, bytes, start, hi, sh.table, tb, &n, &hole, nullptr, 0, 0);
+      }
+      if (!__syncthreads_or(moved)) break;
+      if (round > 0) LC_GPU_PATH(kPathHuffWarpRounds);  // a second correction was needed
+    }
+    // Symbols before each lane's, the segment's total and end (lane 31's), holes.
+    uint32_t base = n;
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t y = __shfl_up_sync(0xffffffffu, base, o);
+      if (lane >= o) base += y;
+    }
+    uint32_t total = lane == 31 ? base : 0u, last_end = lane == 31 ? end : 0u, holes = hole ? 1u : 0u;
+    for (int o = 16; o > 0; o >>= 1) {
+      total += __shfl_xor_sync(0xffffffffu, total, o);
+      last_end += __shfl_xor_sync(0xffffffffu, last_end, o);
+      holes += __shfl_xor_sync(0xffffffffu, holes, o);
+    }
+    base -= n;  // exclusive
+    if (!live) continue;
+    const uint64_t s0 = k * lc::kSeg, s1 = s0 + lc::kSeg < count ? s0 + lc::kSeg : count;
+    if (holes != 0 || last_end != off + L || (uint64_t)total != s1 - s0) {
+      bad = 1;
+      continue;
+    }
+    bool h;
+    walk_codes<Emit>(sp, bytes, start, hi, sh.table, tb, &n, &h, &emit, s0 + base, s1);
+  }
+  return __syncthreads_or(bad) ? lc::kCorrupt : lc::kOk;
+}
+
 // One section of `count` symbols at the reader (lc::read_huff_table + lc::read_huff_symbols, or
 // lc::read_packed), by the block; emit(i, symbol) for each. Returns the status
 // lc::decode_frame_t gives when the section fails (kTruncated when the reader ran out, kCorrupt
@@ -421,6 +522,8 @@ __device__ int32_t decode_section(uint64_t count, bool huff, int max_nsym, int b
   }
   __syncthreads();
   const uint64_t mask = size - 1;
+  if (nseg <= (uint64_t)kWarpSegMax) return decode_segments_by_warps(sp, bytes, seg, nseg, count, tb, emit, sh);
+  LC_GPU_PATH(kPathHuffThread);
   uint32_t bad = 0;
   uint64_t off = 0;  // bit offset of segment k0
   for (uint64_t k0 = 0; k0 < nseg; k0 += kThreads) {

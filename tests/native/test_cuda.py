@@ -460,6 +460,42 @@ def test_large_code_alphabets(eb):
         same_on_both(x, eb * 3, (256, 32), np.float32, codec, mode="abs")
 
 
+@pytest.mark.parametrize("segments", [1, 16, 32, 40])
+def test_huffman_segments_by_warps_equal_length_codes(segments):
+    """Sections of up to 32 segments decode a warp a segment, each lane from a guessed start in
+    its window of bits, corrected round by round: four equally frequent values give 2-bit codes,
+    which never resynchronise from an odd bit (every round moves a start); 40 segments take one
+    thread a segment. The same values and statuses as the CPU, on intact frames and with a bit
+    flipped at three places (re-sealed: CORRUPT, or other values)."""
+    rows = segments * 1024 // 64
+    rng = np.random.default_rng(segments)
+    x = (rng.integers(0, 4, (2, rows, 64)) * 0.25).astype(np.float32)
+    x[1] = make_data("normal", (rows, 64), seed=segments)  # longer codes, mixed lengths
+    fc, nc = compress_on(CPU, x, 0.05, codec="entropy")
+    fg, ng = compress_on(GPU, x, 0.05, codec="entropy")
+    _check_same(nc, ng, "nbytes")
+    _check_same(fc, fg, "frames")
+    assert all(i.codes_huffman for i in frame_info(fc, nc))
+    frames, lens = [fc[0], fc[1]], [nc[0], nc[1]]
+    for c in range(2):
+        n = int(nc[c])
+        for at in (n // 2, n - 2):
+            g = fc[c].copy()
+            g[at] ^= 0x04
+            frames.append(reseal(g, n))
+            lens.append(n)
+        g = fc[c].copy()
+        g[n // 8] ^= 0x01
+        frames.append(reseal(g, n))
+        lens.append(n)
+    frames, lens = np.stack(frames), np.asarray(lens, np.int32)
+    yc, sc = decompress_on(CPU, frames, lens, (rows, 64), np.float32)
+    yg, sg = decompress_on(GPU, frames, lens, (rows, 64), np.float32)
+    _check_same(sc, sg, "status")
+    _check_same(bits_of(yc), bits_of(yg), "values")
+    assert sg[:2].tolist() == [0, 0]
+
+
 def test_empty_and_tiny_chunks_all_codecs():
     for shape in [(2, 0, 8), (2, 8, 0), (3, 1, 1), (2, 1, 300), (4, 2, 3)]:
         x = make_data("special", shape, seed=32) if 0 not in shape else np.zeros(shape, np.float32)

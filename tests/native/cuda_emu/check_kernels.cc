@@ -650,6 +650,10 @@ int main(int argc, char** argv) {
          emu::path_hits[lc::gpu::kPathEncodeHalf], emu::path_hits[lc::gpu::kPathDecodeHalf]);
   printf("paths: decode checksum folded into the staging %ld, mismatches caught there %ld\n",
          emu::path_hits[lc::gpu::kPathDecodeFold], emu::path_hits[lc::gpu::kPathDecodeFoldBad]);
+  printf("paths: Huffman sections decoded a warp a segment %ld (a second round of starts %ld), "
+         "a thread a segment %ld\n",
+         emu::path_hits[lc::gpu::kPathHuffWarp], emu::path_hits[lc::gpu::kPathHuffWarpRounds],
+         emu::path_hits[lc::gpu::kPathHuffThread]);
   for (int k = 0; k < lc::gpu::kNumPaths; ++k)
     if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
   if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");
