@@ -414,6 +414,51 @@ __global__ void plan_kernel(const uint32_t* sym, uint64_t count, int nsym, int b
   if (threadIdx.x == 0) { out[0] = p.huff; out[1] = p.bytes; }
 }
 
+// lc::huff_leaf_counts from the internal nodes' depths (the GPU's way) against the leaf depths
+// of lc::huff_mk_depths (the CPU's), counted at 32 from depth 32 on, on ascending frequency
+// arrays too large to build as symbol streams: Fibonacci weights up to F(45) (depths past 40),
+// powers of two, all equal, random with ties; 2 to 4096 leaves.
+void check_leaf_counts() {
+  Rng r{99};
+  int cases = 0, deep = 0;
+  for (int t = 0; t < 200; ++t) {
+    const int sizes[] = {2, 3, 5, 33, 46, 100, 1000, 4096};
+    const int n = sizes[t % 8], kind = (t / 8) % 5;
+    std::vector<uint32_t> f(n);
+    uint32_t fa = 1, fb = 1;
+    for (int i = 0; i < n; ++i) {
+      switch (kind) {
+        case 0:  // Fibonacci F(1..45), then ones
+          f[i] = i < 45 ? fa : 1u;
+          if (i < 45) { const uint32_t c = fa + fb; fa = fb; fb = c; }
+          break;
+        case 1: f[i] = 1u << (i % 20); break;
+        case 2: f[i] = 7; break;
+        case 3: f[i] = 1 + r.next() % 5; break;
+        default: f[i] = 1 + r.next() % 100000;
+      }
+    }
+    std::sort(f.begin(), f.end());
+    std::vector<uint32_t> a = f, b = f;
+    uint32_t want[33] = {0}, got[33] = {0};
+    lc::huff_mk_depths(a.data(), n);
+    for (int i = 0; i < n; ++i) want[a[i] > 32 ? 32 : a[i]]++;
+    lc::huff_mk_internal_depths(b.data(), n);
+    for (int i = 0; i + 1 < n; ++i)
+      if (b[i] < 32) got[b[i]]++;
+    lc::huff_leaf_counts(got, (uint32_t)n);
+    ++checks;
+    ++cases;
+    if (want[32] != 0) ++deep;
+    if (memcmp(want, got, sizeof want) != 0)
+      fail("leaf counts from internal depths, case " + std::to_string(t) + " n " + std::to_string(n) +
+           " kind " + std::to_string(kind));
+  }
+  if (!deep) fail("leaf counts: no case with depths past 32");
+  printf("Huffman leaves per depth from internal depths: %d cases (%d past depth 32) as the CPU's\n",
+         cases, deep);
+}
+
 void check_huffman_lengths() {
   Rng r{424242};
   int cases = 0;
@@ -627,6 +672,7 @@ int main(int argc, char** argv) {
     else if (std::string(argv[i]) == "golden" && i + 1 < argc) golden = fopen(argv[++i], "w");
     else dumps = argv[i];
   }
+  check_leaf_counts();
   check_huffman_lengths();
   check_fold_checksum<lc::kF32>();
   check_fold_checksum<lc::kBF16>();
