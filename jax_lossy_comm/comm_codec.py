@@ -121,8 +121,8 @@ class FrameCodec:
       >>> import numpy as np
       >>> from jax_lossy_comm import FrameCodec
       >>> c = FrameCodec(min_error_bound=0.01)
-      >>> c.capacity_bytes((256, 64), np.float32, dense=True)  # 6-bit codes + 16 outliers
-      12404
+      >>> c.capacity_bytes((256, 64), np.float32, dense=True)  # 6-bit codes + 16 outliers, 16 B units
+      12416
       >>> c.capacity_bytes((256, 64), np.float32, dense=False)  # ragged: raw size
       65547
       >>> FrameCodec(mode="relative")

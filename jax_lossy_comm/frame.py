@@ -256,7 +256,9 @@ def frame_capacity(
         the quantizer's edge); frames needing more report overflow rather than truncate.
 
     Returns:
-      int: bytes per frame; the trailing dimension of ``compress``'s frames.
+      int: bytes per frame; the trailing dimension of ``compress``'s frames. Rounded up to a
+      multiple of 16 (at most ``MAX_FRAME_BYTES``), so every frame of a batch starts 16-byte
+      aligned and the CUDA codec reads it in 16-byte loads.
 
     Raises:
       ValueError: unknown codec or mode, a negative size in ``shape``, non-positive
@@ -275,17 +277,18 @@ def frame_capacity(
     if np.dtype(dtype) not in DTYPES:
         raise TypeError(f"dtype must be float32, bfloat16 or float16, got {np.dtype(dtype)}")
     check_chunk_size(rows, dim, dtype)
-    raw = raw_frame_bytes(rows, dim, dtype)
+    cap = raw_frame_bytes(rows, dim, dtype)
     if min_error_bound is None or mode != "rel" or codec not in ("auto", "fixed"):
         if codec == "fixed":
             raise ValueError(
                 "codec='fixed' needs min_error_bound in mode='rel' to size its frames "
                 "statically (or pass capacity= explicitly)"
             )
-        return raw
-    eb = check_min_error_bound(min_error_bound)
-    fixed = fixed_frame_bytes(rows, dim, rel_code_bits(eb, dtype), dtype, outliers)
-    return fixed if codec == "fixed" else min(raw, fixed)
+    else:
+        eb = check_min_error_bound(min_error_bound)
+        fixed = fixed_frame_bytes(rows, dim, rel_code_bits(eb, dtype), dtype, outliers)
+        cap = fixed if codec == "fixed" else min(cap, fixed)
+    return min(-(-cap // 16) * 16, MAX_FRAME_BYTES)
 
 
 class FrameInfo(NamedTuple):

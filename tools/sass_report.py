@@ -172,12 +172,13 @@ def loops_of(sass: str) -> dict[str, list[dict]]:
 
 
 def occupancy(lim: dict, regs: int, smem: int) -> int:
-    """xla_ffi/cuda_launch.h occupancy_blocks."""
+    """xla_ffi/cuda_launch.h occupancy_blocks: registers per warp in units of 256 from each of
+    the SM's 4 sub-partitions, shared memory in units of 128 bytes plus the reservation."""
     warps = math.ceil(THREADS / 32)
     b = min(lim["blocks"], lim["threads"] // (32 * warps))
     regs_warp = math.ceil(regs * 32 / 256) * 256
     if regs_warp:
-        b = min(b, (lim["regs"] // regs_warp) // warps)
+        b = min(b, (lim["regs"] // 4 // regs_warp) * 4 // warps)
     s = math.ceil(smem / 128) * 128 + lim["reserved"]
     b = min(b, lim["smem"] // s)
     return max(b, 1)

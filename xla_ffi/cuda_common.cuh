@@ -54,7 +54,9 @@ static_assert((1 << lc::kMaxHuffLen) == lc::kMaxHuffSymbols, "decode table size"
 enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec = 2,
                      kPathDecodeScalar = 3, kPathDecodeMultiBlock = 4,
                      kPathEncodeMultiBlock = 5, kPathEncodeHalf = 6, kPathDecodeHalf = 7,
-                     kPathHuffShared = 8, kNumPaths = 9 };
+                     kPathHuffShared = 8, kPathDecodeFold = 9, kPathDecodeFoldBad = 10,
+                     kPathHuffWarp = 11, kPathHuffWarpRounds = 12, kPathHuffThread = 13,
+                     kNumPaths = 14 };
 #ifndef LC_GPU_PATH
 #define LC_GPU_PATH(k) ((void)0)
 #endif
@@ -170,6 +172,44 @@ __device__ __forceinline__ uint32_t block_checksum(const uint8_t* f, size_t n, u
     if (i < 2 || i >= mid_end) s += lc::checksum_word(f, n, i);
   s = block_sum(s, red);
   return lc::checksum_seed(n) + s;
+}
+
+// This thread's share of the checksum terms (format.h checksum_word) of the words [lo, hi) of the
+// n-byte frame f, at any alignment; the block's threads together cover every word once (no
+// barrier: the shares of several calls add up). 16-byte loads over the words that fill whole
+// granules when f is 16-aligned, 4-byte loads at their ends and when f is 4-aligned, two
+// neighbours funnel-shifted else (every byte read is the frame's); word 1 (the checksum field),
+// the last whole word of an unaligned frame and a partial last word through checksum_word.
+__device__ __forceinline__ uint32_t frame_words_sum(const uint8_t* f, uint32_t n, uint32_t lo,
+                                                    uint32_t hi) {
+  uint32_t s = 0;
+  const unsigned sh = (unsigned)((uintptr_t)f & 3);
+  const uint32_t whole = n / 4, plain = sh == 0 || whole == 0 ? whole : whole - 1;
+  const uint32_t a = lo > 2 ? lo : 2, b = hi < plain ? hi : plain;  // plain words [a, b)
+  for (uint32_t i = lo + threadIdx.x; i < hi; i += kThreads)
+    if (i < a || i >= b) s += lc::checksum_word(f, n, i);
+  if (a >= b) return s;
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(f - sh);  // aligned words
+  uint32_t v0 = b, v1 = b;  // 16-byte granules: words [v0, v1)
+  if (((uintptr_t)f & 15) == 0) {
+    v0 = (a + 3) & ~3u;
+    v1 = b & ~3u;
+    if (v0 >= v1) v0 = v1 = b;
+  }
+  for (uint32_t i = a + threadIdx.x; i < v0; i += kThreads) {
+    const uint32_t word = sh ? __funnelshift_r(w[i], w[i + 1], 8 * sh) : w[i];
+    s += lc::fmix32(word ^ (uint32_t)(i * 0x9E3779B9u));
+  }
+  for (uint32_t i = v1 + threadIdx.x; i < b; i += kThreads) s += lc::fmix32(w[i] ^ (uint32_t)(i * 0x9E3779B9u));
+  const uint4* g = reinterpret_cast<const uint4*>(f);
+#pragma unroll 1
+  for (uint32_t k = v0 / 4 + threadIdx.x; k < v1 / 4; k += kThreads) {
+    const uint4 v = g[k];
+    const uint32_t i = 4 * k;
+    s += lc::fmix32(v.x ^ (uint32_t)(i * 0x9E3779B9u)) + lc::fmix32(v.y ^ (uint32_t)((i + 1) * 0x9E3779B9u)) +
+         lc::fmix32(v.z ^ (uint32_t)((i + 2) * 0x9E3779B9u)) + lc::fmix32(v.w ^ (uint32_t)((i + 3) * 0x9E3779B9u));
+  }
+  return s;
 }
 
 // The 32-bit word at a (4-aligned), with bytes outside [lo, hi) read as zero and never touched.

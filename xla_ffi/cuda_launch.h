@@ -89,16 +89,20 @@ struct KernelResources {
   size_t static_smem;
 };
 
-// Blocks of `threads` threads of a kernel that fit on one SM (the occupancy calculator's rules:
-// warps, registers allocated per warp in units of 256, shared memory in units of 128 bytes plus
-// the runtime's reservation per block, the block limit), at least 1.
+// Blocks of `threads` threads of a kernel that fit on one SM, by the occupancy calculator's rules
+// (cuda_occupancy.h, sm_70 and later): warps; registers allocated per warp in units of 256 from
+// each of the SM's 4 sub-partitions (a quarter of the register file each); shared memory in
+// units of 128 bytes plus the runtime's reservation per block; the block limit. At least 1.
 inline int occupancy_blocks(const DeviceLimits& d, const KernelResources& k, int threads) {
+  constexpr int kSubPartitions = 4;
   const int warps = (threads + 31) / 32;
   int b = d.max_blocks_per_sm > 0 ? d.max_blocks_per_sm : 1;
   if (d.max_threads_per_sm > 0 && d.max_threads_per_sm / (32 * warps) < b) b = d.max_threads_per_sm / (32 * warps);
   const int regs_warp = ((k.regs_per_thread * 32 + 255) / 256) * 256;
-  if (regs_warp > 0 && d.regs_per_sm > 0 && (d.regs_per_sm / regs_warp) / warps < b)
-    b = (d.regs_per_sm / regs_warp) / warps;
+  if (regs_warp > 0 && d.regs_per_sm > 0) {
+    const int by_regs = (d.regs_per_sm / kSubPartitions / regs_warp) * kSubPartitions / warps;
+    if (by_regs < b) b = by_regs;
+  }
   const size_t smem = ((k.static_smem + 127) / 128) * 128 + (size_t)d.smem_reserved_per_block;
   if (smem > 0 && d.smem_per_sm > 0 && (int)((size_t)d.smem_per_sm / smem) < b)
     b = (int)((size_t)d.smem_per_sm / smem);
@@ -175,9 +179,11 @@ inline size_t workspace_budget(size_t b, size_t head) {
   return b > fixed ? b - fixed : 0;
 }
 
-// The compress call's grid and scratch (see the formulas at the top).
+// The compress call's grid and scratch (see the formulas at the top): `resident` blocks of the
+// one-block-a-chunk kernel (encode_fixed_kernel or encode_dict_kernel), `parts_resident` of
+// encode_fixed_parts_kernel, which sizes the parts and the grid when a chunk is spread.
 inline ScratchPlan compress_plan(const Chunks& c, int codec, int64_t resident,
-                                 const ScratchBudget& budget) {
+                                 int64_t parts_resident, const ScratchBudget& budget) {
   const uint64_t rows = (uint64_t)c.rows, dim = (uint64_t)c.dim;
   const bool fixed = codec == kCodecFixed || codec == kCodecRaw;
   const size_t stride =
@@ -186,13 +192,13 @@ inline ScratchPlan compress_plan(const Chunks& c, int codec, int64_t resident,
   const size_t b = call_budget(c, fixed ? budget.fixed_encode : budget.dict_encode, budget);
   // Every (chunk, part) keeps its record until the finishing launch: batch * parts of them;
   // fewer parts when they do not fit the budget.
-  for (int64_t parts = codec == kCodecFixed && c.cap > 0 ? encode_parts(c, resident) : 1;
+  for (int64_t parts = codec == kCodecFixed && c.cap > 0 ? encode_parts(c, parts_resident) : 1;
        parts > 1; --parts) {
     const size_t pstride = align256(part_ws_bytes(rows, dim, c.dtype, (size_t)c.cap, parts));
     const int64_t items = c.batch * parts;
     if (pstride * (size_t)items <= workspace_budget(b, 0)) {
       ScratchPlan p = make_plan(0, pstride, items);
-      p.blocks = items < resident ? items : resident;
+      p.blocks = items < parts_resident ? items : parts_resident;
       p.parts = parts;
       return p;
     }
@@ -252,6 +258,12 @@ class ResidentBlocks {
   std::map<std::pair<const void*, int>, int64_t> cache_;
 };
 
+// Resident blocks (SMs x blocks a SM) of each kernel of one dtype on one device.
+struct Resident {
+  int64_t enc_fixed = 0, enc_parts = 0, enc_finish = 0, enc_dict = 0;
+  int64_t dec_fast = 0, dec_dict = 0, st_fast = 0, st_dict = 0;  // decompress / frame status
+};
+
 // The runtime, its per-device cache and the scratch budget: one per process in codec_cuda.cu.
 template <class Rt>
 struct Launcher {
@@ -270,17 +282,15 @@ struct Launcher {
   // time (which, on the CUDA runtime, loads all of the codec's kernels of that dtype at the first
   // call rather than one at a time at each kernel's first use), then cached.
   template <int D>
-  int resident_all(int dev, int64_t* enc_fixed, int64_t* enc_dict, int64_t* dec_fast,
-                   int64_t* dec_dict, int64_t* st_fast, int64_t* st_dict) {
-    int64_t unused = 0;
-    int e = resident.get(rt, encode_fixed_kernel<D>, dev, enc_fixed);
-    if (e == 0) e = resident.get(rt, encode_fixed_parts_kernel<D>, dev, &unused);
-    if (e == 0) e = resident.get(rt, encode_fixed_finish_kernel<D>, dev, &unused);
-    if (e == 0) e = resident.get(rt, encode_dict_kernel<D>, dev, enc_dict);
-    if (e == 0) e = resident.get(rt, decode_fast_kernel<D, true>, dev, dec_fast);
-    if (e == 0) e = resident.get(rt, decode_dict_kernel<D, true>, dev, dec_dict);
-    if (e == 0) e = resident.get(rt, decode_fast_kernel<D, false>, dev, st_fast);
-    if (e == 0) e = resident.get(rt, decode_dict_kernel<D, false>, dev, st_dict);
+  int resident_all(int dev, Resident* r) {
+    int e = resident.get(rt, encode_fixed_kernel<D>, dev, &r->enc_fixed);
+    if (e == 0) e = resident.get(rt, encode_fixed_parts_kernel<D>, dev, &r->enc_parts);
+    if (e == 0) e = resident.get(rt, encode_fixed_finish_kernel<D>, dev, &r->enc_finish);
+    if (e == 0) e = resident.get(rt, encode_dict_kernel<D>, dev, &r->enc_dict);
+    if (e == 0) e = resident.get(rt, decode_fast_kernel<D, true>, dev, &r->dec_fast);
+    if (e == 0) e = resident.get(rt, decode_dict_kernel<D, true>, dev, &r->dec_dict);
+    if (e == 0) e = resident.get(rt, decode_fast_kernel<D, false>, dev, &r->st_fast);
+    if (e == 0) e = resident.get(rt, decode_dict_kernel<D, false>, dev, &r->st_dict);
     return e;
   }
 
@@ -288,10 +298,10 @@ struct Launcher {
   // runtime this loads all of the codec's kernels into the device's context and computes their
   // occupancy, so that no later call on `dev` loads a module or asks the runtime anything.
   int preload(int dev) {
-    int64_t r[6];
-    int e = resident_all<kF32>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
-    if (e == 0) e = resident_all<kBF16>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
-    if (e == 0) e = resident_all<kF16>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
+    Resident r;
+    int e = resident_all<kF32>(dev, &r);
+    if (e == 0) e = resident_all<kBF16>(dev, &r);
+    if (e == 0) e = resident_all<kF16>(dev, &r);
     return e;
   }
 
@@ -331,10 +341,10 @@ struct Launcher {
     if (e != 0) return runtime_error(e);
     const uint64_t rows = (uint64_t)c.rows, dim = (uint64_t)c.dim;
     const bool fixed = codec == kCodecFixed || codec == kCodecRaw;
-    int64_t r[6];
-    e = resident_all<D>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
+    Resident r;
+    e = resident_all<D>(dev, &r);
     if (e != 0) return runtime_error(e);
-    const ScratchPlan plan = compress_plan(c, codec, fixed ? r[0] : r[1], budget);
+    const ScratchPlan plan = compress_plan(c, codec, fixed ? r.enc_fixed : r.enc_dict, r.enc_parts, budget);
     uint8_t* ws = nullptr;
     if (plan.bytes != 0) {
       ws = allocate_aligned(scratch, plan.bytes - (kWsAlign - kScratchAlign));
@@ -344,7 +354,7 @@ struct Launcher {
       e = rt.launch(encode_fixed_parts_kernel<D>, (unsigned)plan.blocks, kThreads, stream, x, eb,
                     c.batch, rows, dim, mode, codec, frames, (size_t)c.cap, nbytes, ws, plan.stride,
                     plan.parts);
-      const int64_t fin = c.batch < r[0] ? c.batch : r[0];
+      const int64_t fin = c.batch < r.enc_finish ? c.batch : r.enc_finish;
       if (e == 0)
         e = rt.launch(encode_fixed_finish_kernel<D>, (unsigned)fin, kThreads, stream, x, eb,
                       c.batch, rows, dim, mode, codec, frames, (size_t)c.cap, nbytes, ws,
@@ -369,10 +379,11 @@ struct Launcher {
     int dev = 0, e = rt.device_of(stream, &dev);
     if (e != 0) return runtime_error(e);
     const uint64_t rows = (uint64_t)c.rows, dim = (uint64_t)c.dim;
-    int64_t r[6];
-    e = resident_all<D>(dev, &r[0], &r[1], &r[2], &r[3], &r[4], &r[5]);
+    Resident r;
+    e = resident_all<D>(dev, &r);
     if (e != 0) return runtime_error(e);
-    const int64_t fast_resident = kWrite ? r[2] : r[4], dict_resident = kWrite ? r[3] : r[5];
+    const int64_t fast_resident = kWrite ? r.dec_fast : r.st_fast;
+    const int64_t dict_resident = kWrite ? r.dec_dict : r.st_dict;
     const int64_t parts = decode_parts(c, fast_resident, kWrite);
     const int64_t blocks = grid_blocks(c.batch * parts, fast_resident, 0, 0);
     const ScratchPlan plan = decode_plan(c, fixed_rate, dict_resident, budget);

@@ -639,14 +639,25 @@ __device__ lc::SectionPlan plan_section_dev(Cur cur, uint64_t count, int nsym, i
   if (tid <= 32) sh.hcount[tid] = 0;
   __syncthreads();
   if (n_used >= 2) {
+    // The merge and the depth chase stay on one thread: each merge step picks between the
+    // smallest remaining leaf and internal node by the sums the previous steps made (the CPU's
+    // tie rule, leaves before internal nodes on equal weights, decides the lengths), and each
+    // internal node's depth is its parent's plus one along a chain of dependent loads. The leaf
+    // depths are not needed one by one: the block counts the internal nodes per depth (shared
+    // atomics) and the leaves per depth follow from them (lc::huff_leaf_counts), which is what
+    // the length limit and the ranks read.
     if (tid == 0) {
       LC_GPU_PATH(kPathHuffShared);
-      lc::huff_mk_depths(A, (int)n_used);
+      lc::huff_mk_internal_depths(A, (int)n_used);
     }
     __syncthreads();
-    for (uint32_t k = tid; k < n_used; k += kThreads) atomicAdd(&sh.hcount[A[k] > 32 ? 32 : A[k]], 1u);
+    for (uint32_t k = tid; k + 1 < n_used; k += kThreads)
+      if (A[k] < 32) atomicAdd(&sh.hcount[A[k]], 1u);
     __syncthreads();
-    if (tid == 0) lc::huff_limit_counts(sh.hcount);
+    if (tid == 0) {
+      lc::huff_leaf_counts(sh.hcount, n_used);
+      lc::huff_limit_counts(sh.hcount);
+    }
     __syncthreads();
     for (uint32_t k = tid; k < n_used; k += kThreads)
       w.len[w.symof[k]] = (uint8_t)lc::huff_rank_length(sh.hcount, n_used - 1 - k);

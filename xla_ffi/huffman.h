@@ -15,12 +15,15 @@ namespace lc {
 // sorted, and the other two across the block):
 //  * huff_mk_depths: Moffat & Katajainen's in-place minimum-redundancy algorithm (WADS 1995)
 //    on A[0..n) (n >= 2 frequencies, ascending): afterwards A[i] is the depth (unlimited code
-//    length) of the i-th leaf;
+//    length) of the i-th leaf (its first two passes are huff_mk_internal_depths; the GPU counts
+//    the leaves per depth from the internal nodes' depths instead, huff_leaf_counts);
 //  * huff_limit_counts: leaves per length (count[1..32], depths over 32 counted at 32) limited
 //    to kMaxHuffLen by the Kraft repair of zlib/miniz;
 //  * huff_rank_length: the length of the r-th most frequent symbol (r = 0: the most frequent,
 //    which takes the shortest length).
-LC_HD void huff_mk_depths(uint32_t* A, int n) {
+// Its first two passes (the two-queue merge, then each internal node's depth from its parent's):
+// afterwards A[0..n-1) holds the depths of the n - 1 internal nodes (A[n - 2], the root, 0).
+LC_HD void huff_mk_internal_depths(uint32_t* A, int n) {
   int root = 0, leaf = 2, next;
   A[0] += A[1];
   for (next = 1; next < n - 1; ++next) {
@@ -31,8 +34,29 @@ LC_HD void huff_mk_depths(uint32_t* A, int n) {
   }
   A[n - 2] = 0;
   for (next = n - 3; next >= 0; --next) A[next] = A[A[next]] + 1;
+}
+
+// Leaves per depth of a full binary tree of n leaves from its internal nodes per depth: on
+// entry count[d] (d < 32) is the number of internal nodes of depth d; afterwards count[d] is the
+// number of leaves of depth d, depths of 32 and more counted at 32, as huff_limit_counts wants
+// (the nodes of depth d + 1 are the 2 count[d] children of depth d, the leaves among them those
+// that are not internal). The same counts as the leaf depths huff_mk_depths gives.
+LC_HD void huff_leaf_counts(uint32_t* count, uint32_t n) {
+  uint32_t internal = count[0], leaves = 0;
+  count[0] = 0;
+  for (int d = 1; d < 32; ++d) {
+    const uint32_t next = count[d];
+    count[d] = 2 * internal - next;
+    leaves += count[d];
+    internal = next;
+  }
+  count[32] = n - leaves;
+}
+
+LC_HD void huff_mk_depths(uint32_t* A, int n) {
+  huff_mk_internal_depths(A, n);
   int avbl = 1, used = 0, dpth = 0;
-  root = n - 2; next = n - 1;
+  int root = n - 2, next = n - 1;
   while (avbl > 0) {
     while (root >= 0 && (int)A[root] == dpth) { ++used; --root; }
     while (avbl > used) { A[next--] = (uint32_t)dpth; --avbl; }

@@ -132,9 +132,8 @@ def test_empty_chunks():
         x = np.zeros(shape, np.float32)
         frames, nbytes, y, status = roundtrip(x, 0.01)
         assert y.shape == shape and np.all(status == 0)
-        assert frames.shape == shape[:-2] + (
-            frame.raw_frame_bytes(shape[-2], shape[-1], np.float32),
-        )
+        raw = frame.raw_frame_bytes(shape[-2], shape[-1], np.float32)
+        assert frames.shape == shape[:-2] + ((raw + 15) // 16 * 16,)  # capacity: 16-byte units
 
 
 def test_non_finite_values_round_trip_bit_exactly():
@@ -172,12 +171,14 @@ def test_offset_data_finer_than_float_spacing_uses_outliers_not_violations():
 def test_fixed_rate_size_is_static(eb, shape):
     x = np.random.default_rng(2).standard_normal((5, *shape)).astype(np.float32)
     cap = lc.frame_capacity(shape, np.float32, "fixed", min_error_bound=eb)
+    fixed = frame.fixed_frame_bytes(*shape, frame.rel_code_bits(eb))
     frames, nbytes, y, status = roundtrip(x, eb, codec="fixed", capacity=cap)
-    assert np.all(nbytes == cap) and np.all(status == 0)
-    assert cap == frame.fixed_frame_bytes(*shape, frame.rel_code_bits(eb))
+    assert np.all(nbytes == fixed) and np.all(status == 0)
+    assert cap == (fixed + 15) // 16 * 16  # capacities come in 16-byte units
     # "auto" sized by the same bound never needs more
     frames, nbytes, y, status = roundtrip(x, eb, min_error_bound=eb)
-    assert frames.shape[-1] == min(cap, frame.raw_frame_bytes(*shape, np.float32))
+    raw = frame.raw_frame_bytes(*shape, np.float32)
+    assert frames.shape[-1] == (min(fixed, raw) + 15) // 16 * 16
     assert np.all((nbytes > 0) & (nbytes <= frames.shape[-1]))
 
 

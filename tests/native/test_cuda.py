@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import jax_lossy_comm as jlc
-from jax_lossy_comm.frame import frame_capacity, frame_info, raw_frame_bytes
+from jax_lossy_comm.frame import frame_capacity, frame_info, header_bytes, raw_frame_bytes
 
 CPU = jax.devices("cpu")[0]
 #: The GPU under test (tests/conftest.py's ``gpu`` fixture: the CPU with JLC_GPU_TESTS_ON_CPU=1),
@@ -298,6 +298,42 @@ def test_decompress_fixed_rate_matches_cpu(chunks, dtype):
             assert np.all(sg[nc >= 0] == 0) and np.count_nonzero(nc >= 0) > 0
 
 
+@pytest.mark.parametrize("extra", [0, 1], ids=["aligned", "odd"])
+@pytest.mark.parametrize("fixed_rate", [True, False])
+def test_stale_checksum_in_each_part_of_a_fixed_frame(extra, fixed_rate):
+    """The decoder sums a fixed-rate frame's checksum from the bytes it stages, each block of a
+    frame spread over several (few chunks: one per half tile) summing its own units' words and
+    reading the rest: a byte changed (checksum left stale) in the header, in any unit's codes, in
+    the outliers or in the checksum field gives BAD_CHECKSUM (7) and NaN on every part, as on
+    the CPU. ``extra``: capacities a multiple of 16 (every frame 16-aligned: the folded sum) and
+    one byte more (odd addresses: the whole-frame sum)."""
+    x = make_data("special", (2, 256, 64), seed=21)
+    cap = frame_capacity((256, 64), np.float32, "fixed", 0.01, outliers=64)
+    cap = (cap + 15) // 16 * 16 + extra
+    f, nb = compress_on(CPU, x, 0.01, codec="fixed", capacity=cap)
+    info = frame_info(f, nb)[0]
+    assert np.all(nb > 0) and info.form == "quantized" and info.n_outliers > 0
+    # The codes start after the header, eb_abs, base and the outlier count; a half tile's
+    # codes (2048 values) take 256 * bits bytes.
+    s0 = header_bytes(256, 64) + 8 + (1 if info.n_outliers < 128 else 2)
+    unit = 256 * info.bits
+    spots = [9, 4, int(nb[0]) - 1] + [s0 + k * unit + unit // 2 for k in range(8)]
+    frames = [f[0], f[1]]
+    lens = [nb[0], nb[1]]
+    for at in spots:
+        g = f[0].copy()
+        g[at] ^= 0x5A
+        frames.append(g)
+        lens.append(nb[0])
+    frames, lens = np.stack(frames), np.asarray(lens, np.int32)
+    yc, sc = decompress_on(CPU, frames, lens, (256, 64), np.float32, fixed_rate=fixed_rate)
+    yg, sg = decompress_on(GPU, frames, lens, (256, 64), np.float32, fixed_rate=fixed_rate)
+    _check_same(sc, sg, "status")
+    _check_same(bits_of(yc), bits_of(yg), "values")
+    assert sg[:2].tolist() == [0, 0] and np.all(sg[2:] == 7)
+    assert np.all(np.isnan(yg[2:]))
+
+
 def test_bad_nbytes_and_shape_statuses():
     x = make_data("normal", (2, 16, 8), seed=8)
     f, nb = compress_on(CPU, x, 0.01, codec="fixed", capacity=raw_frame_bytes(16, 8, np.float32))
@@ -422,6 +458,42 @@ def test_large_code_alphabets(eb):
     for codec in DICT_CODECS:
         same_on_both(x, eb, (256, 32), np.float32, codec)
         same_on_both(x, eb * 3, (256, 32), np.float32, codec, mode="abs")
+
+
+@pytest.mark.parametrize("segments", [1, 16, 32, 40])
+def test_huffman_segments_by_warps_equal_length_codes(segments):
+    """Sections of up to 32 segments decode a warp a segment, each lane from a guessed start in
+    its window of bits, corrected round by round: four equally frequent values give 2-bit codes,
+    which never resynchronise from an odd bit (every round moves a start); 40 segments take one
+    thread a segment. The same values and statuses as the CPU, on intact frames and with a bit
+    flipped at three places (re-sealed: CORRUPT, or other values)."""
+    rows = segments * 1024 // 64
+    rng = np.random.default_rng(segments)
+    x = (rng.integers(0, 4, (2, rows, 64)) * 0.25).astype(np.float32)
+    x[1] = make_data("normal", (rows, 64), seed=segments)  # longer codes, mixed lengths
+    fc, nc = compress_on(CPU, x, 0.05, codec="entropy")
+    fg, ng = compress_on(GPU, x, 0.05, codec="entropy")
+    _check_same(nc, ng, "nbytes")
+    _check_same(fc, fg, "frames")
+    assert all(i.codes_huffman for i in frame_info(fc, nc))
+    frames, lens = [fc[0], fc[1]], [nc[0], nc[1]]
+    for c in range(2):
+        n = int(nc[c])
+        for at in (n // 2, n - 2):
+            g = fc[c].copy()
+            g[at] ^= 0x04
+            frames.append(reseal(g, n))
+            lens.append(n)
+        g = fc[c].copy()
+        g[n // 8] ^= 0x01
+        frames.append(reseal(g, n))
+        lens.append(n)
+    frames, lens = np.stack(frames), np.asarray(lens, np.int32)
+    yc, sc = decompress_on(CPU, frames, lens, (rows, 64), np.float32)
+    yg, sg = decompress_on(GPU, frames, lens, (rows, 64), np.float32)
+    _check_same(sc, sg, "status")
+    _check_same(bits_of(yc), bits_of(yg), "values")
+    assert sg[:2].tolist() == [0, 0]
 
 
 def test_empty_and_tiny_chunks_all_codecs():

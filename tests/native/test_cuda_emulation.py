@@ -102,7 +102,10 @@ def test_cuda_host_side_under_cpu_emulation(tmp_path):
     queries counted): frames, values and statuses equal the CPU codec's, a zero-size batch
     allocates and launches nothing, a failed allocation is an error and launches nothing,
     device queries are asked once per kernel, and every grid stays within its scratch budget
-    (the fixed-rate path's included). The 256-byte alignment requested before commit 9fc0403
+    (the fixed-rate path's included). ``occupancy_blocks`` gives the blocks per SM that NVIDIA's
+    occupancy rules give for sm_80 and sm_90 limits (answers worked by hand), and the fixed
+    encoder's parts and grids follow the occupancy of the kernels it launches (a runtime where
+    they differ). The 256-byte alignment requested before commit 9fc0403
     gets no memory from the stand-in, as from XLA, and fails here.
     """
     exe = _build(tmp_path, "check_host")

@@ -108,15 +108,28 @@ def test_rel_code_bits_match_the_extension():
 
 
 def test_frame_capacity_uses_the_shared_sizes():
+    """The capacity is the extension's frame size rounded up to 16 bytes (every frame of a
+    batch 16-byte aligned)."""
     ext = _ffi._ext
+
+    def up16(v):
+        return (v + 15) // 16 * 16
+
     for (rows, dim), eb in itertools.product([(256, 64), (1, 1), (3000, 4)], BOUNDS[:-1]):
         for dt, code in frame.DTYPES.items():
             raw = ext.raw_frame_bytes(rows, dim, code)
             bits = ext.rel_bits_for(eb, code)
             fixed = ext.fixed_frame_bytes(rows, dim, bits, code, 3)
-            assert frame.frame_capacity((rows, dim), dt, "auto", eb, outliers=3) == min(raw, fixed)
-            assert frame.frame_capacity((rows, dim), dt, "fixed", eb, outliers=3) == fixed
-            assert frame.frame_capacity((rows, dim), dt, "entropy", eb) == raw
+            auto = frame.frame_capacity((rows, dim), dt, "auto", eb, outliers=3)
+            assert auto == up16(min(raw, fixed))
+            assert frame.frame_capacity((rows, dim), dt, "fixed", eb, outliers=3) == up16(fixed)
+            assert frame.frame_capacity((rows, dim), dt, "entropy", eb) == up16(raw)
+            assert auto % 16 == 0 and auto - min(raw, fixed) < 16
+    # At the frame limit the rounding stops at MAX_FRAME_BYTES (an int32 byte count).
+    rows = (frame.MAX_FRAME_BYTES - frame.header_bytes(1 << 29, 1)) // 4
+    raw = frame.raw_frame_bytes(rows, 1, np.float32)
+    assert 0 < frame.MAX_FRAME_BYTES - raw < 16 and up16(raw) > frame.MAX_FRAME_BYTES
+    assert frame.frame_capacity((rows, 1)) == frame.MAX_FRAME_BYTES
 
 
 def test_status_descriptions_name_every_code():

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -100,6 +101,7 @@ struct EmuRuntime {
   // 3 SMs; 2 blocks per SM by the block limit (the kernels' registers and shared memory fit).
   lc::gpu::DeviceLimits limits = {3, 2048, 2, 65536, 233472, 1024};
   lc::gpu::KernelResources resources = {64, 20000};
+  std::map<const void*, lc::gpu::KernelResources> per_kernel;  // kernels whose resources differ
   int device_of(Stream s, int* device) {
     ++device_queries;
     *device = s->device;
@@ -115,7 +117,8 @@ struct EmuRuntime {
   int kernel_resources(K kernel, lc::gpu::KernelResources* r) {
     ++occupancy_queries;
     loaded.insert({reinterpret_cast<const void*>(kernel), current_device});
-    *r = resources;
+    auto it = per_kernel.find(reinterpret_cast<const void*>(kernel));
+    *r = it != per_kernel.end() ? it->second : resources;
     return 0;
   }
   template <class F>
@@ -200,7 +203,7 @@ void run_case(lc::gpu::Launcher<EmuRuntime>& L, const Stream& stream, int dtype,
                                       fg.data(), ng.data());
     check(r.kind == LaunchResult::kOk, std::string(name) + ": compress launched");
     check(scratch.rejected == 0, std::string(name) + ": compress asked for an alignment XLA rejects");
-    const lc::gpu::ScratchPlan plan = lc::gpu::compress_plan(c, codec, 6, L.budget);
+    const lc::gpu::ScratchPlan plan = lc::gpu::compress_plan(c, codec, 6, 6, L.budget);
     check(batch == 0 || scratch.blocks.size() == (plan.bytes ? 1u : 0u), std::string(name) + ": one scratch block, or none");
     check(batch == 0 || scratch.bytes == plan.bytes, std::string(name) + ": asks for what compress_plan says");
   }
@@ -283,7 +286,7 @@ void scratch_bounds() {
       for (const Call& k : calls) {
         const lc::Chunks c = {dtype, sh.batch, sh.rows, sh.dim, (int64_t)k.cap};
         const lc::gpu::ScratchPlan p =
-            k.codec >= 0 ? lc::gpu::compress_plan(c, k.codec, resident, budget)
+            k.codec >= 0 ? lc::gpu::compress_plan(c, k.codec, resident, resident, budget)
                          : lc::gpu::decode_plan(c, k.codec == -2, resident, budget);
         const size_t frames = (size_t)sh.batch * k.cap;
         const size_t bound = 2 * frames > (size_t(64) << 20) ? 2 * frames : (size_t(64) << 20);
@@ -302,7 +305,98 @@ void scratch_bounds() {
 
 }  // namespace
 
+// occupancy_blocks against NVIDIA's occupancy rules (the CUDA occupancy calculator,
+// cuda_occupancy.h), worked by hand for the limits of an H100/H200 (sm_90: 228 KiB of shared
+// memory a SM) and an A100 (sm_80: 164 KiB); both: 2048 threads, 32 blocks and 64 K registers a
+// SM in 4 sub-partitions, registers given to a warp in units of 256, shared memory in units of
+// 128 bytes plus 1 KiB the runtime reserves per block.
+void occupancy_known_answers() {
+  const lc::gpu::DeviceLimits sm90 = {132, 2048, 32, 65536, 233472, 1024};
+  const lc::gpu::DeviceLimits sm80 = {108, 2048, 32, 65536, 167936, 1024};
+  struct Case { const char* what; int regs; size_t smem; int threads; int want90, want80; };
+  const Case cases[] = {
+      // 64 x 32 = 2048 registers a warp; 16384 a sub-partition hold 8 warps: 32 a SM, 8 blocks
+      // of 4 warps. Shared: 12936 + 1024 = 13960 -> 14080; 233472 / 14080 = 16, 167936 / 14080
+      // = 11. Threads: 16 blocks. -> 8, 8 (decode_fast_kernel).
+      {"64 regs, 12936 B, 128 threads", 64, 12936, 128, 8, 8},
+      // 128 x 32 = 4096 a warp: 4 a sub-partition, 16 a SM: 4 blocks. Shared 24816 + 1024 ->
+      // 25856: 9 (sm_90), 6 (sm_80). -> 4, 4 (encode_dict_kernel).
+      {"128 regs, 24816 B, 128 threads", 128, 24816, 128, 4, 4},
+      // 68 x 32 = 2176 -> 2304 a warp: 16384 / 2304 = 7 a sub-partition, 28 a SM: 7 blocks.
+      // Shared 28848 + 1024 = 29872 -> 29952: 233472 / 29952 = 7, 167936 / 29952 = 5. -> 7, 5.
+      {"68 regs, 28848 B, 128 threads", 68, 28848, 128, 7, 5},
+      // 85 x 32 = 2720 -> 2816 a warp: 5 a sub-partition, 20 a SM: 5 blocks. -> 5, 5.
+      {"85 regs, 28848 B, 128 threads", 85, 28848, 128, 5, 5},
+      // 3-warp blocks, 88 x 32 = 2816 a warp: 5 a sub-partition, 20 warps a SM: 6 blocks (the
+      // whole register file divided at once would hold 23 warps: 7 blocks, one too many).
+      // Threads: 2048 / 96 = 21. -> 6, 6.
+      {"88 regs, no shared memory, 96 threads", 88, 0, 96, 6, 6},
+      // 255 x 32 = 8160 -> 8192 a warp: 2 a sub-partition, 8 a SM: 2 blocks. -> 2, 2.
+      {"255 regs, 16960 B, 128 threads", 255, 16960, 128, 2, 2},
+      // 48 KiB static: 49152 + 1024 = 50176: 233472 / 50176 = 4, 167936 / 50176 = 3; registers
+      // (32 x 32 = 1024 a warp: 16 a sub-partition) and threads allow more. -> 4, 3.
+      {"32 regs, 48 KiB, 32 threads", 32, 49152, 32, 4, 3},
+      // 2 warps, 16 registers: 512 a warp, 32 a sub-partition (128 warps); threads 2048 / 64 =
+      // 32; the block limit, 32. -> 32, 32.
+      {"16 regs, 256 B, 64 threads", 16, 256, 64, 32, 32},
+      // 1024 threads (32 warps), 64 registers: 2048 a warp, 8 a sub-partition, 32 warps a SM: 1
+      // block (threads alone would allow 2).
+      {"64 regs, 0 B, 1024 threads", 64, 0, 1024, 1, 1},
+  };
+  for (const Case& k : cases) {
+    const lc::gpu::KernelResources r = {k.regs, k.smem};
+    const int g90 = lc::gpu::occupancy_blocks(sm90, r, k.threads);
+    const int g80 = lc::gpu::occupancy_blocks(sm80, r, k.threads);
+    check(g90 == k.want90, std::string("occupancy sm_90, ") + k.what + ": " + std::to_string(g90) +
+                               " blocks, the calculator says " + std::to_string(k.want90));
+    check(g80 == k.want80, std::string("occupancy sm_80, ") + k.what + ": " + std::to_string(g80) +
+                               " blocks, the calculator says " + std::to_string(k.want80));
+  }
+}
+
+// The fixed encoder's grid and parts come from the occupancy of the kernels it launches: on a
+// runtime where encode_fixed_parts_kernel holds 4 blocks a SM (128 registers), the one-block
+// encoder 8 and the finish kernel 2 (255 registers), 8 chunks of 8 half tiles on 3 SMs run as
+// ceil(12 / 8) = 2 parts a chunk on 12 blocks (not 3 parts on 24, the one-block kernel's
+// residency), then 6 finishing blocks; frames as the CPU's.
+void fixed_grid_by_its_own_occupancy() {
+  lc::gpu::Launcher<EmuRuntime> L;
+  L.rt.limits = {3, 2048, 16, 65536, 233472, 1024};
+  L.rt.resources = {64, 16960};  // 8 blocks a SM
+  L.rt.per_kernel[reinterpret_cast<const void*>(lc::gpu::encode_fixed_parts_kernel<lc::kF32>)] = {128, 16960};
+  L.rt.per_kernel[reinterpret_cast<const void*>(lc::gpu::encode_fixed_finish_kernel<lc::kF32>)] = {255, 16960};
+  const Stream stream{1};
+  L.rt.expected = &stream;
+  const int64_t batch = 8;
+  const uint64_t rows = 256, dim = 64, n = rows * dim;
+  const size_t cap = lc::fixed_frame_bytes(rows, dim, lc::rel_bits_for(0.01), lc::kF32, 16);
+  const lc::Chunks c = {lc::kF32, batch, (int64_t)rows, (int64_t)dim, (int64_t)cap};
+  const std::vector<uint8_t> x = make_input(batch, rows, dim, lc::kF32, 99);
+  std::vector<float> eb(batch, 0.01f);
+  std::vector<uint8_t> fc(batch * cap), fg(batch * cap, 0xAB);
+  std::vector<int32_t> nc(batch), ng(batch, 12345);
+  std::vector<uint8_t> wsc(lc::workspace_bytes(rows, dim));
+  lc::Workspace w = lc::carve_workspace(wsc.data(), rows, dim);
+  for (int64_t k = 0; k < batch; ++k)
+    nc[k] = (int32_t)lc::encode_chunk(x.data() + k * n * 4, rows, dim, lc::kF32, eb[k], lc::kRel,
+                                      lc::kCodecFixed, fc.data() + k * cap, cap, w).nbytes;
+  XlaScratch scratch;
+  const LaunchResult r = L.compress(scratch, &stream, c, x.data(), eb.data(), lc::kRel,
+                                    lc::kCodecFixed, fg.data(), ng.data());
+  check(r.kind == LaunchResult::kOk, "fixed grid by its own occupancy: compress launched");
+  check(L.rt.grids == std::vector<unsigned>{12, 6},
+        "fixed encoder: 12 parts blocks (2 parts a chunk) and 6 finishing blocks, got " +
+            std::to_string(L.rt.grids.size()) + " launches, first " +
+            (L.rt.grids.empty() ? std::string("none") : std::to_string(L.rt.grids[0])));
+  const lc::gpu::ScratchPlan plan = lc::gpu::compress_plan(c, lc::kCodecFixed, 24, 12, L.budget);
+  check(plan.parts == 2 && plan.blocks == 12 && scratch.bytes == plan.bytes,
+        "fixed encoder: plan of 2 parts on 12 blocks, as asked of the allocator");
+  check(fg == fc && ng == nc, "fixed grid by its own occupancy: frames equal the CPU codec's");
+}
+
 int main() {
+  occupancy_known_answers();
+  fixed_grid_by_its_own_occupancy();
   scratch_bounds();
   lc::gpu::Launcher<EmuRuntime> L;
   const Stream stream{2};  // a device other than the current one (0)

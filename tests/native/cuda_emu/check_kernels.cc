@@ -414,6 +414,51 @@ __global__ void plan_kernel(const uint32_t* sym, uint64_t count, int nsym, int b
   if (threadIdx.x == 0) { out[0] = p.huff; out[1] = p.bytes; }
 }
 
+// lc::huff_leaf_counts from the internal nodes' depths (the GPU's way) against the leaf depths
+// of lc::huff_mk_depths (the CPU's), counted at 32 from depth 32 on, on ascending frequency
+// arrays too large to build as symbol streams: Fibonacci weights up to F(45) (depths past 40),
+// powers of two, all equal, random with ties; 2 to 4096 leaves.
+void check_leaf_counts() {
+  Rng r{99};
+  int cases = 0, deep = 0;
+  for (int t = 0; t < 200; ++t) {
+    const int sizes[] = {2, 3, 5, 33, 46, 100, 1000, 4096};
+    const int n = sizes[t % 8], kind = (t / 8) % 5;
+    std::vector<uint32_t> f(n);
+    uint32_t fa = 1, fb = 1;
+    for (int i = 0; i < n; ++i) {
+      switch (kind) {
+        case 0:  // Fibonacci F(1..45), then ones
+          f[i] = i < 45 ? fa : 1u;
+          if (i < 45) { const uint32_t c = fa + fb; fa = fb; fb = c; }
+          break;
+        case 1: f[i] = 1u << (i % 20); break;
+        case 2: f[i] = 7; break;
+        case 3: f[i] = 1 + r.next() % 5; break;
+        default: f[i] = 1 + r.next() % 100000;
+      }
+    }
+    std::sort(f.begin(), f.end());
+    std::vector<uint32_t> a = f, b = f;
+    uint32_t want[33] = {0}, got[33] = {0};
+    lc::huff_mk_depths(a.data(), n);
+    for (int i = 0; i < n; ++i) want[a[i] > 32 ? 32 : a[i]]++;
+    lc::huff_mk_internal_depths(b.data(), n);
+    for (int i = 0; i + 1 < n; ++i)
+      if (b[i] < 32) got[b[i]]++;
+    lc::huff_leaf_counts(got, (uint32_t)n);
+    ++checks;
+    ++cases;
+    if (want[32] != 0) ++deep;
+    if (memcmp(want, got, sizeof want) != 0)
+      fail("leaf counts from internal depths, case " + std::to_string(t) + " n " + std::to_string(n) +
+           " kind " + std::to_string(kind));
+  }
+  if (!deep) fail("leaf counts: no case with depths past 32");
+  printf("Huffman leaves per depth from internal depths: %d cases (%d past depth 32) as the CPU's\n",
+         cases, deep);
+}
+
 void check_huffman_lengths() {
   Rng r{424242};
   int cases = 0;
@@ -487,6 +532,93 @@ void check_huffman_lengths() {
   printf("Huffman lengths: %d histograms equal to the CPU's\n", cases);
 }
 
+// The checksum of fixed-rate frames folded into decode_fast_kernel's staging, over 1, 2, 3 and 8
+// blocks a frame (8: one per half tile, the DLRM exchange's split): a byte changed in the header,
+// in each unit's codes (so that every part, and every part's own staged words, must catch it),
+// in the outlier values, in the stored checksum, or in the padding word past a frame whose
+// length is not a multiple of 4 (not part of the frame: still valid) gives the CPU's status
+// (BAD_CHECKSUM) and NaN, the intact frames the CPU's values, with and without the parsed
+// headers (fixed_rate). Capacities a multiple of 16 (every frame 16-aligned: the folded path)
+// and one byte more (frames at odd addresses: the whole-frame sum first).
+template <int D>
+void check_fold_checksum() {
+  const uint64_t rows = 256, dim = 64, n = rows * dim;
+  const int bits = lc::rel_bits_for(0.01, D);
+  const size_t cap16 = (lc::fixed_frame_bytes(rows, dim, bits, D, 600) + 15) & ~(size_t)15;
+  const long fold0 = emu::path_hits[kPathDecodeFold], bad0 = emu::path_hits[kPathDecodeFoldBad];
+  std::vector<uint8_t> wsc(lc::workspace_bytes(rows, dim));
+  lc::Workspace w = lc::carve_workspace(wsc.data(), rows, dim);
+  for (size_t cap : {cap16, cap16 + 1}) {
+    const int64_t chunks = 2;
+    std::vector<uint8_t> in = to_dtype(make_data("special", chunks, rows, dim, 77), D);
+    std::vector<uint8_t> fc(chunks * cap, 0);
+    std::vector<int32_t> nc(chunks);
+    for (int64_t c = 0; c < chunks; ++c)
+      nc[c] = (int32_t)lc::encode_chunk(in.data() + c * n * Dev<D>::kSize, rows, dim, D, 0.01f,
+                                        lc::kRel, lc::kCodecFixed, fc.data() + c * cap, cap, w).nbytes;
+    // Every frame: intact, then one change each.
+    std::vector<uint8_t> frames;
+    std::vector<int32_t> nb;
+    std::vector<int> want_bad;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const uint8_t* f0 = fc.data() + c * cap;
+      const int32_t len = nc[c];
+      lc::FrameHeader h;
+      lc::Reader r = {nullptr, nullptr, true};
+      const uint8_t* raw = nullptr;
+      if (len <= 0 || lc::parse_header(f0, len, cap, rows, dim, D, lc::FrameChecksum{}, h, r, &raw) != lc::kOk ||
+          h.form != lc::kFormQuant || h.n_outliers == 0) {
+        fail("fold checksum: the test frame is not a fixed-rate frame with outliers");
+        return;
+      }
+      const size_t s0 = (size_t)(r.p - f0), ub = kUnit / 8 * (size_t)bits;
+      std::vector<size_t> at = {9, 4, (size_t)len - 1};  // header, checksum, last outlier byte
+      for (size_t k = 0; s0 + k * ub < s0 + lc::packed_bytes(n, bits); ++k) at.push_back(s0 + k * ub + ub / 2);
+      for (int v = -1; v < (int)at.size() + 1; ++v) {
+        std::vector<uint8_t> f(f0, f0 + cap);
+        bool bad = v >= 0 && v < (int)at.size();
+        if (bad) f[at[v]] ^= 0x5a;
+        if (v == (int)at.size()) {  // past the frame, inside its last word: not checksummed
+          if (len % 4 == 0 || (size_t)len >= cap) continue;
+          f[len] ^= 0x5a;
+        }
+        frames.insert(frames.end(), f.begin(), f.end());
+        nb.push_back(len);
+        want_bad.push_back(bad ? 1 : 0);
+      }
+    }
+    const int64_t total = (int64_t)nb.size();
+    const size_t chunk = n * Dev<D>::kSize;
+    std::vector<uint8_t> oc(total * chunk);
+    std::vector<int32_t> sc(total);
+    for (int64_t c = 0; c < total; ++c) {
+      sc[c] = lc::decode_frame<true>(frames.data() + c * cap, nb[c], cap, rows, dim, D, oc.data() + c * chunk, w);
+      if (sc[c] != (want_bad[c] ? lc::kBadChecksum : lc::kOk))
+        fail("fold checksum: CPU status " + std::to_string(sc[c]) + " of frame " + std::to_string(c));
+    }
+    for (int64_t parts : {1, 2, 3, 8})
+      for (bool with_info : {false, true}) {
+        std::vector<uint8_t> og(total * chunk, 0xCD);
+        std::vector<int32_t> sg(total, 777);
+        std::vector<FastFrame> info(total);
+        emu::launch(5, kThreads, decode_fast_kernel<D, true>, frames.data(), nb.data(), total, cap,
+                    rows, dim, og.data(), sg.data(), with_info ? info.data() : (FastFrame*)nullptr, parts);
+        ++checks;
+        const std::string name = "fold checksum dtype " + std::to_string(D) + " cap " + std::to_string(cap) +
+                                 " parts " + std::to_string(parts) + (with_info ? " (headers)" : "");
+        if (sg != sc) fail(name + ": statuses differ from the CPU");
+        else if (og != oc) fail(name + ": values differ from the CPU");
+        for (int64_t c = 0; with_info && c < total; ++c)
+          if (info[c].kind != (want_bad[c] ? kKindError : kKindFixed) || info[c].status != sc[c]) {
+            fail(name + ": parsed header of frame " + std::to_string(c));
+            break;
+          }
+      }
+  }
+  if (emu::path_hits[kPathDecodeFold] == fold0 || emu::path_hits[kPathDecodeFoldBad] == bad0)
+    fail("fold checksum: the folded path or its mismatch never ran");
+}
+
 // Real dumps (float32 [rows, dim] files named *_ROWSxDIM_f32.bin): each whole, and the DLRM
 // exchange shape (26 tables x 8 peers chunks of [256, 64]) cut from the [*, 64] ones.
 void run_dumps(const std::string& dir, bool quick) {
@@ -540,7 +672,10 @@ int main(int argc, char** argv) {
     else if (std::string(argv[i]) == "golden" && i + 1 < argc) golden = fopen(argv[++i], "w");
     else dumps = argv[i];
   }
+  check_leaf_counts();
   check_huffman_lengths();
+  check_fold_checksum<lc::kF32>();
+  check_fold_checksum<lc::kBF16>();
   run_dtype<lc::kF32>(quick);
   const long f32_vec = emu::path_hits[lc::gpu::kPathEncodeVec];
   run_dtype<lc::kBF16>(quick);
@@ -559,6 +694,12 @@ int main(int argc, char** argv) {
          emu::path_hits[lc::gpu::kPathDecodeMultiBlock], emu::path_hits[lc::gpu::kPathEncodeMultiBlock]);
   printf("paths: encode half tiles %ld; decode half tiles %ld\n",
          emu::path_hits[lc::gpu::kPathEncodeHalf], emu::path_hits[lc::gpu::kPathDecodeHalf]);
+  printf("paths: decode checksum folded into the staging %ld, mismatches caught there %ld\n",
+         emu::path_hits[lc::gpu::kPathDecodeFold], emu::path_hits[lc::gpu::kPathDecodeFoldBad]);
+  printf("paths: Huffman sections decoded a warp a segment %ld (a second round of starts %ld), "
+         "a thread a segment %ld\n",
+         emu::path_hits[lc::gpu::kPathHuffWarp], emu::path_hits[lc::gpu::kPathHuffWarpRounds],
+         emu::path_hits[lc::gpu::kPathHuffThread]);
   for (int k = 0; k < lc::gpu::kNumPaths; ++k)
     if (!emu::path_hits[k]) fail("coverage: kernel path " + std::to_string(k) + " never taken");
   if (!half_vec_hits) fail("coverage: no 16-byte tile of a half type encoded");

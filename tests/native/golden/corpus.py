@@ -127,6 +127,19 @@ def _digest(h, *arrays) -> None:
         h.update(a.tobytes())
 
 
+def unrounded_capacity(jlc, shape, dtype, codec: str, min_error_bound, mode: str) -> int:
+    """``frame_capacity`` as it was before it rounded up to a multiple of 16 bytes: the
+    capacities the committed digests were made with (frames are hashed with their padding), so
+    the cases that take the default capacity pass this one explicitly."""
+    rows, dim = shape
+    raw = jlc.frame.raw_frame_bytes(rows, dim, dtype)
+    if min_error_bound is None or mode != "rel" or codec not in ("auto", "fixed"):
+        return raw
+    bits = jlc.frame.rel_code_bits(min_error_bound, dtype)
+    fixed = jlc.frame.fixed_frame_bytes(rows, dim, bits, dtype)
+    return fixed if codec == "fixed" else min(raw, fixed)
+
+
 def _run_group(
     jlc,
     data: np.ndarray,
@@ -144,6 +157,8 @@ def _run_group(
     import jax.numpy as jnp
 
     x = jnp.asarray(data).astype(dtype)
+    if capacity is None:
+        capacity = unrounded_capacity(jlc, data.shape[-2:], x.dtype, codec, min_error_bound, mode)
     # Under jit the bound is traced: negative and non-finite bounds reach the codec.
     enc = jax.jit(
         lambda x, eb: jlc.compress(
