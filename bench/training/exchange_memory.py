@@ -12,7 +12,8 @@ from ``jax.ShapeDtypeStruct`` inputs; recorded from ``Compiled.memory_analysis()
   :func:`jax_lossy_comm.compressed_all_to_all` on the ``dense`` and ``packed`` paths
   (fixed-rate frames at REL 0.01);
 - ``allreduce``: a 4M-float gradient per device; ``jax.lax.psum`` against
-  :func:`jax_lossy_comm.compressed_psum` (dense path, fixed-rate frames, REL 0.01).
+  :func:`jax_lossy_comm.compressed_psum` (dense path, fixed-rate frames, REL 0.01), whole and
+  as 16 sequential all-reduces of its slices (``psum_in_pieces``).
 
 The process's resident memory is not recorded: on XLA:CPU it moves by hundreds of MiB from one
 call of ``jax.lax.psum`` to the next (its allocator's arenas over 8 device threads), more than
@@ -49,6 +50,7 @@ EXCHANGES = (
     ("exchange, one chunk per peer", (8 * 8192, 64), None),
 )
 GRADIENT = 4 * MIB  # floats per device
+PIECES = 16  # the all-reduce in pieces (psum_in_pieces)
 
 
 def _program(mesh, fn):
@@ -79,7 +81,22 @@ def _variants():
         (GRADIENT,),
         lambda a: jlc.compressed_psum(a, "i", error_bound=ERROR_BOUND),
     )
+    out["allreduce", f"dense, {PIECES} pieces"] = ((GRADIENT,), psum_in_pieces)
     return out
+
+
+def psum_in_pieces(a, pieces: int = 16):
+    """``compressed_psum`` of ``a`` as ``pieces`` sequential all-reduces of its slices (a loop):
+    XLA's scratch is one slice's, at the cost of ``pieces`` rounds of collectives (the recipe
+    in docs/exchange.md, "Memory")."""
+    parts = a.reshape(pieces, -1)
+
+    def body(i, out):
+        part = jax.lax.dynamic_index_in_dim(parts, i, keepdims=False)
+        y = jlc.compressed_psum(part, "i", error_bound=ERROR_BOUND)
+        return jax.lax.dynamic_update_index_in_dim(out, y, i, 0)
+
+    return jax.lax.fori_loop(0, pieces, body, jnp.zeros_like(parts)).reshape(a.shape)
 
 
 def measure(case: str, variant: str) -> dict:
