@@ -57,6 +57,9 @@ enum GpuPath : int { kPathEncodeVec = 0, kPathEncodeScalar = 1, kPathDecodeVec =
                      kPathHuffShared = 8, kPathDecodeFold = 9, kPathDecodeFoldBad = 10,
                      kPathHuffWarp = 11, kPathHuffWarpRounds = 12, kPathHuffThread = 13,
                      kNumPaths = 14 };
+#ifdef LC_CUDA_EMULATION
+static_assert(kNumPaths <= 16, "tests/native/cuda_emu/emu.h counts 16 paths");
+#endif
 #ifndef LC_GPU_PATH
 #define LC_GPU_PATH(k) ((void)0)
 #endif
@@ -168,8 +171,10 @@ __device__ __forceinline__ uint32_t block_checksum(const uint8_t* f, size_t n, u
     for (size_t i = 2 + threadIdx.x; i < mid_end; i += kThreads)
       s += lc::fmix32(__funnelshift_r(a[i], a[i + 1], 8 * sh) ^ (uint32_t)(i * 0x9E3779B9u));
   }
-  for (size_t i = threadIdx.x; i < words; i += kThreads)
-    if (i < 2 || i >= mid_end) s += lc::checksum_word(f, n, i);
+  // the edge words [0, 2) and [mid_end, words), without striding over the middle
+  const size_t e0 = words < 2 ? words : 2, e1 = mid_end > e0 ? mid_end : e0;
+  for (size_t i = threadIdx.x; i < e0; i += kThreads) s += lc::checksum_word(f, n, i);
+  for (size_t i = e1 + threadIdx.x; i < words; i += kThreads) s += lc::checksum_word(f, n, i);
   s = block_sum(s, red);
   return lc::checksum_seed(n) + s;
 }
@@ -186,8 +191,11 @@ __device__ __forceinline__ uint32_t frame_words_sum(const uint8_t* f, uint32_t n
   const unsigned sh = (unsigned)((uintptr_t)f & 3);
   const uint32_t whole = n / 4, plain = sh == 0 || whole == 0 ? whole : whole - 1;
   const uint32_t a = lo > 2 ? lo : 2, b = hi < plain ? hi : plain;  // plain words [a, b)
-  for (uint32_t i = lo + threadIdx.x; i < hi; i += kThreads)
-    if (i < a || i >= b) s += lc::checksum_word(f, n, i);
+  // the edge words [lo, a) and [b, hi) (all of [lo, hi) when a >= b), without striding over
+  // the plain words between them
+  const uint32_t e0 = a < hi ? a : hi, gap = (b > e0 ? b : e0) - e0;
+  for (uint32_t t = lo + threadIdx.x; t < hi - gap; t += kThreads)  // one loop: one call site
+    s += lc::checksum_word(f, n, t < e0 ? t : t + gap);
   if (a >= b) return s;
   const uint32_t* w = reinterpret_cast<const uint32_t*>(f - sh);  // aligned words
   uint32_t v0 = b, v1 = b;  // 16-byte granules: words [v0, v1)

@@ -177,20 +177,21 @@ decode_fast_kernel(const uint8_t* __restrict__ frames, const int32_t* __restrict
     const uint32_t s0 = (uint32_t)F.src_off, s1 = s0 + packed;
     if (asked) {
       // The words the staging does not sum: the whole frame, or (fold) the header, the outliers
-      // and the other parts' units.
+      // and the other parts' units, one span per gap between this part's own units (none with
+      // one part), so the call count is this part's unit count + 2, not the frame's.
       if (fold) LC_GPU_PATH(kPathDecodeFold);
-      const uint32_t nb32 = (uint32_t)nb;
+      const uint32_t nb32 = (uint32_t)nb, p32 = (uint32_t)parts, q32 = (uint32_t)part;
       uint32_t sum = 0;
       for (uint32_t k = 0;; ++k) {  // spans of bytes, one call site
         uint32_t b0 = 0, b1 = fold ? s0 : nb32;
         if (k == 1) { b0 = s1; b1 = nb32; }
-        if (k >= 2) {
-          b0 = s0 + (k - 2) * ubytes;
-          b1 = s1 - b0 > ubytes ? b0 + ubytes : s1;
+        if (k >= 2) {  // the gap before own unit j = k - 2: units (j - 1) * p + q + 1 .. j * p + q
+          const uint32_t j = k - 2;
+          b0 = j == 0 ? s0 : s0 + ((j - 1) * p32 + q32 + 1) * ubytes;
+          b1 = s1 - s0 > (j * p32 + q32) * ubytes ? s0 + (j * p32 + q32) * ubytes : s1;
         }
         if (k >= (fold ? 2u : 1u) && (k == 1 || b0 >= s1)) break;
-        if (k >= 2 && (k - 2) % (uint32_t)parts == (uint32_t)part) continue;
-        sum += frame_words_sum(f, nb32, (b0 + 3) / 4, (b1 + 3) / 4);
+        if (b1 > b0) sum += frame_words_sum(f, nb32, (b0 + 3) / 4, (b1 + 3) / 4);
       }
       sh.sum[tid] = sum;
     }
