@@ -134,9 +134,9 @@ def adagrad_scale(opt_state, eps: float = 1e-7):
       >>> params = {"w": jnp.ones(3)}
       >>> tx = optax.adagrad(0.1, initial_accumulator_value=0.0, eps=1e-8)
       >>> state = tx.init(params)
-      >>> _, state = tx.update({"w": jnp.array([1.0, 0.1, 0.0])}, state)
-      >>> adagrad_scale(state, 1e-8)["w"]
-      Array([1.0000e+00, 1.0000e+01, 1.0000e+04], dtype=float32)
+      >>> _, state = tx.update({"w": jnp.array([2.0, 0.5, 0.0])}, state)
+      >>> adagrad_scale(state, 1e-8)["w"]  # 1 / sqrt(g**2 + 1e-8)
+      Array([5.e-01, 2.e+00, 1.e+04], dtype=float32)
       >>> adagrad_scale(optax.sgd(0.1).init(params))
       Traceback (most recent call last):
       ...
