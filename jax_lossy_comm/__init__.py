@@ -31,6 +31,7 @@ from jax_lossy_comm.frame import (
     frame_info,
 )
 from jax_lossy_comm.layout import Layout, make_layout
+from jax_lossy_comm.precondition import adagrad_scale
 from jax_lossy_comm.qcomm import BF16, FP16, MX4, FP8Rowwise, Int8Rowwise
 from jax_lossy_comm.stats import ExchangeStats, node_bytes
 from jax_lossy_comm.wire import resolve_path
@@ -54,6 +55,7 @@ __all__ = [
     "Layout",
     "MX4",
     "STATUS",
+    "adagrad_scale",
     "compress",
     "compressed_all_to_all",
     "compressed_all_to_all_with_stats",

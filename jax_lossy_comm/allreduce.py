@@ -74,6 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from jax_lossy_comm import precondition
 from jax_lossy_comm._compat import all_gather_invariant
 from jax_lossy_comm.codec import check_dtype, concrete_error_bound
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
@@ -401,10 +402,24 @@ def _is_float(leaf) -> bool:
     return bool(jnp.issubdtype(jnp.result_type(leaf), jnp.floating))
 
 
-def _run(x, axis_name, axis_index_groups, error_bound, config, feedback):
+def _run(x, axis_name, axis_index_groups, error_bound, config, feedback, scale=None):
     """``(y, stats, residual)``: the float leaves of ``x`` through the compressed all-reduce,
     the others (counts, masks) summed exactly by ``jax.lax.psum`` (bool to int32 counts, as
-    psum does) and kept out of the float leaves' chunks, so of their value ranges."""
+    psum does) and kept out of the float leaves' chunks, so of their value ranges. With
+    ``scale``: ``x * scale`` is coded, ``y`` and the residual are divided by it (both in
+    ``x``'s coordinates)."""
+    if scale is not None:
+        scales = precondition.scale_leaves(x, scale)
+        y, stats, residual = _run(
+            precondition.apply(x, scales),
+            axis_name,
+            axis_index_groups,
+            error_bound,
+            config,
+            feedback,
+        )
+        unscale = functools.partial(precondition.apply, scales=scales, inverse=True)
+        return unscale(y), stats, unscale(residual)
     leaves, treedef = jax.tree.flatten(x)
     coded = [_is_float(v) for v in leaves]
     floats = [v for v, c in zip(leaves, coded) if c]
@@ -426,7 +441,7 @@ def _run(x, axis_name, axis_index_groups, error_bound, config, feedback):
 
 
 def compressed_psum_with_stats(
-    x, axis_name, *, axis_index_groups=None, error_bound=None, config=None
+    x, axis_name, *, axis_index_groups=None, error_bound=None, config=None, scale=None
 ):
     """:func:`compressed_psum` that also returns this device's statistics.
 
@@ -457,11 +472,13 @@ def compressed_psum_with_stats(
       >>> int(raw[0]), int(fb[0]), bool(moved[0] < raw[0] / 3.9)
       (32768, 0, True)
     """
-    y, stats, _ = _run(x, axis_name, axis_index_groups, error_bound, config, False)
+    y, stats, _ = _run(x, axis_name, axis_index_groups, error_bound, config, False, scale)
     return y, stats
 
 
-def compressed_psum(x, axis_name, *, axis_index_groups=None, error_bound=None, config=None):
+def compressed_psum(
+    x, axis_name, *, axis_index_groups=None, error_bound=None, config=None, scale=None
+):
     """``jax.lax.psum`` of ``x`` over ``axis_name`` with error-bounded lossy compression.
 
     Call inside ``shard_map``. Like ``jax.lax.psum``, ``x`` is an array or a pytree of arrays
@@ -491,12 +508,21 @@ def compressed_psum(x, axis_name, *, axis_index_groups=None, error_bound=None, c
         the capacity's ``min_error_bound`` (default 0.01, REL) overflows into the fallback.
       config: the static :class:`AllReduceConfig` (codec, path); default
         ``AllReduceConfig()``.
+      scale: None, or positive finite float values, the same on every device of the axis
+        (invariant, e.g. from the optimizer state of replicated parameters): a pytree with
+        ``x``'s structure whose leaves broadcast to ``x``'s, or one array or number for all
+        leaves. The call codes ``x * scale`` and returns ``sum / scale`` (float32
+        arithmetic, rounded to each leaf's dtype; integer leaves are never scaled): the same
+        sum in real arithmetic, with the bound above holding for ``y * scale`` (ranges
+        ``R_i`` of the scaled chunks), so ``|y - sum_i x_i| <= bound / scale`` per element.
+        :func:`jax_lossy_comm.adagrad_scale` gives Adagrad's step sizes, which make it a
+        bound on the optimizer's update (``jax_lossy_comm.precondition``).
 
     Returns:
       ``y``: the sum, with ``x``'s structure, shapes and dtypes. When any frame on any device
       does not fit its capacity (e.g. more NaN/Inf than the outlier room), ``y`` is
       ``jax.lax.psum(x)`` bit for bit (never silent: counted in the statistics of
-      :func:`compressed_psum_with_stats`).
+      :func:`compressed_psum_with_stats`); with ``scale``, ``psum(x * scale) / scale``.
 
     Gradient:
       Straight-through: ``jax.lax.psum``'s rule applied to the cotangent (a copy to every
@@ -507,8 +533,10 @@ def compressed_psum(x, axis_name, *, axis_index_groups=None, error_bound=None, c
       ValueError: a missing bound for an error-bounded codec, a non-scalar bound, a concrete
         negative or non-finite bound, a chunk the codec cannot encode (``Int8Rowwise``: size
         not a multiple of ``row_dim``).
+        A ``scale`` whose structure or shapes do not match ``x``, a concrete ``scale``
+        that is not finite and positive.
       TypeError: a leaf dtype the codec does not support (after promotion), a ``config`` that
-        is not an :class:`AllReduceConfig`.
+        is not an :class:`AllReduceConfig`, a ``scale`` that is not floating point.
       NotImplementedError: ``axis_index_groups`` given.
 
     Examples:
@@ -535,7 +563,7 @@ def compressed_psum(x, axis_name, *, axis_index_groups=None, error_bound=None, c
       gZCCL (Huang et al., ICS 2024): compressed reduce-scatter + all-gather; Feng et al.,
       SC24, arXiv 2407.04272, sec. 4 (the codec).
     """
-    y, _, _ = _run(x, axis_name, axis_index_groups, error_bound, config, False)
+    y, _, _ = _run(x, axis_name, axis_index_groups, error_bound, config, False, scale)
     return y
 
 
@@ -560,7 +588,9 @@ class ErrorFeedback(NamedTuple):
 
     Attributes:
       init: ``init(params) -> ErrorFeedbackState`` (zero residuals shaped like ``params``).
-      update: ``update(grads, state, error_bound=None) -> (reduced_grads, new_state)``.
+      update: ``update(grads, state, error_bound=None, scale=None) -> (reduced_grads,
+        new_state)``; ``scale`` as :func:`compressed_psum`'s (the residual stays in the
+        gradients' coordinates, :func:`error_feedback`).
       update_with_stats: as ``update``, also returning the
         :class:`jax_lossy_comm.ExchangeStats` of the all-reduce: ``(reduced, state, stats)``.
       config: the :class:`AllReduceConfig` it closes over.
@@ -585,6 +615,14 @@ def error_feedback(axis_name, *, config: AllReduceConfig | None = None) -> Error
 
     the transmitted sum tracks the exact one within the last step's error (the bound of
     :func:`compressed_psum`), instead of drifting by T times a biased codec's error.
+
+    With ``update(..., scale=s_t)`` (:func:`compressed_psum`'s ``scale``, e.g.
+    :func:`jax_lossy_comm.adagrad_scale`) the device codes ``(grads + residual) * s_t`` and
+    the residual is converted back, ``residual = (its contribution - what was delivered of
+    it) / s_t``: it stays in the gradients' coordinates, so the identity above holds as it
+    is while ``s_t`` changes from step to step (a residual kept in scaled coordinates would
+    be delivered at the next step's scale, not the one it was lost at), and a state is
+    interchangeable between runs with and without ``scale``.
 
     Args:
       axis_name: the ``shard_map`` mesh axis the gradients are summed over (static).
@@ -629,15 +667,15 @@ def error_feedback(axis_name, *, config: AllReduceConfig | None = None) -> Error
     def init(params) -> ErrorFeedbackState:
         return ErrorFeedbackState(jax.tree.map(jnp.zeros_like, params))
 
-    def update_with_stats(grads, state: ErrorFeedbackState, error_bound=None):
+    def update_with_stats(grads, state: ErrorFeedbackState, error_bound=None, scale=None):
         corrected = jax.tree.map(
             lambda g, r: g + r.astype(g.dtype) if _is_float(g) else g, grads, state.residual
         )
-        y, stats, residual = _run(corrected, axis_name, None, error_bound, config, True)
+        y, stats, residual = _run(corrected, axis_name, None, error_bound, config, True, scale)
         return y, ErrorFeedbackState(residual), stats
 
-    def update(grads, state: ErrorFeedbackState, error_bound=None):
-        y, new_state, _ = update_with_stats(grads, state, error_bound)
+    def update(grads, state: ErrorFeedbackState, error_bound=None, scale=None):
+        y, new_state, _ = update_with_stats(grads, state, error_bound, scale)
         return y, new_state
 
     return ErrorFeedback(init, update, update_with_stats, config)

@@ -20,7 +20,13 @@ from bench import bench_util as bu
 from bench.reports.wire_notes import bf16_wire_note
 
 #: the library's error-bounded runs (the others are exact or fixed-precision baselines)
-LIBRARY_RUNS = ("jlc-paper", "jlc-auto", "jlc-paper-ar", "jlc-paper-ar-bf16")
+LIBRARY_RUNS = (
+    "jlc-paper",
+    "jlc-auto",
+    "jlc-paper-ar",
+    "jlc-paper-ar-bf16",
+    "jlc-paper-ar-adagrad",
+)
 
 #: AUC within which a run counts as equal to exact (0.05%, the paper's accuracy criterion)
 AUC_TOLERANCE = 5e-4

@@ -20,6 +20,10 @@ devices in one process each:
                  (``--grad-allreduce compressed``: ``compressed_psum`` with error feedback).
   jlc-paper-ar-bf16
                  jlc-paper plus the bf16 gradient all-reduce (PyTorch DDP's bf16 hook).
+  jlc-paper-ar-adagrad
+                 jlc-paper-ar with the gradients coded in Adagrad's preconditioned
+                 coordinates (``--grad-precondition adagrad``); Adagrad presets only (DCNv2),
+                 so not in the default ``--runs``.
 
 For each: final AUC and log loss on the held-out set, eval AUC and training loss curves, and
 the bytes moved per step by the forward exchange (all devices; the dense path's static
@@ -80,6 +84,8 @@ RUNS = (
 )
 #: runs that add a gradient all-reduce mode to another run
 ALLREDUCE_RUNS = {"jlc-paper-ar": "compressed", "jlc-paper-ar-bf16": "bf16"}
+#: runs for Adagrad presets only (``--runs`` choices, not its default)
+ADAGRAD_RUNS = ("jlc-paper-ar-adagrad",)
 #: the paper's tiers per preset: Kaggle's tables, or the Terabyte tables (which the DCNv2
 #: presets use, in the same table order)
 PAPER_EB_PRESETS = {"kaggle": "paper_kaggle", "tiny": "paper_kaggle"}
@@ -92,6 +98,9 @@ def run_flags(name: str, steps: int, early_stage_frac: float, preset: str = "kag
       ValueError: unknown name.
     """
     early = str(max(1, int(steps * early_stage_frac)))
+    if name == "jlc-paper-ar-adagrad":
+        base = run_flags("jlc-paper-ar", steps, early_stage_frac, preset)
+        return [*base, "--grad-precondition", "adagrad"]
     if name in ALLREDUCE_RUNS:
         base = run_flags("jlc-paper", steps, early_stage_frac, preset)
         return [*base, "--grad-allreduce", ALLREDUCE_RUNS[name]]
@@ -125,7 +134,7 @@ def run_flags(name: str, steps: int, early_stage_frac: float, preset: str = "kag
         ]
     if name in BASELINES:
         return ["--compression", "on", "--codec", name]
-    raise ValueError(f"unknown run {name!r}; expected one of {RUNS}")
+    raise ValueError(f"unknown run {name!r}; expected one of {RUNS + ADAGRAD_RUNS}")
 
 
 def summarize(log: MetricsLog) -> dict[str, Any]:
@@ -261,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(
         prog="python -m bench.training.train_compare", description=__doc__.split("\n\n")[0]
     )
-    ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS))
+    ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS + ADAGRAD_RUNS))
     ap.add_argument("--preset", default="kaggle")
     ap.add_argument("--devices", type=int, default=8)
     ap.add_argument("--steps", type=int, default=150)

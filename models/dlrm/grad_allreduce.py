@@ -10,6 +10,10 @@ train step's ``shard_map``:
   ``Config.grad_error_bound``, codec ``Config.grad_codec``) and, with ``Config.grad_error_feedback``, error feedback
   (``jax_lossy_comm.error_feedback``): each device's residual lives in ``TrainState.grad_ef``
   with a leading device axis ``[P, ...]`` sharded over the mesh, and is checkpointed with it.
+  With ``Config.grad_precondition == "adagrad"`` the frames code the gradients times Adagrad's
+  step sizes (``scale=`` of the library, ``jax_lossy_comm.adagrad_scale`` of the head's
+  accumulator before the step), so the REL bound bounds the update; the residual stays in
+  the gradients' coordinates (the same ``TrainState.grad_ef``).
 
 Byte counts follow ``jax_lossy_comm.ExchangeStats``: ``raw_bytes`` is twice the gradient
 bytes (a reduce-scatter plus an all-gather of the raw values, what the exact all-reduce
@@ -29,6 +33,7 @@ from jax_lossy_comm import (
     ErrorFeedbackState,
     ExchangeStats,
     FrameCodec,
+    adagrad_scale,
     compressed_psum_with_stats,
     error_feedback,
 )
@@ -48,6 +53,8 @@ class HeadGradAllReduce:
         (0, 1); None for the other modes (the BF16 cast has no bound).
       error_feedback: each device keeps the residual of its head gradients
         (``TrainState.grad_ef``); only with "compressed".
+      adagrad_eps: with "compressed" and ``Config.grad_precondition == "adagrad"``, the
+        ``eps`` of :func:`head_scale` (Adagrad's), else None (raw gradients are coded).
 
     Raises:
       ValueError: an unknown mode.
@@ -57,6 +64,7 @@ class HeadGradAllReduce:
     allreduce: AllReduceConfig | None = None
     error_bound: float | None = None
     error_feedback: bool = False
+    adagrad_eps: float | None = None
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -65,7 +73,7 @@ class HeadGradAllReduce:
 
 def from_config(config) -> HeadGradAllReduce:
     """The run's :class:`HeadGradAllReduce` from its ``Config`` (``grad_allreduce``,
-    ``grad_codec``, ``grad_error_bound``, ``grad_error_feedback``).
+    ``grad_codec``, ``grad_error_bound``, ``grad_error_feedback``, ``grad_precondition``).
 
     Raises:
       ValueError: an unknown ``grad_allreduce``.
@@ -78,9 +86,19 @@ def from_config(config) -> HeadGradAllReduce:
     # The fixed-rate codec's capacity is sized statically by the (static) bound.
     bound = config.grad_error_bound if config.grad_codec == "fixed" else None
     codec = FrameCodec(mode="rel", codec=config.grad_codec, min_error_bound=bound)
+    eps = config.adagrad_eps if config.grad_precondition == "adagrad" else None
     return HeadGradAllReduce(
-        mode, AllReduceConfig(codec), config.grad_error_bound, config.grad_error_feedback
+        mode, AllReduceConfig(codec), config.grad_error_bound, config.grad_error_feedback, eps
     )
+
+
+def head_scale(allreduce: HeadGradAllReduce, opt_state):
+    """The ``scale`` of the head gradients' all-reduce (outside ``shard_map``, from the
+    optimizer state before the step): Adagrad's ``1 / sqrt(v + eps)`` of the head
+    (``jax_lossy_comm.adagrad_scale``), or None (raw gradients)."""
+    if allreduce.adagrad_eps is None:
+        return None
+    return adagrad_scale(opt_state, allreduce.adagrad_eps)["head"]
 
 
 def init_state(allreduce: HeadGradAllReduce, head_params, num_devices: int) -> ErrorFeedbackState:
@@ -94,7 +112,9 @@ def init_state(allreduce: HeadGradAllReduce, head_params, num_devices: int) -> E
     )
 
 
-def reduce_head_grads(allreduce: HeadGradAllReduce, g_head, grad_ef: ErrorFeedbackState, axis_name):
+def reduce_head_grads(
+    allreduce: HeadGradAllReduce, g_head, grad_ef: ErrorFeedbackState, axis_name, scale=None
+):
     """Sums ``g_head`` over ``axis_name`` (inside ``shard_map``) as ``allreduce`` says.
 
     Args:
@@ -102,6 +122,7 @@ def reduce_head_grads(allreduce: HeadGradAllReduce, g_head, grad_ef: ErrorFeedba
       g_head: this device's head gradients (pytree of float32, varying over the axis).
       grad_ef: this device's block of ``TrainState.grad_ef`` (residual leaves ``[1, ...]``).
       axis_name: the mesh axis.
+      scale: :func:`head_scale` (invariant over the axis), or None.
 
     Returns:
       ``(g, new_grad_ef, stats)``: the summed gradients (invariant), the new residual block
@@ -115,10 +136,10 @@ def reduce_head_grads(allreduce: HeadGradAllReduce, g_head, grad_ef: ErrorFeedba
     cfg, error_bound = allreduce.allreduce, allreduce.error_bound
     if not allreduce.error_feedback:
         g, stats = compressed_psum_with_stats(
-            g_head, axis_name, error_bound=error_bound, config=cfg
+            g_head, axis_name, error_bound=error_bound, config=cfg, scale=scale
         )
         return g, grad_ef, stats
     ef = error_feedback(axis_name, config=cfg)
     local = ErrorFeedbackState(jax.tree.map(lambda r: r[0], grad_ef.residual))
-    g, new, stats = ef.update_with_stats(g_head, local, error_bound)
+    g, new, stats = ef.update_with_stats(g_head, local, error_bound, scale)
     return g, ErrorFeedbackState(jax.tree.map(lambda r: r[None], new.residual)), stats

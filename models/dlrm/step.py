@@ -245,10 +245,13 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
         old = jnp.take(table[0], uniq, axis=0, mode="fill", fill_value=0).astype(jnp.float32)
         return table.at[0, uniq].set((old + summed).astype(table.dtype), mode="drop")
 
-    def body(head_p, table, error_bound_slots, dense, ids, label, lr=None, grad_ef=None):
+    def body(
+        head_p, table, error_bound_slots, dense, ids, label, lr=None, grad_ef=None, scale=None
+    ):
         # dense float32[b, 13], ids int32[b, T, H], label float32[b], table float32[1, R, dim],
         # error_bound_slots float32[L] (REL, each local slot's), lr float32[] (sparse update
-        # only), grad_ef this device's block of TrainState.grad_ef (training only).
+        # only), grad_ef this device's block of TrainState.grad_ef (training only), scale
+        # the head gradients' all-reduce scale (grad_allreduce.head_scale; None: raw).
         b = dense.shape[0]
         global_b = b * p
         di = jax.lax.axis_index(ax)
@@ -293,7 +296,7 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
                 local_loss, argnums=(0, 1, 2), has_aux=True
             )(head_v, table, probe)
         g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(
-            ctx.grad_allreduce, g_head, grad_ef, ax
+            ctx.grad_allreduce, g_head, grad_ef, ax, scale
         )
         loss = jax.lax.psum(loss, ax)
         slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
@@ -356,9 +359,9 @@ def make_train_step(ctx: StepContext):
     sparse = ctx.sparse_update
     ax = batch_axis(ctx.mesh)
     smap = jax.shard_map(
-        lambda *a: body(*a[:-2], lr=a[-2] if sparse else None, grad_ef=a[-1]),
+        lambda *a: body(*a[:-3], lr=a[-3] if sparse else None, grad_ef=a[-2], scale=a[-1]),
         mesh=ctx.mesh,
-        in_specs=_in_specs(ctx.mesh) + (P(), P(ax)),
+        in_specs=_in_specs(ctx.mesh) + (P(), P(ax), P()),
         out_specs=(P(), P(ax), P(), P(ax), P(ax), P(), P(ax)),
         check_vma=True,
     )
@@ -366,8 +369,9 @@ def make_train_step(ctx: StepContext):
     def train_step(state: TrainState, batch):
         error_bound, args = _step_inputs(ctx, state, batch)
         lr = jnp.asarray(ctx.lr_schedule(state.step) if sparse else 0.0, jnp.float32)
+        scale = grad_allreduce.head_scale(ctx.grad_allreduce, state.opt_state)
         loss, logits, g_head, g_table, slot_stats, byte_stats, grad_ef = smap(
-            *args, lr, state.grad_ef
+            *args, lr, state.grad_ef, scale
         )
         if sparse:  # g_table is the table after its sparse SGD step; optax updates the head
             # (SGD's state is the step count only, the same with or without the table)

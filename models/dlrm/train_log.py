@@ -86,7 +86,8 @@ def describe_run(
         f"gradient all-reduce: {allreduce.mode}"
         + (
             f" (codec {config.grad_codec}, REL {allreduce.error_bound}, error feedback "
-            f"{'on' if allreduce.error_feedback else 'off'})"
+            f"{'on' if allreduce.error_feedback else 'off'}, preconditioning "
+            f"{config.grad_precondition})"
             if allreduce.mode == "compressed"
             else ""
         ),

@@ -280,6 +280,13 @@ class Config:
     # Each device's compression error is added to its next gradient
     # (jax_lossy_comm.error_feedback; the residuals live in TrainState.grad_ef).
     grad_error_feedback: bool = True
+    # --grad-allreduce compressed: code the gradients in preconditioned coordinates.
+    #
+    # adagrad (with --optimizer adagrad): each device codes g / sqrt(v + adagrad_eps), v the
+    # head's Adagrad accumulator before the step (the same on every device), and the sum is
+    # divided back (jax_lossy_comm.adagrad_scale): the REL bound then bounds the update, not
+    # the raw gradient; none: the raw gradients.
+    grad_precondition: Literal["none", "adagrad"] = "none"
 
     # ---- loop, output ----
     # Evaluate every N steps (0: only at the end).
@@ -376,6 +383,10 @@ class Config:
             raise ValueError(f"node_devices must be >= 0, got {self.node_devices}")
         if not 0 < self.grad_error_bound < float("inf"):
             raise ValueError(f"grad_error_bound must be > 0, got {self.grad_error_bound}")
+        if self.grad_precondition == "adagrad" and self.optimizer != "adagrad":
+            raise ValueError(
+                f"grad_precondition adagrad needs optimizer adagrad, got {self.optimizer!r}"
+            )
         if self.holdout_every < 0 or self.holdout_every == 1:
             raise ValueError(
                 "holdout_every must be 0 (no held-out lines) or >= 2 (1 would hold out every "
