@@ -6,17 +6,11 @@ Training with Dual-Level Adaptive Lossy Compression", SC24 (arXiv 2407.04272).
 
 from jax_lossy_comm._ffi import describe as describe_implementation
 from jax_lossy_comm._ffi import export_safety_checks, implementations, register
-from jax_lossy_comm.allreduce import (
-    AllReduceConfig,
-    ErrorFeedback,
-    ErrorFeedbackState,
-    compressed_psum,
-    compressed_psum_with_stats,
-    error_feedback,
-)
+from jax_lossy_comm.allreduce import AllReduceConfig, compressed_psum, compressed_psum_with_stats
 from jax_lossy_comm.codec import compress, decompress, decompress_with_status, frame_status
 from jax_lossy_comm.codec_factory import get_comm_codec
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
+from jax_lossy_comm.error_feedback import ErrorFeedback, ErrorFeedbackState, error_feedback
 from jax_lossy_comm.exchange import (
     ExchangeConfig,
     compressed_all_to_all,

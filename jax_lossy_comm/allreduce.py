@@ -46,7 +46,7 @@ Gradient: straight-through, ``jax.lax.psum``'s own rule applied to the cotangent
 ``shard_map`` with ``check_vma=True``, the default, the invariant sum's cotangent is copied to
 every device, no communication; with ``check_vma=False`` its transpose is a ``psum``).
 
-Error feedback (:func:`error_feedback`): each device keeps what compression removed from its
+Error feedback (:func:`jax_lossy_comm.error_feedback`): each device keeps what compression removed from its
 own contribution (its reduce-scatter chunks, plus for the chunk it reduced the error of the
 re-compression) and adds it to its next gradient. The errors telescope: the sum of the
 transmitted results over steps equals the sum of the exact gradients minus the residuals
@@ -67,7 +67,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -99,11 +100,8 @@ from jax_lossy_comm.wire import (
 __all__ = [
     "CHUNK_DIM",
     "AllReduceConfig",
-    "ErrorFeedback",
-    "ErrorFeedbackState",
     "compressed_psum",
     "compressed_psum_with_stats",
-    "error_feedback",
 ]
 
 #: Values per codec row of the flattened buffer: each peer's chunk is ``[rows, CHUNK_DIM]``
@@ -136,15 +134,26 @@ class AllReduceConfig:
         (:func:`resolve_path` with ``fills_capacity``: gradient frames fill most of their
         capacity; on 2 processes x 2 CPU devices over gloo a 3 MB gradient took 47 ms dense
         and 74 ms packed, which saved 22% of the bytes).
+      slices: the all-reduce runs as this many all-reduces of equal contiguous slices of the
+        flattened buffer, one after the other (a ``jax.lax.scan``), each with its own frames
+        and its own fallback. XLA's scratch is then one slice's: temp + output of a
+        4M-float gradient on 8 CPU devices, against ``jax.lax.psum``'s (which works in
+        place), is 1.56x whole and 1.15x in 16 slices (bench/training/exchange_memory.py;
+        the scratch per slice is about 2.4x the slice's bytes, so fewer than about 12 slices
+        save little). A frame that does not fit its capacity sends only its own slice
+        through ``jax.lax.psum``. The price is ``slices`` rounds of collectives instead of
+        one, a fixed latency each: worth it for large gradients where memory is short, not
+        for small ones. Reduced to the buffer's rows per peer when it has fewer (a slice
+        holds at least one ``CHUNK_DIM`` row per peer). Default 1.
 
     Raises:
       TypeError: a codec that is not a :class:`jax_lossy_comm.CommCodec`.
-      ValueError: an unknown ``path``.
+      ValueError: an unknown ``path``, ``slices`` not a positive int.
 
     Examples:
       >>> from jax_lossy_comm import AllReduceConfig, BF16
       >>> AllReduceConfig(BF16())
-      AllReduceConfig(codec=BF16(), path='auto')
+      AllReduceConfig(codec=BF16(), path='auto', slices=1)
       >>> AllReduceConfig(path="ring")
       Traceback (most recent call last):
       ...
@@ -154,12 +163,15 @@ got 'ring'
 
     codec: CommCodec = FrameCodec()
     path: str = "auto"
+    slices: int = 1
 
     def __post_init__(self):
         if not isinstance(self.codec, CommCodec):
             raise TypeError(f"AllReduceConfig.codec must be a CommCodec, got {self.codec!r}")
         if self.path not in PATHS + TEST_PATHS:
             raise ValueError(f"AllReduceConfig.path must be one of {PATHS}, got {self.path!r}")
+        if not isinstance(self.slices, int) or isinstance(self.slices, bool) or self.slices < 1:
+            raise ValueError(f"AllReduceConfig.slices must be an int >= 1, got {self.slices!r}")
 
 
 class _Plan(NamedTuple):
@@ -174,8 +186,9 @@ class _Plan(NamedTuple):
     shard_chunks: tuple  # (k, rows_k): the reduced shard's chunks (_shard_chunks)
     shard_capacity: int  # capacity of each of them
     feedback: bool  # compute the residual (error feedback)
-    n: int  # values of x (the buffer's unpadded length)
-    unravel: object  # float[n] -> x's pytree (ravel_pytree's inverse)
+    n: int  # values of x in one slice (the slice's unpadded length)
+    unravel: object  # float[n] -> x's pytree (ravel_pytree's inverse); a slice: itself
+    slices: int  # the buffer is `slices` slices of layout.shape, reduced one after the other
 
 
 def _geometry(n: int, p: int) -> tuple[int, int]:
@@ -324,22 +337,49 @@ def _allreduce(plan: _Plan, buf, eb):
     return lay.from_chunks(y).reshape(-1), stats, residual.reshape(-1)
 
 
+def _in_slices(plan: _Plan, buf, eb):
+    """``_allreduce`` of each of the plan's slices of ``buf``, one after the other (a scan:
+    XLA's buffers are one slice's); the statistics of all slices together."""
+    if plan.slices == 1:
+        return _allreduce(plan, buf, eb)
+    _, (y, st, residual) = jax.lax.scan(
+        lambda carry, part: (carry, _allreduce(plan, part, eb)),
+        None,
+        buf.reshape(plan.slices, -1),
+    )
+    stats = ExchangeStats(
+        raw_bytes=st.raw_bytes.sum(),
+        frame_bytes=st.frame_bytes.sum(),
+        moved_bytes=st.moved_bytes.sum(),
+        # equal raw bytes per slice: raw / frame bytes of all slices of a phase together
+        compression_ratio=plan.slices / (1.0 / st.compression_ratio).sum(axis=0),
+        overflow_count=st.overflow_count.sum(),
+        fallback=st.fallback.max(),
+        capacity_bytes=st.capacity_bytes[0],
+    )
+    return y.reshape(-1), stats, residual.reshape(-1)
+
+
+def _identity(v):
+    return v
+
+
 # ---------------------------------------------------------- the straight-through gradient
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _psum(plan: _Plan, buf, eb):
-    return _allreduce(plan, buf, eb)
+    return _in_slices(plan, buf, eb)
 
 
 def _psum_fwd(plan, buf, eb):
     # An empty slice of buf carries its type (varying or not) to the backward pass for free.
-    return _allreduce(plan, buf, eb), (buf[:0], eb)
+    return _in_slices(plan, buf, eb), (buf[:0], eb)
 
 
 def _psum_bwd(plan, res, cts):
     empty, eb = res
     # jax.lax.psum's own cotangent rule, at a (zero) point typed like the buffer: a copy
     # under shard_map's check_vma, a psum without it.
-    like = jnp.zeros(plan.layout.shape, plan.dtype).reshape(-1) + empty.sum()
+    like = jnp.zeros(plan.slices * math.prod(plan.layout.shape), plan.dtype) + empty.sum()
     ct = jax.vjp(lambda v: jax.lax.psum(v, plan.axis_name), like)[1](cts[0])[0]
     return ct.astype(plan.dtype), jnp.zeros_like(eb)
 
@@ -370,7 +410,8 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     if n == 0:
         return None, flat, eb, n, unravel
     p = jax.lax.axis_size(axis_name)
-    rows, dim = _geometry(n, p)
+    slices = min(config.slices, -(-n // (p * CHUNK_DIM)))  # at least a row per peer each
+    rows, dim = _geometry(-(-n // slices), p)
     lay = make_layout((p * rows, dim), p, 0, 0, None, tiled=True)
     # Gradient frames fill most of their fixed-rate capacity (all of it with codec="fixed",
     # about 78% with "auto" on gradients), so packing them saves little and costs a chunk
@@ -391,18 +432,18 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
         cap2 = codec.capacity_bytes(
             (rows_k, dim), dt, dense=path in ("dense", "packed"), error_bound=eb_c
         )
-    buf = jnp.pad(flat, (0, p * rows * dim - n), mode="edge")  # keeps each chunk's range
+    # the edge value keeps each chunk's range
+    buf = jnp.pad(flat, (0, slices * p * rows * dim - n), mode="edge")
     buf = as_varying(buf, axis_name)  # psum of a value invariant over the axis: P * x
-    plan = _Plan(axis_name, lay, dt, path, codec, cap, (k, rows_k), cap2, feedback, n, unravel)
+    # a slice's fallback sums the slice itself (the whole call's: x's own leaves)
+    n_s, unravel_s = (n, unravel) if slices == 1 else (p * rows * dim, _identity)
+    plan = _Plan(
+        axis_name, lay, dt, path, codec, cap, (k, rows_k), cap2, feedback, n_s, unravel_s, slices
+    )
     return plan, buf, eb, n, unravel
 
 
-def _is_float(leaf) -> bool:
-    """Whether a leaf is coded (a floating dtype) or summed exactly (integer, bool)."""
-    return bool(jnp.issubdtype(jnp.result_type(leaf), jnp.floating))
-
-
-def _run(x, axis_name, axis_index_groups, error_bound, config, feedback, scale=None):
+def run_allreduce(x, axis_name, axis_index_groups, error_bound, config, feedback, scale=None):
     """``(y, stats, residual)``: the float leaves of ``x`` through the compressed all-reduce,
     the others (counts, masks) summed exactly by ``jax.lax.psum`` (bool to int32 counts, as
     psum does) and kept out of the float leaves' chunks, so of their value ranges. With
@@ -410,7 +451,7 @@ def _run(x, axis_name, axis_index_groups, error_bound, config, feedback, scale=N
     ``x``'s coordinates)."""
     if scale is not None:
         scales = precondition.scale_leaves(x, scale)
-        y, stats, residual = _run(
+        y, stats, residual = run_allreduce(
             precondition.apply(x, scales),
             axis_name,
             axis_index_groups,
@@ -421,7 +462,7 @@ def _run(x, axis_name, axis_index_groups, error_bound, config, feedback, scale=N
         unscale = functools.partial(precondition.apply, scales=scales, inverse=True)
         return unscale(y), stats, unscale(residual)
     leaves, treedef = jax.tree.flatten(x)
-    coded = [_is_float(v) for v in leaves]
+    coded = [precondition.is_coded(v) for v in leaves]
     floats = [v for v, c in zip(leaves, coded) if c]
     plan, buf, eb, n, unravel = _prepare(
         floats, axis_name, axis_index_groups, error_bound, config, feedback
@@ -456,7 +497,7 @@ def compressed_psum_with_stats(
       path sent (after a fallback ``raw_bytes``, plus the reduce-scatter's bytes when only the
       all-gather overflowed), ``compression_ratio`` ``float32[2]`` (raw / frame bytes of the
       reduce-scatter and of the all-gather frame), ``overflow_count``, ``fallback`` (1 when
-      the result is ``jax.lax.psum``'s), ``capacity_bytes`` (per frame).
+      the result is ``jax.lax.psum``'s; in slices: of any slice), ``capacity_bytes`` (per frame).
 
     Examples:
       >>> import jax, jax.numpy as jnp
@@ -472,7 +513,7 @@ def compressed_psum_with_stats(
       >>> int(raw[0]), int(fb[0]), bool(moved[0] < raw[0] / 3.9)
       (32768, 0, True)
     """
-    y, stats, _ = _run(x, axis_name, axis_index_groups, error_bound, config, False, scale)
+    y, stats, _ = run_allreduce(x, axis_name, axis_index_groups, error_bound, config, False, scale)
     return y, stats
 
 
@@ -506,7 +547,7 @@ def compressed_psum(
         (2 + 2 error_bound) * sum_i R_i`` (REL; ``R_i`` the range of device i's chunk) of the
         exact sum, plus float32 rounding of the sum (module docstring). A traced bound below
         the capacity's ``min_error_bound`` (default 0.01, REL) overflows into the fallback.
-      config: the static :class:`AllReduceConfig` (codec, path); default
+      config: the static :class:`AllReduceConfig` (codec, path, slices); default
         ``AllReduceConfig()``.
       scale: None, or positive finite float values, the same on every device of the axis
         (invariant, e.g. from the optimizer state of replicated parameters): a pytree with
@@ -523,6 +564,8 @@ def compressed_psum(
       does not fit its capacity (e.g. more NaN/Inf than the outlier room), ``y`` is
       ``jax.lax.psum(x)`` bit for bit (never silent: counted in the statistics of
       :func:`compressed_psum_with_stats`); with ``scale``, ``psum(x * scale) / scale``.
+      With ``config.slices > 1`` this holds per slice: only the slices of the flattened
+      buffer with such a frame are ``jax.lax.psum``'s (of the slice).
 
     Gradient:
       Straight-through: ``jax.lax.psum``'s rule applied to the cotangent (a copy to every
@@ -563,119 +606,5 @@ def compressed_psum(
       gZCCL (Huang et al., ICS 2024): compressed reduce-scatter + all-gather; Feng et al.,
       SC24, arXiv 2407.04272, sec. 4 (the codec).
     """
-    y, _, _ = _run(x, axis_name, axis_index_groups, error_bound, config, False, scale)
+    y, _, _ = run_allreduce(x, axis_name, axis_index_groups, error_bound, config, False, scale)
     return y
-
-
-# ------------------------------------------------------------------------- error feedback
-class ErrorFeedbackState(NamedTuple):
-    """State of :func:`error_feedback`: what compression has not yet delivered.
-
-    Attributes:
-      residual: pytree like the gradients (each leaf the gradient's shape and dtype), this
-        device's untransmitted error: the coding error of its last contribution plus, on the
-        chunk it reduced, the re-compression's error; zeros at init and after an exact
-        fallback, always zeros for integer and bool leaves (summed exactly). Inside ``shard_map`` it varies over the axis (each device its own): keep it
-        in the train state sharded over the axis (``P(axis_name)``), e.g. with a leading
-        device axis, and checkpoint it with the parameters.
-    """
-
-    residual: Any
-
-
-class ErrorFeedback(NamedTuple):
-    """The optax-style bundle returned by :func:`error_feedback`.
-
-    Attributes:
-      init: ``init(params) -> ErrorFeedbackState`` (zero residuals shaped like ``params``).
-      update: ``update(grads, state, error_bound=None, scale=None) -> (reduced_grads,
-        new_state)``; ``scale`` as :func:`compressed_psum`'s (the residual stays in the
-        gradients' coordinates, :func:`error_feedback`).
-      update_with_stats: as ``update``, also returning the
-        :class:`jax_lossy_comm.ExchangeStats` of the all-reduce: ``(reduced, state, stats)``.
-      config: the :class:`AllReduceConfig` it closes over.
-    """
-
-    init: Any
-    update: Any
-    update_with_stats: Any
-    config: AllReduceConfig
-
-
-def error_feedback(axis_name, *, config: AllReduceConfig | None = None) -> ErrorFeedback:
-    """Compressed gradient all-reduce with error feedback, as an optax-style ``init``/``update``.
-
-    Each step sums ``grads + residual`` over ``axis_name`` with :func:`compressed_psum` and
-    keeps, per device, what compression removed from that device's contribution as the next
-    residual (EF-SGD, Karimireddy et al. 2019, Alg. 2, with the all-reduce as the compressor;
-    the residual per worker of 1-bit SGD, Seide et al. 2014). The residuals of all devices add
-    up to ``sum_i (grads_i + residual_i) - reduced``, so over T steps::
-
-        sum_t reduced_t = sum_t sum_i grads_i,t - sum_i residual_i,T
-
-    the transmitted sum tracks the exact one within the last step's error (the bound of
-    :func:`compressed_psum`), instead of drifting by T times a biased codec's error.
-
-    With ``update(..., scale=s_t)`` (:func:`compressed_psum`'s ``scale``, e.g.
-    :func:`jax_lossy_comm.adagrad_scale`) the device codes ``(grads + residual) * s_t`` and
-    the residual is converted back, ``residual = (its contribution - what was delivered of
-    it) / s_t``: it stays in the gradients' coordinates, so the identity above holds as it
-    is while ``s_t`` changes from step to step (a residual kept in scaled coordinates would
-    be delivered at the next step's scale, not the one it was lost at), and a state is
-    interchangeable between runs with and without ``scale``.
-
-    Args:
-      axis_name: the ``shard_map`` mesh axis the gradients are summed over (static).
-      config: the :class:`AllReduceConfig`; default ``AllReduceConfig()``.
-
-    Returns:
-      :class:`ErrorFeedback` ``(init, update, update_with_stats, config)``; ``update`` runs
-      inside ``shard_map``, is pure and jit-friendly (``error_bound`` may be traced).
-
-    Raises:
-      TypeError: a ``config`` that is not an :class:`AllReduceConfig`; from ``update``, what
-        :func:`compressed_psum` raises.
-
-    Examples:
-      >>> import jax, jax.numpy as jnp
-      >>> from jax.sharding import PartitionSpec as P
-      >>> import jax_lossy_comm as jlc
-      >>> mesh = jax.make_mesh((8,), ("i",), axis_types=(jax.sharding.AxisType.Auto,))
-      >>> ef = jlc.error_feedback("i")
-      >>> def step(g, res):
-      ...     y, st = ef.update(g, jlc.ErrorFeedbackState(res), error_bound=0.05)
-      ...     return y, st.residual
-      >>> g = jnp.cos(jnp.arange(8 * 1000, dtype=jnp.float32))
-      >>> run = jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(P("i"), P("i")),
-      ...                             out_specs=(P(), P("i"))))
-      >>> res, total = ef.init(g).residual, 0.0
-      >>> for t in range(20):
-      ...     y, res = run(g, res)
-      ...     total = total + y
-      >>> exact = 20 * g.reshape(8, 1000).sum(0)
-      >>> drift = jnp.abs(total - exact).max()  # one step's error, not 20 times it
-      >>> bool(drift <= 0.05 * 2.02 * 8 * 2.0)
-      True
-
-    References:
-      Seide et al., Interspeech 2014; Karimireddy et al., ICML 2019.
-    """
-    config = AllReduceConfig() if config is None else config
-    if not isinstance(config, AllReduceConfig):
-        raise TypeError(f"config must be an AllReduceConfig, got {config!r}")
-
-    def init(params) -> ErrorFeedbackState:
-        return ErrorFeedbackState(jax.tree.map(jnp.zeros_like, params))
-
-    def update_with_stats(grads, state: ErrorFeedbackState, error_bound=None, scale=None):
-        corrected = jax.tree.map(
-            lambda g, r: g + r.astype(g.dtype) if _is_float(g) else g, grads, state.residual
-        )
-        y, stats, residual = _run(corrected, axis_name, None, error_bound, config, True, scale)
-        return y, ErrorFeedbackState(residual), stats
-
-    def update(grads, state: ErrorFeedbackState, error_bound=None, scale=None):
-        y, new_state, _ = update_with_stats(grads, state, error_bound, scale)
-        return y, new_state
-
-    return ErrorFeedback(init, update, update_with_stats, config)

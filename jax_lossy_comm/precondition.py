@@ -33,7 +33,7 @@ import numpy as np
 __all__ = ["adagrad_scale"]
 
 
-def _is_float(leaf) -> bool:
+def is_coded(leaf) -> bool:
     """Whether a leaf is coded (a floating dtype) or summed exactly (integer, bool)."""
     return bool(jnp.issubdtype(jnp.result_type(leaf), jnp.floating))
 
@@ -69,7 +69,7 @@ def scale_leaves(x, scale) -> list:
         raise ValueError(f"scale must have x's structure {treedef} or be one array, got {s_def}")
     out = []
     for v, s in zip(leaves, s_leaves):
-        if not _is_float(v):
+        if not is_coded(v):
             out.append(None)
             continue
         if not jnp.issubdtype(jnp.result_type(s), jnp.floating) and not isinstance(s, int):

@@ -13,7 +13,7 @@ from ``jax.ShapeDtypeStruct`` inputs; recorded from ``Compiled.memory_analysis()
   (fixed-rate frames at REL 0.01);
 - ``allreduce``: a 4M-float gradient per device; ``jax.lax.psum`` against
   :func:`jax_lossy_comm.compressed_psum` (dense path, fixed-rate frames, REL 0.01), whole and
-  as 16 sequential all-reduces of its slices (``psum_in_pieces``).
+  in 16 slices (``AllReduceConfig(slices=16)``: 16 all-reduces one after the other).
 
 The process's resident memory is not recorded: on XLA:CPU it moves by hundreds of MiB from one
 call of ``jax.lax.psum`` to the next (its allocator's arenas over 8 device threads), more than
@@ -50,7 +50,7 @@ EXCHANGES = (
     ("exchange, one chunk per peer", (8 * 8192, 64), None),
 )
 GRADIENT = 4 * MIB  # floats per device
-PIECES = 16  # the all-reduce in pieces (psum_in_pieces)
+SLICES = 16  # the all-reduce in slices (AllReduceConfig.slices)
 
 
 def _program(mesh, fn):
@@ -81,22 +81,12 @@ def _variants():
         (GRADIENT,),
         lambda a: jlc.compressed_psum(a, "i", error_bound=ERROR_BOUND),
     )
-    out["allreduce", f"dense, {PIECES} pieces"] = ((GRADIENT,), psum_in_pieces)
+    sliced = jlc.AllReduceConfig(slices=SLICES)
+    out["allreduce", f"dense, {SLICES} slices"] = (
+        (GRADIENT,),
+        lambda a: jlc.compressed_psum(a, "i", error_bound=ERROR_BOUND, config=sliced),
+    )
     return out
-
-
-def psum_in_pieces(a, pieces: int = 16):
-    """``compressed_psum`` of ``a`` as ``pieces`` sequential all-reduces of its slices (a loop):
-    XLA's scratch is one slice's, at the cost of ``pieces`` rounds of collectives (the recipe
-    in docs/exchange.md, "Memory")."""
-    parts = a.reshape(pieces, -1)
-
-    def body(i, out):
-        part = jax.lax.dynamic_index_in_dim(parts, i, keepdims=False)
-        y = jlc.compressed_psum(part, "i", error_bound=ERROR_BOUND)
-        return jax.lax.dynamic_update_index_in_dim(out, y, i, 0)
-
-    return jax.lax.fori_loop(0, pieces, body, jnp.zeros_like(parts)).reshape(a.shape)
 
 
 def measure(case: str, variant: str) -> dict:

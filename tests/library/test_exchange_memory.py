@@ -61,11 +61,14 @@ def test_the_fallback_in_slices_is_the_exact_all_to_all(mesh, block, slices):
 
 
 def test_the_all_reduce_in_slices_fits_1_2x_of_psums_memory_and_sums_within_the_bound(mesh):
-    from bench.training.exchange_memory import psum_in_pieces
+    cfg = jlc.AllReduceConfig(slices=16)
+
+    def psum_in_slices(a):
+        return jlc.compressed_psum(a, "i", error_bound=0.01, config=cfg)
 
     n = 1 << 20  # floats per device
     exact = _budget(mesh, lambda a: jax.lax.psum(a, "i"), (NDEV * n,))
-    sliced = _budget(mesh, psum_in_pieces, (NDEV * n,))
+    sliced = _budget(mesh, psum_in_slices, (NDEV * n,))
     whole = _budget(mesh, lambda a: jlc.compressed_psum(a, "i", error_bound=0.01), (NDEV * n,))
     assert sliced <= 1.2 * exact < whole, (sliced / exact, whole / exact)
     g = jnp.sin(jnp.arange(NDEV * n, dtype=jnp.float32) * 0.37)
@@ -73,7 +76,7 @@ def test_the_all_reduce_in_slices_fits_1_2x_of_psums_memory_and_sums_within_the_
     def run(fn):
         return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("i"), out_specs=P("i")))(g)
 
-    got, want = run(psum_in_pieces), run(lambda a: jax.lax.psum(a, "i"))
+    got, want = run(psum_in_slices), run(lambda a: jax.lax.psum(a, "i"))
     # within compressed_psum's REL bound of each slice (allreduce.py's module docstring):
     # 2 eb (1 + eb) P max_i R_i, every range R_i at most 2 (a sine), plus float rounding
     err = float(jnp.abs(got - want).max())
