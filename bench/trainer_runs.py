@@ -27,11 +27,16 @@ TRAINER = "models.dlrm.main"
 """The DLRM trainer's module (``python -m TRAINER``), run by the training benchmarks."""
 
 
-def trainer_cmd(out_dir: str | os.PathLike[str], args: Any, *flags: str) -> list[str]:
+def trainer_cmd(
+    out_dir: str | os.PathLike[str], args: Any, *flags: str, checkpoint_every: int = 0
+) -> list[str]:
     """The trainer command of one run: this interpreter, ``-m TRAINER``, the options the
     training benchmarks share (from ``args``: preset, steps, seed, log_every, eval_rows;
-    checkpoints and the progress bar off; outputs into ``out_dir``, where ``--restart``
-    removes an earlier run: the trainer resumes a workdir by default), then ``flags``."""
+    the progress bar off; outputs into ``out_dir``), then ``flags``. With ``checkpoint_every``
+    0 checkpoints are off and ``--restart`` removes an earlier run in ``out_dir``; with K > 0
+    the run checkpoints every K steps and the same command resumes an interrupted run from
+    its last checkpoint (the trainer resumes a workdir by default)."""
+    keep = ["--checkpoint-every", str(checkpoint_every)]
     return [
         sys.executable,
         "-m",
@@ -46,10 +51,8 @@ def trainer_cmd(out_dir: str | os.PathLike[str], args: Any, *flags: str) -> list
         str(args.log_every),
         "--eval-rows",
         str(args.eval_rows),
-        "--checkpoint-every",
-        "0",
+        *(keep if checkpoint_every > 0 else [*keep, "--restart"]),
         "--no-progress",
-        "--restart",
         "--out",
         str(out_dir),
         *flags,

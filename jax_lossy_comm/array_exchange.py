@@ -175,7 +175,12 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
     if codec.variable_size:
         chunk_error_bound = jnp.broadcast_to(error_bound, grid).reshape(send.shape[: -len(shape)])
         frames, nbytes = codec.encode(send, chunk_error_bound, cap)
-        sent = send_frames(ax, plan.path, frames, nbytes, agree_axis=plan.axis_name)
+        # Flat, one chunk per (peer, table): a table with an overflowing frame goes exact
+        # alone, the other tables stay coded.
+        by_table = not hier and len(grid) == 2
+        sent = send_frames(
+            ax, plan.path, frames, nbytes, agree_axis=plan.axis_name, by_table=by_table
+        )
 
         def compressed(_):
             rf, rnb = sent.receive()
@@ -194,13 +199,21 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
             )
 
         any_over = sent.any_overflow
-        r = jax.lax.cond(any_over, exact, compressed, None)
+        if by_table:
+            rf, rnb = sent.receive()
+            r = codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
+            r = lay.from_chunks(_exact_tables(r, x, table_lay, sent.tables_over, ax))
+            exact_share = sent.tables_over.sum() / grid[1]  # of every peer's block
+            moved_slot = sent.moved_per_peer + exact_share * raw_bytes / n
+            comp_moved = sent.moved_bytes + exact_share * raw_bytes
+        else:
+            r = jax.lax.cond(any_over, exact, compressed, None)
+            moved_slot = jnp.where(any_over, raw_bytes / n, sent.moved_per_peer)
+            comp_moved = jnp.where(any_over, raw_bytes, sent.moved_bytes)
         fb = jnp.abs(nbytes).astype(jnp.float32).reshape(grid)  # per_table (checked)
         if hier:  # own-node blocks travel exact
             fb = jnp.where(own_grid, jnp.float32(math.prod(lay.chunk_shape) * item), fb)
         ratio = math.prod(lay.chunk_shape) * item / jnp.maximum(fb, 1.0)
-        moved_slot = jnp.where(any_over, raw_bytes / n, sent.moved_per_peer)
-        comp_moved = jnp.where(any_over, raw_bytes, sent.moved_bytes)
         n_over, fallback = sent.overflow_count, any_over.astype(jnp.int32)
         frame_bytes = fb.sum()
     else:
@@ -244,6 +257,33 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
     if hier:  # statistics varying over the node axis only: over both, as the flat ones
         stats = jax.tree.map(lambda v: vary_over(v, plan.axis_name), stats)
     return y, stats
+
+
+def _exact_tables(r, x, table_lay: Layout, tables_over, axis_name):
+    """The decoded chunks ``r [P, T, rows, dim]`` with every table flagged in
+    ``tables_over`` (bool[T], the same on every device) replaced by the exact all-to-all of
+    ``x``'s own values of that table, bit for bit: a loop over the tables that runs one
+    table's all-to-all where the flag is set (nothing moves for the others). Reads ``x`` in
+    its own layout, one table at a time, so no table-major copy of ``x`` is kept."""
+    lay, s = table_lay, table_lay.shape
+    # x with the peer axis apart (tiled: the split axis as [P, block]), so that the block's
+    # table axis is one axis of it (the tiled split axis may be the table axis itself)
+    xs = s[: lay.split] + (lay.p, s[lay.split] // lay.p) + s[lay.split + 1 :] if lay.tiled else s
+    t_axis = lay.table + (1 if lay.table >= lay.split else 0)
+
+    def patch(t, r):
+        part = jax.lax.dynamic_slice_in_dim(x.reshape(xs), t, 1, axis=t_axis)
+        sh = part.shape
+        if lay.tiled:  # back to x's axes, the table's values only
+            sh = sh[: lay.split] + (sh[lay.split] * sh[lay.split + 1],) + sh[lay.split + 2 :]
+        c = lay._replace(shape=sh).to_chunks(part.reshape(sh))  # [P, 1, rows, dim]
+        got = exact_all_to_all(c, axis_name, 0, 0, tiled=True)
+        return jax.lax.dynamic_update_slice_in_dim(r, got, t, axis=1)
+
+    def body(t, r):
+        return jax.lax.cond(tables_over[t], functools.partial(patch, t), lambda r: r, r)
+
+    return jax.lax.fori_loop(0, r.shape[1], body, r)
 
 
 # ---------------------------------------------------------- the straight-through gradient

@@ -17,10 +17,12 @@ described in :mod:`jax_lossy_comm.wire`.
 
 Frames that do not fit (NaN/Inf beyond the outlier room, a bound below ``min_error_bound``, a
 too small ``capacity``) are never dropped or truncated: the count of overflowed frames is
-``pmax``-ed over the axis (one scalar, so every device agrees) and, if any, the whole exchange
-runs as the exact ``jax.lax.all_to_all`` of ``x`` (lossless) under ``lax.cond``;
-``overflow_count`` and ``fallback`` in :class:`ExchangeStats` record it. Only ``all_to_all``,
-``ragged_all_to_all`` and a scalar ``pmax`` are used (no ``psum_scatter``, which gloo gets
+``pmax``-ed over the axis (so every device agrees) and the chunks concerned travel as the
+exact ``jax.lax.all_to_all`` of ``x`` (lossless): with a table axis on the flat topology, the
+tables with an overflowing frame (the ``pmax`` carries a flag per table; the other tables
+stay coded), otherwise the whole exchange under ``lax.cond``; ``overflow_count`` and
+``fallback`` in :class:`ExchangeStats` record it. Only ``all_to_all``,
+``ragged_all_to_all`` and a small int32 ``pmax`` are used (no ``psum_scatter``, which gloo gets
 wrong on chunks of about 4 MiB and up, jax-ml/jax#40830), so the same code runs across
 processes started with ``jax.distributed.initialize`` (gloo on CPU, NCCL on GPU).
 

@@ -32,15 +32,17 @@ class ExchangeStats(NamedTuple):
       moved_bytes: float32 scalar, bytes the chosen path really sent: dense, ``chunks *
         capacity`` plus the int32 byte counts; packed, the agreed chunks' bytes times P; ragged,
         ``frame_bytes`` plus the byte counts; a fixed-size codec, its wire bytes (no counts);
-        after a fallback, ``raw_bytes``; hierarchical: ``intra_node_bytes +
+        after a whole-exchange fallback, ``raw_bytes``; plus the raw bytes of the tables sent
+        exact (flat, with a table axis); hierarchical: ``intra_node_bytes +
         inter_node_moved_bytes``.
       compression_ratio: float32[P] or float32[P, T], raw / frame bytes of each chunk
         (destination peer, table; hierarchical: 1 for the peers on the own node);
         :func:`jax_lossy_comm.compressed_psum_with_stats`: float32[2], its reduce-scatter and
         all-gather phases.
       overflow_count: int32 scalar, this device's frames that did not fit the capacity.
-      fallback: int32 scalar, 1 when the exchange ran as the exact ``all_to_all`` because a
-        frame on some device overflowed (the same on every device), else 0.
+      fallback: int32 scalar, 1 when a frame on some device overflowed and its chunks ran
+        as the exact ``all_to_all`` (the same on every device): the tables with such a frame
+        (flat, with a table axis), else the whole exchange; 0 otherwise.
       capacity_bytes: float32 scalar, the static frame capacity of the chosen path.
       intra_node_bytes: float32 scalar, bytes this device sent to the other devices of its
         node (its own block never counts). Flat: their share of ``moved_bytes`` (compressed

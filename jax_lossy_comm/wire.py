@@ -479,7 +479,8 @@ class SentFrames(NamedTuple):
 
     Attributes:
       receive: ``() -> (frames, nbytes)`` received, indexed by source peer (shapes of the
-        sent ones); call it only where ``any_overflow`` is False (it runs the collectives).
+        sent ones); it runs the collectives, so call it only where ``any_overflow`` is False,
+        or with ``by_table`` (an overflowed frame then arrives empty).
       moved_bytes: float32 scalar, bytes the path moves (dense, packed or ragged; module
         docstring).
       overflow_count: int32 scalar, this device's frames that did not fit (``nbytes < 0``).
@@ -487,6 +488,8 @@ class SentFrames(NamedTuple):
         every device).
       moved_per_peer: float32[P], the share of ``moved_bytes`` sent to each destination (the
         device's own slot included), or None.
+      tables_over: bool[T], with ``by_table``: table ``t`` has a frame that did not fit on
+        some device (agreed in the same ``pmax``); None without.
     """
 
     receive: object
@@ -494,19 +497,27 @@ class SentFrames(NamedTuple):
     overflow_count: jax.Array
     any_overflow: jax.Array
     moved_per_peer: jax.Array | None = None
+    tables_over: jax.Array | None = None
 
 
-def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> SentFrames:
-    """Agrees on overflow (one scalar ``pmax``) and prepares the exchange of variable-size
-    frames ``uint8[P, (T,) cap]`` with byte counts ``int32[P, (T,)]`` over ``path``
-    (``"dense" | "packed" | "ragged" | "_ragged_emulated"``). Shared by the exchange and the
-    all-reduce's reduce-scatter. ``agree_axis`` (default ``axis_name``): the axis of the
-    ``pmax``, so every device of it takes the same branch (the hierarchical exchange sends
-    over the node axis and agrees over both)."""
+def send_frames(
+    axis_name, path: str, frames, nbytes, *, agree_axis=None, by_table: bool = False
+) -> SentFrames:
+    """Agrees on overflow (one ``pmax``) and prepares the exchange of variable-size frames
+    ``uint8[P, (T,) cap]`` with byte counts ``int32[P, (T,)]`` over ``path`` (``"dense" |
+    "packed" | "ragged" | "_ragged_emulated"``). Shared by the exchange and the all-reduce's
+    reduce-scatter. ``agree_axis`` (default ``axis_name``): the axis of the ``pmax``, so every
+    device of it takes the same branch (the hierarchical exchange sends over the node axis and
+    agrees over both). ``by_table``: the same ``pmax`` also agrees on which tables have a
+    frame that did not fit (``SentFrames.tables_over``), and ``receive`` may run with such
+    frames: they travel as empty frames (none of their bytes move on the packed and ragged
+    paths) and decode as invalid, for the caller to replace."""
     ax = axis_name
     agree = ax if agree_axis is None else agree_axis
     cap = frames.shape[-1]
     n_over = (nbytes < 0).sum().astype(jnp.int32)
+    over_t = (nbytes < 0).reshape(frames.shape[0], -1).any(axis=0).astype(jnp.int32)
+    extra = [over_t] if by_table else []
     if path == "packed":
         # Two phases in one step: a pmax of (overflows, largest packed destination) sets how
         # many static chunks cover every device's frames, then dense all_to_alls of those
@@ -514,8 +525,8 @@ def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> Sen
         p_, t_ = frames.shape[0], nbytes.size // frames.shape[0]
         fr3, nb2 = frames.reshape(p_, t_, cap), nbytes.reshape(p_, t_)
         need = (4 * t_ + jnp.maximum(nb2, 0).sum(axis=1)).max().astype(jnp.int32)
-        agg = jax.lax.pmax(jnp.stack([n_over, need]), agree)
-        any_over = agg[0] > 0
+        agg = jax.lax.pmax(jnp.concatenate([jnp.stack([n_over, need]), *extra]), agree)
+        any_over, tables_over = agg[0] > 0, agg[2:] > 0
         chunks = packed_chunks(t_, cap)
         counts = chunk_counts(chunks, agg[1])
 
@@ -527,7 +538,8 @@ def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> Sen
         comp_moved = per_dest * frames.shape[0]
         per_peer = jnp.full(frames.shape[0], per_dest)
     else:
-        any_over = jax.lax.pmax(n_over, agree) > 0
+        agg = jax.lax.pmax(jnp.concatenate([n_over[None], *extra]), agree)
+        any_over, tables_over = agg[0] > 0, agg[1:] > 0
 
         def receive():
             return exchange_frames(ax, path, frames, nbytes)
@@ -539,7 +551,9 @@ def send_frames(axis_name, path: str, frames, nbytes, *, agree_axis=None) -> Sen
             per_peer = jnp.full(p_, (frames.size + counts) / p_, jnp.float32)
         else:  # ragged: whole rows of RAGGED_ROW_BYTES
             row = RAGGED_ROW_BYTES
-            used = (jnp.abs(nbytes).astype(jnp.int32) + row - 1) // row * row
+            used = (jnp.maximum(nbytes, 0) + row - 1) // row * row  # overflowed: none
             comp_moved = used.astype(jnp.float32).sum() + counts
             per_peer = used.reshape(p_, -1).astype(jnp.float32).sum(axis=1) + counts / p_
-    return SentFrames(receive, comp_moved, n_over, any_over, per_peer)
+    return SentFrames(
+        receive, comp_moved, n_over, any_over, per_peer, tables_over if by_table else None
+    )

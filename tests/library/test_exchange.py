@@ -252,8 +252,12 @@ def test_few_nonfinite_values_are_outliers_not_fallback(mesh):
     assert int(np.asarray(s.fallback).max()) == 0
 
 
+@pytest.mark.parametrize("path", ["dense", "packed"])
 @pytest.mark.parametrize("what", ["nan_chunk", "bound_below_min"])
-def test_overflow_falls_back_exactly_and_is_counted(mesh, what):
+def test_an_overflowing_table_goes_exact_alone_and_is_counted(mesh, what, path):
+    """A frame that does not fit sends its table exact (every peer's chunk of it, bit for
+    bit, NaN and Inf included); the other tables stay coded. Every table overflowing is the
+    exact exchange."""
     rows, L, dim = 16, 2, 8
     xg = _data((NDEV * NDEV * rows, L, dim), seed=8)
     eb = 0.01
@@ -261,24 +265,37 @@ def test_overflow_falls_back_exactly_and_is_counted(mesh, what):
         xg[rows * NDEV * 2 + rows : rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
         xg[rows * NDEV * 2 + rows, 1, :4] = np.inf
     else:
-        eb = 1e-5  # needs 16-bit codes; capacity is sized for 0.01 (6 bits)
+        eb = 1e-5  # needs 16-bit codes; capacity is sized for 0.01 (6 bits): every frame
 
     def f(x, e):
         y, s = jlc.compressed_all_to_all_with_stats(
-            x, "i", 0, 1, tiled=True, error_bound=e, config=_cfg(1, min_error_bound=0.01)
+            x,
+            "i",
+            0,
+            1,
+            tiled=True,
+            error_bound=e,
+            config=_cfg(1, min_error_bound=0.01, path=path),
         )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
     y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(eb))
-    # The fallback is the exact exchange: bit-exact, NaN and Inf included.
-    assert np.array_equal(np.asarray(y).view(np.uint32), np.asarray(ye).view(np.uint32))
+    y, ye = np.asarray(y), np.asarray(ye)  # [NDEV * rows, NDEV * L, dim]: table t at t::L
+    exact_tables = [1] if what == "nan_chunk" else [0, 1]
+    for t in exact_tables:
+        assert np.array_equal(y[:, t::L].view(np.uint32), ye[:, t::L].view(np.uint32)), t
     fb, over = np.asarray(s.fallback), np.asarray(s.overflow_count)
+    raw, moved = np.asarray(s.raw_bytes), np.asarray(s.moved_bytes)
     assert np.all(fb == 1)
-    assert np.array_equal(np.asarray(s.moved_bytes), np.asarray(s.raw_bytes))
     if what == "nan_chunk":
         assert over.tolist() == [0, 0, 1, 0, 0, 0, 0, 0]
+        coded = np.abs(y[:, 0::L] - ye[:, 0::L])
+        assert 0 < coded.max() <= eb * np.ptp(xg[:, 0]) * (1 + 1e-5)  # table 0: still coded
+        # its frames plus table 1's raw half: less than the exact exchange
+        assert np.all((raw / 2 < moved) & (moved < raw)), moved / raw
     else:
         assert np.all(over == NDEV * L)
+        assert np.all(moved >= raw)  # both tables exact, and the (empty) frames' counts
 
 
 # ----------------------------------------------------------------------- traced bound, paths
@@ -363,23 +380,6 @@ def test_packed_path_decodes_like_dense_and_moves_used_bytes(mesh):
     most = 4 * L + np.asarray(sp.frame_bytes).max() + fine  # every frame to one destination
     assert need * NDEV <= moved[0] < min(np.asarray(sd.moved_bytes)[0] / 2, most * NDEV)
     assert int(np.asarray(sp.fallback).max()) == 0
-
-
-def test_packed_path_falls_back_exactly(mesh):
-    rows, L, dim = 16, 2, 8
-    xg = _data((NDEV * NDEV * rows, L, dim), seed=8)
-    xg[rows * NDEV * 2 + rows : rows * NDEV * 2 + 2 * rows, 1] = np.nan  # device 2 -> peer 1
-
-    def f(x, e):
-        y, s = jlc.compressed_all_to_all_with_stats(
-            x, "i", 0, 1, tiled=True, error_bound=e, config=_cfg(1, path="packed")
-        )
-        return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
-
-    y, ye, s = _smap(mesh, f, 2, (P("i"), P("i"), P("i")))(jnp.asarray(xg), jnp.float32(0.01))
-    assert np.array_equal(np.asarray(y).view(np.uint32), np.asarray(ye).view(np.uint32))
-    assert np.all(np.asarray(s.fallback) == 1)
-    assert np.array_equal(np.asarray(s.moved_bytes), np.asarray(s.raw_bytes))
 
 
 def test_packed_chunks_tile_the_packed_buffer():
