@@ -151,6 +151,7 @@ def _args(tmp_path, **kw):
         data=None,
         extra=[],
         run_timeout=5,
+        checkpoint_every=0,
     )
     a.update(kw)
     return argparse.Namespace(**a)
@@ -188,6 +189,25 @@ def test_run_one_reruns_a_kept_result_of_other_flags(tmp_path, monkeypatch):
     monkeypatch.setattr(tc.subprocess, "run", fake_run)
     r = tc.run_one("exact", args, tmp_path, seed=0)
     assert len(calls) == 1 and r["status"] == "error" and r["log_tail"] == "boom"
+
+
+def test_runs_with_checkpoints_resume_instead_of_restarting(tmp_path, monkeypatch):
+    """--checkpoint-every K: the trainer checkpoints every K steps and is not told to
+    --restart, so rerunning the sweep resumes an interrupted run from its last checkpoint
+    (the trainer resumes a workdir by default); without it a run starts over."""
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return argparse.Namespace(returncode=3, stdout="", stderr="killed")
+
+    monkeypatch.setattr(tc.subprocess, "run", fake_run)
+    for every in (0, 500):
+        tc.run_one("exact", _args(tmp_path, checkpoint_every=every), tmp_path, seed=0)
+    fresh, resumable = calls
+    assert "--restart" in fresh and fresh[fresh.index("--checkpoint-every") + 1] == "0"
+    assert "--restart" not in resumable
+    assert resumable[resumable.index("--checkpoint-every") + 1] == "500"
 
 
 def _assert_close(a, b, path="result"):
