@@ -152,8 +152,10 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
       ``raw_bytes_per_step`` (mean over logged intervals, all devices, forward exchange),
       ``frame_bytes_per_step``, ``exchange_ratio`` (raw / frame), ``moved_ratio`` (raw /
       moved), ``fallback_steps``, ``samples_per_s`` (median over intervals after the first),
-      ``allreduce_moved_bytes_per_step`` and ``allreduce_raw_bytes_per_step`` (gradient
-      all-reduce, all devices), ``allreduce_fallback_steps``.
+      ``allreduce_moved_bytes_per_step``, ``allreduce_frame_bytes_per_step`` and
+      ``allreduce_raw_bytes_per_step`` (gradient all-reduce, all devices; frames: what a
+      ragged path sends, 0 in runs logged before it was recorded),
+      ``allreduce_fallback_steps``.
     """
     train, final = log.train, log.final
     tot = sum(trainer_runs.interval_steps([r.step for r in train])) or 1
@@ -173,6 +175,7 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
         "moved_ratio": raw / moved if moved else None,
         "fallback_steps": sum(r.fallback_steps for r in train),
         "allreduce_moved_bytes_per_step": sum(r.allreduce_moved_bytes for r in train) / tot,
+        "allreduce_frame_bytes_per_step": sum(r.allreduce_frame_bytes for r in train) / tot,
         "allreduce_raw_bytes_per_step": sum(r.allreduce_raw_bytes for r in train) / tot,
         "allreduce_fallback_steps": sum(r.allreduce_fallback_steps for r in train),
         "samples_per_s": sps[len(sps) // 2] if sps else None,

@@ -98,6 +98,9 @@ class TrainRecord:
         "bf16", "compressed").
       allreduce_raw_bytes: bytes the exact gradient all-reduce would move (twice the
         gradient bytes per device: reduce-scatter plus all-gather), all devices.
+      allreduce_frame_bytes: bytes of the gradient all-reduce's frames, all devices (what a
+        variable-size path such as the GPU's ragged one sends; the dense path moves the
+        capacity); the raw bytes for the exact and bf16 all-reduces.
       allreduce_moved_bytes: bytes the gradient all-reduce really moved, all devices.
       allreduce_fallback_steps: steps whose compressed all-reduce fell back to ``psum``.
       exchange_topology: the embedding exchange's topology, "flat" or "hierarchical"
@@ -131,6 +134,7 @@ class TrainRecord:
     data_wait_s: float | None = None
     grad_allreduce: str = "exact"
     allreduce_raw_bytes: float = 0.0
+    allreduce_frame_bytes: float = 0.0
     allreduce_moved_bytes: float = 0.0
     allreduce_fallback_steps: int = 0
     exchange_topology: str = "flat"

@@ -220,6 +220,7 @@ def _interval_record(
         fallback_steps=int(sum(float(m["fallback"]) > 0 for m in ms)),
         **node_bytes,
         allreduce_raw_bytes=float(sum(m["allreduce_raw_bytes"] for m in ms)),
+        allreduce_frame_bytes=float(sum(m["allreduce_frame_bytes"] for m in ms)),
         allreduce_moved_bytes=float(sum(m["allreduce_moved_bytes"] for m in ms)),
         allreduce_fallback_steps=int(sum(float(m["allreduce_fallback"]) > 0 for m in ms)),
         seconds=float(seconds),

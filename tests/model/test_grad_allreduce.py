@@ -63,6 +63,7 @@ def test_modes_train_close_to_exact_and_report_bytes():
     )  # float32 head
     assert float(m_exact["allreduce_raw_bytes"]) == 8 * 2 * head_bytes  # 8 devices
     assert float(m_exact["allreduce_moved_bytes"]) == float(m_exact["allreduce_raw_bytes"])
+    assert float(m_exact["allreduce_frame_bytes"]) == float(m_exact["allreduce_raw_bytes"])
     runs = [("bf16", True, "auto"), ("compressed", True, "auto")]
     runs += [("compressed", False, "auto"), ("compressed", True, "fixed")]
     for mode, feedback, codec in runs:
@@ -75,6 +76,8 @@ def test_modes_train_close_to_exact_and_report_bytes():
             assert moved == raw / 2
         else:
             assert moved < raw / 4, (moved, raw)
+            # the frames (what a ragged path sends) fit the dense path's capacity
+            assert 0 < float(m["allreduce_frame_bytes"]) <= moved
         assert float(m["allreduce_fallback"]) == 0.0
         if mode == "compressed" and feedback:
             leaves = jax.tree.leaves(state.grad_ef.residual)
