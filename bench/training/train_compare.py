@@ -190,6 +190,18 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
     }
 
 
+def _run_trainer(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """``(returncode or None on timeout, stdout + stderr)`` of one trainer process."""
+    try:
+        p = subprocess.run(
+            cmd, cwd=bu.REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
+        return p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout or ""
+        return None, out.decode(errors="replace") if isinstance(out, bytes) else out
+
+
 def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str, Any]:
     """One trainer run in a subprocess; its metrics (or the error).
 
@@ -220,20 +232,19 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
             return old
     env = trainer_runs.trainer_env()
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(
-            cmd, cwd=bu.REPO_ROOT, env=env, capture_output=True, text=True, timeout=args.run_timeout
-        )
-        rc, log = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, log = (
-            None,
-            (e.stdout or b"").decode(errors="replace")
-            if isinstance(e.stdout, bytes)
-            else (e.stdout or ""),
-        )
+    # A run that checkpoints and dies (on 8 virtual CPU devices of a loaded machine XLA:CPU
+    # has aborted runs on a collective that never completed) resumes from its checkpoint.
+    attempts = 1 + (args.retries if args.checkpoint_every > 0 else 0)
+    tries = 0
+    while tries < attempts:
+        rc, log = _run_trainer(cmd, env, args.run_timeout)
+        tries += 1
+        if rc == 0:
+            break
     wall = time.perf_counter() - t0
     res: dict[str, Any] = {"name": name, "flags": cmd[3:], "returncode": rc, "wall_s": wall}
+    if tries > 1:
+        res["attempts"] = tries
     if seed is not None:
         res["seed"] = seed
     if rc != 0 or not (out / "metrics.jsonl").is_file():
@@ -310,6 +321,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=0,
         help="K > 0: every run checkpoints every K steps, and rerunning the same command "
         "resumes an interrupted run from its last checkpoint (0: a run starts over)",
+    )
+    ap.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="with --checkpoint-every: a run that fails resumes from its checkpoint up to "
+        "this many times",
     )
     ap.add_argument("--workdir", default=None, help="trainer outputs (default: temp dir)")
     ap.add_argument(

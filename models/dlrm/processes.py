@@ -20,10 +20,6 @@ LAUNCHERS = (
     ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
 )
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
-#: Virtual CPU devices are threads: on a loaded machine (8 devices on 2 cores beside other
-#: work) one can miss a collective's rendezvous by more than XLA:CPU's default 40 s, which
-#: aborts the process; a slow step is no reason to lose a run.
-CPU_COLLECTIVE_TIMEOUT_FLAG = "--xla_cpu_collective_call_terminate_timeout_seconds=600"
 
 
 def local_device_ids(args: argparse.Namespace, environ=os.environ) -> list[int] | None:
@@ -138,9 +134,6 @@ def setup_jax(args: argparse.Namespace) -> None:
             os.environ["XLA_FLAGS"] = " ".join([*flags_now, DETERMINISTIC_FLAG])
     if args.devices_per_process:
         jax.config.update("jax_num_cpu_devices", args.devices_per_process)
-        flags_now = os.environ.get("XLA_FLAGS", "")
-        if CPU_COLLECTIVE_TIMEOUT_FLAG.split("=")[0] not in flags_now:
-            os.environ["XLA_FLAGS"] = f"{flags_now} {CPU_COLLECTIVE_TIMEOUT_FLAG}".strip()
     ids = local_device_ids(args)
     if args.coordinator:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")

@@ -152,6 +152,7 @@ def _args(tmp_path, **kw):
         extra=[],
         run_timeout=5,
         checkpoint_every=0,
+        retries=2,
     )
     a.update(kw)
     return argparse.Namespace(**a)
@@ -202,12 +203,15 @@ def test_runs_with_checkpoints_resume_instead_of_restarting(tmp_path, monkeypatc
         return argparse.Namespace(returncode=3, stdout="", stderr="killed")
 
     monkeypatch.setattr(tc.subprocess, "run", fake_run)
-    for every in (0, 500):
-        tc.run_one("exact", _args(tmp_path, checkpoint_every=every), tmp_path, seed=0)
-    fresh, resumable = calls
+    r = tc.run_one("exact", _args(tmp_path), tmp_path, seed=0)
+    assert len(calls) == 1 and r["status"] == "error"  # no checkpoint to resume: no retry
+    r = tc.run_one("exact", _args(tmp_path, checkpoint_every=500), tmp_path, seed=0)
+    assert len(calls) == 4 and r["attempts"] == 3  # the first try and two resumes
+    fresh, resumable = calls[0], calls[1]
     assert "--restart" in fresh and fresh[fresh.index("--checkpoint-every") + 1] == "0"
     assert "--restart" not in resumable
     assert resumable[resumable.index("--checkpoint-every") + 1] == "500"
+    assert calls[1] == calls[2] == calls[3]
 
 
 def _assert_close(a, b, path="result"):
