@@ -250,3 +250,25 @@ def test_committed_fidelity_sweep_covers_every_mode_and_is_rendered(preset):
     _assert_close(fidelity.fidelity_targets(result["summary"]), result["targets"])
     assert path.with_suffix(".md").read_text() == fidelity.fidelity_markdown(result)
     assert path.with_suffix(".png").is_file()
+
+
+def test_adagrad_runs_code_the_all_reduce_at_their_bound():
+    import numpy as np
+
+    import jax_lossy_comm as jlc
+
+    for name, eb in (
+        ("jlc-paper-ar-adagrad-eb0.008", "0.008"),
+        ("jlc-paper-ar-adagrad-eb0.005", "0.005"),
+    ):
+        flags = tc.run_flags(name, 100, 0.5, "dcnv2_small")
+        assert flags[flags.index("--grad-error-bound") + 1] == eb
+        assert flags[flags.index("--grad-precondition") + 1] == "adagrad"
+    assert "--grad-error-bound" not in tc.run_flags("jlc-paper-ar-adagrad", 100, 0.5, "dcnv2_small")
+
+    # REL 0.008 is the tightest bound whose fixed-rate frames are the size of REL 0.01's (the
+    # dense path's bytes); 0.0079 and 0.005 need a bit more per value
+    def cap(e):
+        return jlc.frame_capacity((64, 256), np.float32, min_error_bound=e, outliers=16)
+
+    assert cap(0.008) == cap(0.01) < cap(0.0079) == cap(0.005)
