@@ -24,7 +24,8 @@ from bench.codecs.pareto import AUTO, is_library_form, ok_rows, pareto_analysis
 RESULTS_DIR = bu.RESULTS_DIR
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend with the results pages' font sizes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -61,7 +62,7 @@ def plot_pareto(
     """Scatter of compression ratio (log) vs compress GB/s (log), one panel per dump, at
     ``eb_rel``; the front among bound-honouring codecs is drawn as a line, codecs over the
     bound are hollow markers."""
-    plt = _plt()
+    plt = pyplot()
     rows = [
         r
         for r in ok_rows(peer_result["rows"])
@@ -151,7 +152,7 @@ def plot_ratio_bars(
 ) -> Path:
     """Grouped bars: compression ratio (log) of every codec on every dump (table) at
     ``eb_rel``; hatched bars went over the bound."""
-    plt = _plt()
+    plt = pyplot()
     rows = [
         r
         for r in ok_rows(peer_result["rows"])
@@ -198,7 +199,7 @@ def plot_ratio_bars(
 
 def plot_accuracy(train_result: dict[str, Any], path: str | Path) -> Path:
     """Eval AUC and training loss vs step of every run of bench.training.train_compare."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(10, 8))
     ax = list(axes.flat)
     for r in train_result.get("runs", []):
@@ -225,7 +226,7 @@ def plot_accuracy(train_result: dict[str, Any], path: str | Path) -> Path:
 def plot_fidelity(results: list[dict[str, Any]], path: str | Path) -> Path:
     """AUC difference to exact (mean and spread over seeds, paired per seed) against bytes
     moved per step, one panel per ``bench.training.train_compare --seeds`` result."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(9 * len(results), 6), squeeze=False)
     for ax, res in zip(axes[0], results):
         tol = res.get("targets", {}).get("tolerance", 5e-4)

@@ -26,6 +26,8 @@ LIBRARY_RUNS = (
     "jlc-paper-ar",
     "jlc-paper-ar-bf16",
     "jlc-paper-ar-adagrad",
+    "jlc-paper-ar-adagrad-eb0.008",
+    "jlc-paper-ar-adagrad-eb0.005",
 )
 
 #: AUC within which a run counts as equal to exact (0.05%, the paper's accuracy criterion)

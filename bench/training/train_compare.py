@@ -236,6 +236,8 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
         old = json.loads(kept.read_text())
         if old.get("status") == "ok" and old.get("flags") == cmd[3:]:
             return old
+    if getattr(args, "kept_only", False):
+        return {"name": name, "seed": seed, "flags": cmd[3:], "status": "missing", "wall_s": 0.0}
     env = trainer_runs.trainer_env()
     t0 = time.perf_counter()
     # A run that checkpoints and dies (on 8 virtual CPU devices of a loaded machine XLA:CPU
@@ -327,6 +329,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default=0,
         help="K > 0: every run checkpoints every K steps, and rerunning the same command "
         "resumes an interrupted run from its last checkpoint (0: a run starts over)",
+    )
+    ap.add_argument(
+        "--kept-only",
+        action="store_true",
+        help="with --seeds and --workdir: assemble the result from the finished runs kept "
+        "there and run nothing (a partial sweep; the others are listed as missing)",
     )
     ap.add_argument(
         "--retries",
