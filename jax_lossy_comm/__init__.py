@@ -10,12 +10,12 @@ from jax_lossy_comm.allreduce import AllReduceConfig, compressed_psum, compresse
 from jax_lossy_comm.codec import compress, decompress, decompress_with_status, frame_status
 from jax_lossy_comm.codec_factory import get_comm_codec
 from jax_lossy_comm.comm_codec import CommCodec, FrameCodec
-from jax_lossy_comm.error_feedback import ErrorFeedback, ErrorFeedbackState, error_feedback
 from jax_lossy_comm.exchange import (
     ExchangeConfig,
     compressed_all_to_all,
     compressed_all_to_all_with_stats,
 )
+from jax_lossy_comm.feedback import ErrorFeedback, ErrorFeedbackState, error_feedback
 from jax_lossy_comm.frame import (
     CODECS,
     STATUS,

@@ -40,7 +40,10 @@ re-compression of the reduced chunk. NaN and Inf travel bit-exactly as outliers 
 fit; a frame that does not fit the capacity (too many NaN/Inf or unquantizable values, a bound
 below ``FrameCodec.min_error_bound``, a too small ``capacity``) is never dropped: its count is
 ``pmax``-ed and the whole call returns ``jax.lax.psum(x)`` bit for bit under ``lax.cond``
-(``fallback`` and ``overflow_count`` in the statistics).
+(``fallback`` and ``overflow_count`` in the statistics); with ``AllReduceConfig(slices=S)``
+only the slice that holds such a frame, as ``jax.lax.psum`` of the slice of the flattened
+buffer (float leaves promoted to their common dtype, so bfloat16 leaves beside float32 ones
+are summed in float32 there).
 
 Gradient: straight-through, ``jax.lax.psum``'s own rule applied to the cotangent (inside
 ``shard_map`` with ``check_vma=True``, the default, the invariant sum's cotangent is copied to
@@ -68,6 +71,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -143,8 +147,9 @@ class AllReduceConfig:
         save little). A frame that does not fit its capacity sends only its own slice
         through ``jax.lax.psum``. The price is ``slices`` rounds of collectives instead of
         one, a fixed latency each: worth it for large gradients where memory is short, not
-        for small ones. Reduced to the buffer's rows per peer when it has fewer (a slice
-        holds at least one ``CHUNK_DIM`` row per peer). Default 1.
+        for small ones. Each slice holds whole ``CHUNK_DIM`` rows per peer, so fewer slices
+        run where the buffer has fewer rows per peer than asked for (none is padding only).
+        A ``FrameCodec(capacity=C)`` is per chunk of a slice. Default 1.
 
     Raises:
       TypeError: a codec that is not a :class:`jax_lossy_comm.CommCodec`.
@@ -170,8 +175,10 @@ got 'ring'
             raise TypeError(f"AllReduceConfig.codec must be a CommCodec, got {self.codec!r}")
         if self.path not in PATHS + TEST_PATHS:
             raise ValueError(f"AllReduceConfig.path must be one of {PATHS}, got {self.path!r}")
-        if not isinstance(self.slices, int) or isinstance(self.slices, bool) or self.slices < 1:
-            raise ValueError(f"AllReduceConfig.slices must be an int >= 1, got {self.slices!r}")
+        s = self.slices
+        if not isinstance(s, numbers.Integral) or isinstance(s, (bool, np.bool_)) or s < 1:
+            raise ValueError(f"AllReduceConfig.slices must be an int >= 1, got {s!r}")
+        object.__setattr__(self, "slices", int(s))
 
 
 class _Plan(NamedTuple):
@@ -410,8 +417,10 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
     if n == 0:
         return None, flat, eb, n, unravel
     p = jax.lax.axis_size(axis_name)
-    slices = min(config.slices, -(-n // (p * CHUNK_DIM)))  # at least a row per peer each
-    rows, dim = _geometry(-(-n // slices), p)
+    # slices of whole rows per peer, as many as asked for but none of padding only
+    rows_total, dim = _geometry(n, p)
+    rows = -(-rows_total // config.slices)
+    slices = -(-rows_total // rows)
     lay = make_layout((p * rows, dim), p, 0, 0, None, tiled=True)
     # Gradient frames fill most of their fixed-rate capacity (all of it with codec="fixed",
     # about 78% with "auto" on gradients), so packing them saves little and costs a chunk

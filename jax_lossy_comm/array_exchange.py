@@ -26,7 +26,7 @@ from jax_lossy_comm.comm_codec import (
 )
 from jax_lossy_comm.layout import Layout
 from jax_lossy_comm.stats import ExchangeStats, node_bytes
-from jax_lossy_comm.vma import vary_over
+from jax_lossy_comm.vma import as_varying, typed_like, vary_over
 from jax_lossy_comm.wire import (
     PATHS,
     TEST_PATHS,
@@ -200,12 +200,24 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
 
         any_over = sent.any_overflow
         if by_table:
-            rf, rnb = sent.receive()
-            r = codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
-            r = lay.from_chunks(_exact_tables(r, x, table_lay, sent.tables_over, ax))
-            exact_share = sent.tables_over.sum() / grid[1]  # of every peer's block
-            moved_slot = sent.moved_per_peer + exact_share * raw_bytes / n
-            comp_moved = sent.moved_bytes + exact_share * raw_bytes
+            tables_over = sent.tables_over
+
+            def received(_):
+                rf, rnb = sent.receive()
+                return codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
+
+            # Every table overflowing (a bound below min_error_bound, say): no frame is
+            # sent, every table goes exact.
+            all_over = tables_over.all()
+
+            def none(_):  # typed as the received chunks: varying as x and over the axis
+                return as_varying(typed_like(jnp.zeros(grid + shape, x.dtype), x), ax)
+
+            r = jax.lax.cond(all_over, none, received, None)
+            r = lay.from_chunks(_exact_tables(r, x, table_lay, tables_over, ax))
+            share = jnp.where(all_over, 1.0, tables_over.sum() / grid[1])  # sent exact
+            moved_slot = jnp.where(all_over, 0.0, sent.moved_per_peer) + share * raw_bytes / n
+            comp_moved = jnp.where(all_over, 0.0, sent.moved_bytes) + share * raw_bytes
         else:
             r = jax.lax.cond(any_over, exact, compressed, None)
             moved_slot = jnp.where(any_over, raw_bytes / n, sent.moved_per_peer)

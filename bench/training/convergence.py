@@ -144,8 +144,10 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---:|---|---|---:|",
     ]
     for name, r in s["runs"].items():
-        half = r["ci95_half_width"]
-        m = r["auc_diff_mean"]
+        half, m = r["ci95_half_width"], r["auc_diff_mean"]
+        if m is None:  # no seed paired with a finished exact run
+            lines.append(f"| {name} | 0 | - | - | - | - |")
+            continue
         ci = "-" if half is None else f"[{m - half:+.5f}, {m + half:+.5f}] (±{half:.5f})"
         per = " / ".join(f"{x:+.5f}" for x in r["auc_diff_by_seed"].values())
         lines.append(
@@ -193,6 +195,8 @@ def plot_curves(result: dict[str, Any], path: str | Path) -> Path:
             for r in runs
             if r["name"] == name and r["seed"] in exact
         ]
+        if not pairs:
+            continue
         m = min(min(len(c["eval_auc"]), len(e["eval_auc"])) for c, e in pairs)
         diff = [statistics.fmean(c["eval_auc"][i] - e["eval_auc"][i] for c, e in pairs)
                 for i in range(m)]  # fmt: skip

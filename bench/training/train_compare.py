@@ -196,6 +196,22 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
     }
 
 
+#: trainer flags that decide how a run is carried out, not its result (with their values)
+RUN_CONTROL_FLAGS = {"--checkpoint-every": 1, "--restart": 0, "--no-progress": 0}
+
+
+def result_flags(flags: Sequence[str]) -> list[str]:
+    """``flags`` without ``RUN_CONTROL_FLAGS``: what a kept result must match to be reused."""
+    out, it = [], iter(flags)
+    for f in it:
+        if f in RUN_CONTROL_FLAGS:
+            for _ in range(RUN_CONTROL_FLAGS[f]):
+                next(it, None)
+        else:
+            out.append(f)
+    return out
+
+
 def _run_trainer(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str]:
     """``(returncode or None on timeout, stdout + stderr)`` of one trainer process."""
     try:
@@ -231,21 +247,30 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
     if args.data:
         cmd += ["--data", args.data]
     cmd += args.extra
-    kept = out / "compare_run.json"
+    kept, run = out / "compare_run.json", result_flags(cmd[3:])
     if seed is not None and kept.is_file():
         old = json.loads(kept.read_text())
-        if old.get("status") == "ok" and old.get("flags") == cmd[3:]:
+        if old.get("status") == "ok" and result_flags(old.get("flags", [])) == run:
             return old
     if getattr(args, "kept_only", False):
         return {"name": name, "seed": seed, "flags": cmd[3:], "status": "missing", "wall_s": 0.0}
     env = trainer_runs.trainer_env()
     t0 = time.perf_counter()
+    first = cmd
+    if args.checkpoint_every > 0:
+        # resume only a checkpoint of this very run (flags stamped in its folder), never one
+        # of other flags that happens to be there
+        stamp = out / "run_flags.json"
+        if not (stamp.is_file() and json.loads(stamp.read_text()) == run):
+            first = [*cmd, "--restart"]
+        out.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps(run))
     # A run that checkpoints and dies (on 8 virtual CPU devices of a loaded machine XLA:CPU
     # has aborted runs on a collective that never completed) resumes from its checkpoint.
-    attempts = 1 + (args.retries if args.checkpoint_every > 0 else 0)
+    attempts = 1 + (max(0, args.retries) if args.checkpoint_every > 0 else 0)
     tries = 0
     while tries < attempts:
-        rc, log = _run_trainer(cmd, env, args.run_timeout)
+        rc, log = _run_trainer(first if tries == 0 else cmd, env, args.run_timeout)
         tries += 1
         if rc == 0:
             break
@@ -354,6 +379,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "results/fidelity_<preset>.json)",
     )
     args = ap.parse_args(argv)
+    if args.retries < 0:
+        ap.error("--retries must be >= 0")
+    if args.kept_only and not (args.seeds and args.workdir and args.out):
+        ap.error("--kept-only needs --seeds, --workdir (the kept runs) and --out")
     if args.out is None:
         args.out = str(
             bu.RESULTS_DIR / f"fidelity_{args.preset}.json" if args.seeds else DEFAULT_OUT

@@ -100,7 +100,7 @@ class TrainRecord:
         gradient bytes per device: reduce-scatter plus all-gather), all devices.
       allreduce_frame_bytes: bytes of the gradient all-reduce's frames, all devices (what a
         variable-size path such as the GPU's ragged one sends; the dense path moves the
-        capacity); the raw bytes for the exact and bf16 all-reduces.
+        capacity); the raw bytes for the exact all-reduce, half of them for bf16.
       allreduce_moved_bytes: bytes the gradient all-reduce really moved, all devices.
       allreduce_fallback_steps: steps whose compressed all-reduce fell back to ``psum``.
       exchange_topology: the embedding exchange's topology, "flat" or "hierarchical"

@@ -83,6 +83,12 @@ def test_summary_and_page_of_a_sweep(tmp_path):
     assert "**Converged: yes.**" in page
     assert "| ar | 3 | +0.00010 | [-0.00065, +0.00085] (±0.00075) | +0.00040 / -0.00020 / " in page
     assert "| ar | 20.000 MiB"[:6] in page and "| 4.00x | 0.000 MiB | 5.00x |" in page
+    # a run without a finished exact run of its seed: listed, not paired
+    lone = _result()
+    lone["runs"] = [r for r in lone["runs"] if not (r["name"] == "exact" and r.get("seed") == 0)]
+    lone["runs"].append(_run("mx4", 0, 0.8, [0.7] * 5))
+    assert "| mx4 | 0 | - | - | - | - |" in cv.markdown(lone)
+    cv.plot_curves(lone, tmp_path / "lone.png")
     # a run still climbing is not converged
     res["runs"][0]["curves"]["eval_auc"][-1] += 0.01
     assert not cv.summarize(res)["converged"]

@@ -193,9 +193,10 @@ def test_run_one_reruns_a_kept_result_of_other_flags(tmp_path, monkeypatch):
 
 
 def test_runs_with_checkpoints_resume_instead_of_restarting(tmp_path, monkeypatch):
-    """--checkpoint-every K: the trainer checkpoints every K steps and is not told to
-    --restart, so rerunning the sweep resumes an interrupted run from its last checkpoint
-    (the trainer resumes a workdir by default); without it a run starts over."""
+    """--checkpoint-every K: the trainer checkpoints every K steps; a run that dies resumes
+    from its checkpoint (up to --retries times), and a rerun of the sweep resumes it too, but
+    only a checkpoint of the same flags (stamped in the run's folder): the first start of a
+    run in a folder holding another run restarts it."""
     calls = []
 
     def fake_run(cmd, **kw):
@@ -205,13 +206,23 @@ def test_runs_with_checkpoints_resume_instead_of_restarting(tmp_path, monkeypatc
     monkeypatch.setattr(tc.subprocess, "run", fake_run)
     r = tc.run_one("exact", _args(tmp_path), tmp_path, seed=0)
     assert len(calls) == 1 and r["status"] == "error"  # no checkpoint to resume: no retry
+    assert "--restart" in calls[0] and calls[0][calls[0].index("--checkpoint-every") + 1] == "0"
     r = tc.run_one("exact", _args(tmp_path, checkpoint_every=500), tmp_path, seed=0)
     assert len(calls) == 4 and r["attempts"] == 3  # the first try and two resumes
-    fresh, resumable = calls[0], calls[1]
-    assert "--restart" in fresh and fresh[fresh.index("--checkpoint-every") + 1] == "0"
-    assert "--restart" not in resumable
-    assert resumable[resumable.index("--checkpoint-every") + 1] == "500"
-    assert calls[1] == calls[2] == calls[3]
+    first, *resumes = calls[1:]
+    assert "--restart" in first  # the folder held a run of other flags (K=0), no stamp
+    assert first[first.index("--checkpoint-every") + 1] == "500"
+    assert all("--restart" not in c for c in resumes) and resumes[0] == resumes[1]
+    tc.run_one("exact", _args(tmp_path, checkpoint_every=500), tmp_path, seed=0)
+    assert "--restart" not in calls[4]  # the same run again: resumes its checkpoint
+    tc.run_one("exact", _args(tmp_path, checkpoint_every=500, steps=8), tmp_path, seed=0)
+    assert "--restart" in calls[7]  # other flags: starts over
+
+
+def test_kept_results_match_whatever_the_run_control_flags():
+    flags = ["--preset", "x", "--checkpoint-every", "0", "--no-progress", "--restart", "--out", "o"]
+    assert tc.result_flags(flags) == ["--preset", "x", "--out", "o"]
+    assert tc.result_flags(["--checkpoint-every", "1000", "--no-progress"]) == []
 
 
 def _assert_close(a, b, path="result"):

@@ -98,6 +98,11 @@ def test_slices_are_cut_to_the_buffers_rows_and_invalid_counts_raise():
     y1, _, st1 = _run(g, jlc.AllReduceConfig())
     assert np.array_equal(np.asarray(y), np.asarray(y1))  # the same single all-reduce
     assert np.asarray(st.raw_bytes).tolist() == np.asarray(st1.raw_bytes).tolist()
+    # 17 rows per peer in 16 slices: 2 rows each, so 9 slices (none of padding only)
+    g = np.linspace(-1, 1, NDEV * NDEV * 256 * 17, dtype=np.float32)
+    _, _, st = _run(g, jlc.AllReduceConfig(slices=16))
+    assert np.asarray(st.raw_bytes).tolist() == [2.0 * 9 * NDEV * 2 * 256 * 4] * NDEV
+    assert jlc.AllReduceConfig(slices=np.int64(4)).slices == 4
     for bad in (0, -2, 1.5, True, "4"):
         with pytest.raises(ValueError, match="slices must be an int >= 1"):
             jlc.AllReduceConfig(slices=bad)

@@ -29,7 +29,7 @@ class ErrorFeedbackState(NamedTuple):
       residual: pytree like the gradients (each leaf the gradient's shape and dtype), this
         device's untransmitted error: the coding error of its last contribution plus, on the
         chunk it reduced, the re-compression's error; zeros at init and after an exact
-        fallback, always zeros for integer and bool leaves (summed exactly). Inside ``shard_map`` it varies over the axis (each device its own): keep it
+        fallback (with ``AllReduceConfig(slices=...)``: on the slices that fell back), always zeros for integer and bool leaves (summed exactly). Inside ``shard_map`` it varies over the axis (each device its own): keep it
         in the train state sharded over the axis (``P(axis_name)``), e.g. with a leading
         device axis, and checkpoint it with the parameters.
     """
