@@ -55,7 +55,7 @@ from bench.reports.codec_tables import (
 from bench.reports.link_tables import rate_sweep_markdown, two_node_markdown
 from bench.reports.pages import family_pages
 from bench.testbed import netns_results
-from bench.training import fidelity, train_compare
+from bench.training import convergence, fidelity, train_compare
 
 REPO = bu.REPO_ROOT
 RESULTS = bu.RESULTS_DIR
@@ -116,7 +116,9 @@ TESTBED_PAGES = (
 def render(results: Path = RESULTS) -> int:
     """Renders everything from the JSON results in ``results`` into it: the figures, the
     family pages (``bench.reports.pages``: RESULTS.md, codecs.md, training.md, link.md), codec.md, the testbed pages (``TESTBED_PAGES``) and the fidelity pages
-    (``fidelity_*.md`` of ``bench.training.train_compare --seeds``); prints the summary.
+    (``fidelity_*.md`` of ``bench.training.train_compare --seeds``) and the long-run pages
+    with their learning curves (``convergence_*.md``, ``bench.training.convergence``); prints
+    the summary.
 
     Returns:
       0, or 1 if the figures failed (the tables are written all the same).
@@ -147,6 +149,14 @@ def render(results: Path = RESULTS) -> int:
         (j, j.with_suffix(".md"), fidelity.fidelity_markdown)
         for j in sorted(results.glob("fidelity_*.json"))
     ]
+    long_runs = sorted(results.glob("convergence_*.json"))
+    pages += [(j, j.with_suffix(".md"), convergence.markdown) for j in long_runs]
+    for j in long_runs:  # their learning curves
+        try:
+            print(f"wrote {convergence.plot_curves(_load(j), j.with_suffix('.png'))}")
+        except Exception as e:  # noqa: BLE001 - a figure must not lose the tables
+            print(f"figures failed: {type(e).__name__}: {e}")
+            rc = 1
     for src, page, render_page in pages:
         if src.is_file():
             page.write_text(render_page(json.loads(src.read_text())))

@@ -3,7 +3,8 @@
 exchange and of the gradient all-reduce, and the learning curves.
 
 Reads a ``train_compare --seeds`` result (its runs' ``curves`` and byte counts) and renders
-``<result>.md`` and ``<result>.png``::
+``<result>.md`` and ``<result>.png`` (``bench.reports.report`` re-renders every
+``bench/results/convergence_*.json`` the same way)::
 
     python -m bench.training.train_compare --preset dcnv2_small --seeds 0 1 2 --steps 20000 \
         --eval-every 1000 --eval-rows 100000 --checkpoint-every 1000 \
