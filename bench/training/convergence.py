@@ -71,7 +71,8 @@ def last_fifth_gain(steps: Sequence[int], auc: Sequence[float], total: int) -> f
 def summarize(result: dict[str, Any]) -> dict[str, Any]:
     """Per run name: paired AUC differences with the 95% interval and the seeds for
     +/-``TARGET_HALF_WIDTH``, bytes per step (all devices) of the forward exchange and the
-    gradient all-reduce; and the exact run's gain over the last fifth per seed."""
+    gradient all-reduce (over every seed the run finished; the AUC over those paired with a
+    finished exact run); and the exact run's gain over the last fifth per seed."""
     runs = [r for r in result["runs"] if r.get("status") == "ok"]
     total = result["params"]["steps"]
     exact = {r["seed"]: r for r in runs if r["name"] == "exact"}
@@ -81,14 +82,15 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for name in dict.fromkeys(r["name"] for r in runs):
-        rs = [r for r in runs if r["name"] == name and r["seed"] in exact]
+        every = [r for r in runs if r["name"] == name]  # bytes: every seed that finished
+        rs = [r for r in every if r["seed"] in exact]  # AUC: the seeds paired with exact
         d = [r["auc"] - exact[r["seed"]]["auc"] for r in rs]
         mean = statistics.fmean(d) if d else None
         half = t_half_width(d)
         std = statistics.stdev(d) if len(d) > 1 else None
 
-        def per_step(key, rs=rs):
-            vals = [r.get(key) or 0.0 for r in rs]
+        def per_step(key, every=every):
+            vals = [r.get(key) or 0.0 for r in every]
             return statistics.fmean(vals) if vals else 0.0
 
         out[name] = {
@@ -186,11 +188,15 @@ def plot_curves(result: dict[str, Any], path: str | Path) -> Path:
     exact = {r["seed"]: r["curves"] for r in runs if r["name"] == "exact"}
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.5))
     for name in dict.fromkeys(r["name"] for r in runs):
-        curves = [r["curves"] for r in runs if r["name"] == name]
+        mine = [r for r in runs if r["name"] == name]
+        curves = [r["curves"] for r in mine]
         steps = curves[0]["eval_step"]
         n = min(len(c["eval_auc"]) for c in curves)
         auc = [statistics.fmean(c["eval_auc"][i] for c in curves) for i in range(n)]
-        ax0.plot(steps[:n], auc, marker=".", label=f"{name} ({len(curves)} seeds)")
+        seeds = ", ".join(str(r["seed"]) for r in mine)
+        ax0.plot(steps[:n], auc, marker=".", label=f"{name} (seeds {seeds})")
+        if name == "exact":
+            continue
         pairs = [
             (r["curves"], exact[r["seed"]])
             for r in runs
