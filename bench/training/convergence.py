@@ -89,8 +89,8 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         half = t_half_width(d)
         std = statistics.stdev(d) if len(d) > 1 else None
 
-        def per_step(key, every=every):
-            vals = [r.get(key) or 0.0 for r in every]
+        def per_step(key, every=every):  # over the runs that recorded it
+            vals = [r[key] for r in every if r.get(key) is not None]
             return statistics.fmean(vals) if vals else 0.0
 
         out[name] = {

@@ -149,6 +149,14 @@ def run_flags(name: str, steps: int, early_stage_frac: float, preset: str = "kag
     raise ValueError(f"unknown run {name!r}; expected one of {RUNS + ADAGRAD_RUNS}")
 
 
+def _recorded_per_step(train, field: str) -> float | None:
+    """Mean per step of ``field`` over the intervals that recorded it (non-zero; a run
+    resumed by newer code recorded it only from then on), or None if none did."""
+    n = trainer_runs.interval_steps([r.step for r in train])
+    got = [(k, getattr(r, field)) for k, r in zip(n, train) if getattr(r, field)]
+    return sum(v for _, v in got) / sum(k for k, _ in got) if got else None
+
+
 def summarize(log: MetricsLog) -> dict[str, Any]:
     """Curves and totals of one trainer run (its ``metrics.jsonl``, read by ``read_metrics``).
 
@@ -160,7 +168,7 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
       moved), ``fallback_steps``, ``samples_per_s`` (median over intervals after the first),
       ``allreduce_moved_bytes_per_step``, ``allreduce_frame_bytes_per_step`` and
       ``allreduce_raw_bytes_per_step`` (gradient all-reduce, all devices; frames: what a
-      ragged path sends, 0 in runs logged before it was recorded),
+      ragged path sends: over the intervals that recorded it, None if none did),
       ``allreduce_fallback_steps``.
     """
     train, final = log.train, log.final
@@ -181,7 +189,7 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
         "moved_ratio": raw / moved if moved else None,
         "fallback_steps": sum(r.fallback_steps for r in train),
         "allreduce_moved_bytes_per_step": sum(r.allreduce_moved_bytes for r in train) / tot,
-        "allreduce_frame_bytes_per_step": sum(r.allreduce_frame_bytes for r in train) / tot,
+        "allreduce_frame_bytes_per_step": _recorded_per_step(train, "allreduce_frame_bytes"),
         "allreduce_raw_bytes_per_step": sum(r.allreduce_raw_bytes for r in train) / tot,
         "allreduce_fallback_steps": sum(r.allreduce_fallback_steps for r in train),
         "samples_per_s": sps[len(sps) // 2] if sps else None,
@@ -251,6 +259,9 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
     if seed is not None and kept.is_file():
         old = json.loads(kept.read_text())
         if old.get("status") == "ok" and result_flags(old.get("flags", [])) == run:
+            if getattr(args, "kept_only", False) and (out / "metrics.jsonl").is_file():
+                # assembling: the summary of its metrics as this code makes it
+                old.update(summarize(read_metrics(out / "metrics.jsonl")))
             return old
     if getattr(args, "kept_only", False):
         return {"name": name, "seed": seed, "flags": cmd[3:], "status": "missing", "wall_s": 0.0}
