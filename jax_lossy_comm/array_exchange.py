@@ -182,9 +182,12 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
             ax, plan.path, frames, nbytes, agree_axis=plan.axis_name, by_table=by_table
         )
 
-        def compressed(_):
+        def received(_):  # the decoded chunks [slot, ..., rows, dim]
             rf, rnb = sent.receive()
-            r = codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
+            return codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
+
+        def compressed(_):
+            r = received(None)
             return r if hier else lay.from_chunks(r.reshape(grid + lay.chunk_shape))
 
         def exact(_):  # 16-bit floats as uint16, in slices (FALLBACK_PIECES)
@@ -201,11 +204,6 @@ def _one_way(plan: Plan, x, error_bound, *, backward_pass: bool = False):
         any_over = sent.any_overflow
         if by_table:
             tables_over = sent.tables_over
-
-            def received(_):
-                rf, rnb = sent.receive()
-                return codec.decode(rf, rnb, shape=shape, dtype=x.dtype)
-
             # Every table overflowing (a bound below min_error_bound, say): no frame is
             # sent, every table goes exact.
             all_over = tables_over.all()

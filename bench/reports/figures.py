@@ -24,6 +24,18 @@ from bench.codecs.pareto import AUTO, is_library_form, ok_rows, pareto_analysis
 RESULTS_DIR = bu.RESULTS_DIR
 
 
+def save(fig, path: str | Path, dpi: int = 110, mkdir: bool = False) -> Path:
+    """Lays ``fig`` out, writes it to ``path`` (creating its folder with ``mkdir``) and closes
+    it; returns the path."""
+    fig.tight_layout()
+    path = Path(path)
+    if mkdir:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+    return path
+
+
 def pyplot():
     """matplotlib.pyplot on the Agg backend with the results pages' font sizes."""
     import matplotlib
@@ -139,12 +151,7 @@ def plot_pareto(
         labels += ["jlc-auto", "its forms (fixed, dedup, entropy)", "hollow: over the bound"]
         list(axes.flat)[n].legend(handles, labels, loc="center", frameon=False)
     fig.suptitle(f"Ratio against compress throughput at REL {eb_rel}, real dumps")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, mkdir=True)
 
 
 def plot_ratio_bars(
@@ -190,11 +197,7 @@ def plot_ratio_bars(
     ax.set_title(f"Compression ratio per table at REL {eb_rel} (hatched: over the bound)")
     ax.legend(ncol=4, fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.08))
     ax.grid(True, axis="y", which="both", lw=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_accuracy(train_result: dict[str, Any], path: str | Path) -> Path:
@@ -216,11 +219,7 @@ def plot_accuracy(train_result: dict[str, Any], path: str | Path) -> Path:
     ax[3].axis("off")
     ax[3].legend(*ax[0].get_legend_handles_labels(), loc="center", title="exchange")
     fig.suptitle("DLRM with each embedding all-to-all, same seed and data")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_fidelity(results: list[dict[str, Any]], path: str | Path) -> Path:
@@ -263,11 +262,7 @@ def plot_fidelity(results: list[dict[str, Any]], path: str | Path) -> Path:
         ax.set_title(f"{p['preset']}: {p['steps']} steps, {len(p['seeds'])} seeds")
         ax.grid(True, lw=0.3)
     fig.suptitle(f"AUC against bytes moved (shaded: within ±{tol:g} of exact)")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_all(results_dir: str | Path = RESULTS_DIR) -> list[Path]:

@@ -181,7 +181,7 @@ def markdown(result: dict[str, Any]) -> str:
 def plot_curves(result: dict[str, Any], path: str | Path) -> Path:
     """Eval AUC against steps, mean over seeds, one line per run; beside it the paired AUC
     difference to exact against steps."""
-    from bench.reports.figures import pyplot
+    from bench.reports.figures import pyplot, save
 
     plt = pyplot()
     runs = [r for r in result["runs"] if r.get("status") == "ok"]
@@ -215,11 +215,7 @@ def plot_curves(result: dict[str, Any], path: str | Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=9)
     fig.suptitle(f"preset {result['params']['preset']}, {result['params']['steps']} steps")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=120)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -252,13 +252,17 @@ def test_few_nonfinite_values_are_outliers_not_fallback(mesh):
     assert int(np.asarray(s.fallback).max()) == 0
 
 
-@pytest.mark.parametrize("path", ["dense", "packed"])
+@pytest.mark.parametrize("path", ["dense", "packed", "_ragged_emulated"])
 @pytest.mark.parametrize("what", ["nan_chunk", "bound_below_min"])
 def test_an_overflowing_table_goes_exact_alone_and_is_counted(mesh, what, path):
     """A frame that does not fit sends its table exact (every peer's chunk of it, bit for
     bit, NaN and Inf included); the other tables stay coded. Every table overflowing is the
-    exact exchange."""
+    exact exchange. The ragged path's default capacity holds any frame (the raw size), so
+    there it gets the dense path's fixed-rate capacity to overflow."""
     rows, L, dim = 16, 2, 8
+    cap = {}
+    if path == "_ragged_emulated":
+        cap = {"capacity": jlc.frame_capacity((rows, dim), min_error_bound=0.01, outliers=16)}
     xg = _data((NDEV * NDEV * rows, L, dim), seed=8)
     eb = 0.01
     if what == "nan_chunk":
@@ -275,7 +279,7 @@ def test_an_overflowing_table_goes_exact_alone_and_is_counted(mesh, what, path):
             1,
             tiled=True,
             error_bound=e,
-            config=_cfg(1, min_error_bound=0.01, path=path),
+            config=_cfg(1, min_error_bound=0.01, path=path, **cap),
         )
         return y, jax.lax.all_to_all(x, "i", 0, 1, tiled=True), _expand(s)
 
