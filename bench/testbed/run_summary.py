@@ -57,6 +57,12 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
         logloss=final.logloss if final else None,
         final_step=final.step if final else None,
     )
+    auto = final.auto_exchange if final else None
+    if auto:  # --compression auto: what it chose and predicted
+        out.update(
+            auto_choice=auto["choice"],
+            auto_predicted_step_s=auto["candidates"][auto["choice"]]["step_overlap_s"],
+        )
     if timed:
         last, n_last = timed[-1]
         link = [r.net_tx_bytes / n for r, n in timed if r.net_tx_bytes is not None]

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.testbed.step_time_fit import build_ahead, render_ahead
 from bench.testbed.step_time_projections import (
     BRACKETS,
     CONFIGS,
@@ -54,8 +55,9 @@ from bench.testbed.step_time_projections import (
     render_projections,
 )
 from bench.testbed.testbed_inputs import (
+    BENCH_MODES,
+    CHECK_FILES,
     LATENCY_TESTBED_S,
-    RATES_FILE,
     RESULTS,
     codec_speeds,
     dump_json,
@@ -70,16 +72,6 @@ from bench.testbed.testbed_inputs import (
 )
 from models.dlrm.cluster import step_time as st
 
-#: The committed two-node run files, each with the codec benchmark it is predicted with: the
-#: runs made before the CPU codec stopped using pext/pdep on AMD Zen 1/2 with codec.json (the
-#: nearest measurement then, an Intel Xeon VM); the runs made after it with codec_testbed.json
-#: (the library's codecs measured on the testbed's own machine, with the code of those runs).
-CHECK_FILES = (
-    ("netns_two_node.json", "codec.json"),
-    (RATES_FILE, "codec.json"),
-    ("netns_two_node_500mbit.json", "codec_testbed.json"),
-    ("netns_two_node_2x4.json", "codec_testbed.json"),
-)
 #: why the points predicted ahead from the 2 x 2 inputs miss on 2 x 4 (docs/step_time.md)
 AHEAD_MISSES = (
     "The misses are the 2 x 4 layout's: its unlimited exact step took 242 ms where the 2 x 2 "
@@ -98,14 +90,6 @@ CHECK_OUT = "step_time_check"
 TARGET = 0.15  # the bound on each point's relative error
 #: machine balance splitting a measured compute time into parts (assumption): CPU core, H100
 CPU_FLOPS_PER_BYTE = 5.0
-#: library trainer modes (bench/testbed/netns_bench.py) -> (model mode, gradient codec)
-BENCH_MODES = {
-    "exact": ("exact", None),
-    "compressed-flat": ("flat", None),
-    "compressed-hierarchical": ("hierarchical", None),
-    "compressed-hierarchical-ar": ("hierarchical-ar", "jlc-auto"),
-    "compressed-hierarchical-ar-fixed": ("hierarchical-ar", "jlc-fixed"),
-}
 NOT_PREDICTED = (
     "TorchRec's stack (torchrec-*): its compute is not the library trainer's (calibrating it "
     "needs its own unlimited run, and its step at 1 Gbit/s was faster than without a limit: "
@@ -315,6 +299,7 @@ def build_check(results: Path = RESULTS) -> dict[str, Any]:
         },
         "not_predicted": [NOT_PREDICTED, DCN_NOT_PREDICTED],
         "new_points": new,
+        "ahead": build_ahead(results, CPU_FLOPS_PER_BYTE),
     }
 
 
@@ -369,7 +354,7 @@ def render_check(res: dict[str, Any]) -> str:
         "",
         "Not predicted: " + "; ".join(res["not_predicted"]) + ".",
         "",
-        "## Predicted before they were run",
+        "## Predicted before they were run, from one layout's calibration",
         "",
         "A rate and a layout not in the first two files, predicted from the rates file's "
         "inputs (its compute, bytes and ratios; codec.json) before they were run, then "
@@ -398,6 +383,7 @@ def render_check(res: dict[str, Any]) -> str:
     lines += ["", AHEAD_MISSES, "", "Commands that measure them (root, the two-node testbed):", ""]
     for cmd in sorted({pt["command"] for pt in res["new_points"]}):
         lines.append(f"    {cmd}")
+    lines += ["", *render_ahead(res["ahead"])]
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,24 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 #: predicted ahead and the projections' gradient compression ratio
 RATES_FILE = "netns_two_node_rates.json"
 LATENCY_TESTBED_S = 50e-6  # TCP message latency on the veth / loopback (assumed)
+#: The committed two-node run files, each with the codec benchmark it is predicted with: the
+#: runs made before the CPU codec stopped using pext/pdep on AMD Zen 1/2 with codec.json (the
+#: nearest measurement then, an Intel Xeon VM); the runs made after it with codec_testbed.json
+#: (the library's codecs measured on the testbed's own machine, with the code of those runs).
+CHECK_FILES = (
+    ("netns_two_node.json", "codec.json"),
+    (RATES_FILE, "codec.json"),
+    ("netns_two_node_500mbit.json", "codec_testbed.json"),
+    ("netns_two_node_2x4.json", "codec_testbed.json"),
+)
+#: library trainer modes (bench/testbed/netns_bench.py) -> (model mode, gradient codec)
+BENCH_MODES = {
+    "exact": ("exact", None),
+    "compressed-flat": ("flat", None),
+    "compressed-hierarchical": ("hierarchical", None),
+    "compressed-hierarchical-ar": ("hierarchical-ar", "jlc-auto"),
+    "compressed-hierarchical-ar-fixed": ("hierarchical-ar", "jlc-fixed"),
+}
 
 
 def rounded(x: Any) -> Any:

@@ -12,6 +12,7 @@ import sys
 import pytest
 from support import require_eight_devices
 
+from bench.testbed import run_summary
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics, train
 from models.dlrm.cluster import auto_exchange as ae
@@ -251,6 +252,10 @@ def test_one_process_auto_run_chooses_as_the_model_says_and_reports(tmp_path, ca
     assert set(auto["candidates"]) == {"exact", "flat"}  # one node: no hierarchical
     assert auto["choice"] == _check_rule(auto)
     assert log.train[0].exchange == auto["compression"]
+    # the testbed's run summary records the choice and its predicted step
+    summary = run_summary.summarize(log)
+    assert summary["auto_choice"] == auto["choice"]
+    assert summary["auto_predicted_step_s"] == auto["candidates"][auto["choice"]]["step_overlap_s"]
     # the start block: the measured links and codec, each candidate's split, the choice
     assert re.search(rf"link intra-node \(devices, 7 peers\): ({_NUM} GB/s|unbounded)", out), out
     assert "link inter-node: no peers" in out

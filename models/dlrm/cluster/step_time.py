@@ -83,6 +83,11 @@ backward pass is twice the forward's FLOPs):
 * dense optimizer ``dense_params * 4 * (3 SGD | 5 Adagrad) / mem``.
 * ``Cluster.serial_devices`` devices share one processor (a CPU testbed with more devices than
   cores): compute and codec times are multiplied by it.
+* fixed host costs per device and step (``overhead_s``): ``Compute.device_overhead_s`` (program
+  dispatch, the rendezvous of the device's collectives) in every mode, plus
+  ``Codecs.exchange_overhead_s`` (codec calls, frame packing, the overflow agreement) in the
+  compressed library modes; times ``serial_devices``. Both 0 unless given: the testbed check
+  fits them (docs/step_time.md); a GPU projection leaves them out.
 
 Step. Without overlap, the sum of every part. With overlap of the exchange with the bottom MLP
 (the bottom MLP does not depend on the exchange; ``overlap=True``), the forward exchange's
@@ -180,6 +185,7 @@ class StepTime:
     allreduce_s: float
     compress_s: float
     decompress_s: float
+    overhead_s: float
     intra_bytes: float
     inter_bytes: float
     step_s: float
@@ -354,10 +360,13 @@ def predict(
     join = (lambda a, b: a + b) if hier else max
     t_fwd, t_bwd = join(fwd[0], fwd[1]), join(bwd[0], bwd[1])
     comp, decomp = sd * comp, sd * decomp
+    fixed = compute.device_overhead_s + (codecs.exchange_overhead_s if mode in LIBRARY_MODES else 0)
+    fixed *= sd
     compute_s = lookup + bottom_f + top_f + 2 * bottom_f + 2 * top_f + upd + opt
-    serial = compute_s + t_fwd + t_bwd + ar + comp + decomp
+    serial = compute_s + t_fwd + t_bwd + ar + comp + decomp + fixed
     overlap = (
-        compute_s
+        fixed
+        + compute_s
         - bottom_f
         - 2 * bottom_f
         + max(t_fwd, bottom_f)
@@ -386,6 +395,7 @@ def predict(
         allreduce_s=ar,
         compress_s=comp,
         decompress_s=decomp,
+        overhead_s=fixed,
         intra_bytes=fwd[2] + bwd[2] + ar_bytes_i,
         inter_bytes=fwd[3] + bwd[3] + ar_bytes_e,
         step_s=serial,
@@ -402,17 +412,24 @@ def calibrate_compute(
     flops_per_byte: float,
     mode: str = "exact",
     overlap: bool = False,
+    device_overhead_s: float = 0.0,
 ) -> Compute:
     """The :class:`Compute` whose predicted ``mode`` step equals ``measured_step_s``.
 
     Dense FLOP/s and memory bytes/s keep the ratio ``flops_per_byte`` (the machine balance, an
     assumption: it splits the measured compute into its parts). Solved by bisection on the
-    scale (the step decreases monotonically with it).
+    scale (the step decreases monotonically with it). ``device_overhead_s`` is kept as given
+    (``Compute.device_overhead_s``), so the FLOP/s take the rest of the step.
 
     Raises:
-      ValueError: ``measured_step_s`` is not above the communication and codec time alone.
+      ValueError: ``measured_step_s`` is not above the communication, codec and overhead time
+        alone.
     """
-    floor = predict(model, cluster, Compute(1e300, 1e300 / flops_per_byte), codecs, mode)
+
+    def at(flops: float) -> Compute:
+        return Compute(flops, flops / flops_per_byte, device_overhead_s)
+
+    floor = predict(model, cluster, at(1e300), codecs, mode)
     if not measured_step_s > floor.step(overlap):
         raise ValueError(
             f"measured step {measured_step_s} s is not above the predicted communication and "
@@ -421,12 +438,11 @@ def calibrate_compute(
     lo, hi = 1e-6, 1e18  # FLOP/s
     for _ in range(200):
         mid = math.sqrt(lo * hi)
-        t = predict(model, cluster, Compute(mid, mid / flops_per_byte), codecs, mode)
+        t = predict(model, cluster, at(mid), codecs, mode)
         if t.step(overlap) > measured_step_s:
             lo = mid
         else:
             hi = mid
         if hi / lo < 1 + 1e-12:
             break
-    mid = math.sqrt(lo * hi)
-    return Compute(mid, mid / flops_per_byte)
+    return at(math.sqrt(lo * hi))

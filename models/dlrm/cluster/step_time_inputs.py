@@ -189,17 +189,29 @@ class Compute:
     Attributes:
       flops_per_s: dense (MLP) FLOP/s achieved.
       memory_bytes_per_s: bytes/s of embedding-row gathers and updates.
+      device_overhead_s: seconds per device and step that no FLOP or byte accounts for: the
+        dispatch of the device's program and the rendezvous of its collectives. Runs on the
+        device's processor, so ``Cluster.serial_devices`` devices pay it one after the other.
+        0 (the default) leaves it out, as for a GPU whose launches hide behind its work.
     """
 
     flops_per_s: float
     memory_bytes_per_s: float
+    device_overhead_s: float = 0.0
 
     def __post_init__(self):
         if not (self.flops_per_s > 0 and self.memory_bytes_per_s > 0):
             raise ValueError("flops_per_s and memory_bytes_per_s must be > 0")
+        if not self.device_overhead_s >= 0:
+            raise ValueError(f"device_overhead_s must be >= 0, got {self.device_overhead_s}")
 
     def scaled(self, factor: float) -> Compute:
-        return Compute(self.flops_per_s * factor, self.memory_bytes_per_s * factor)
+        """The same device at ``factor`` times the throughput (the overhead unchanged)."""
+        return dataclasses.replace(
+            self,
+            flops_per_s=self.flops_per_s * factor,
+            memory_bytes_per_s=self.memory_bytes_per_s * factor,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,12 +251,21 @@ class Codecs:
       backward: the exchange codec on cotangents; None = ``forward``.
       cast_bytes_per_s: raw bytes/s of a fixed-precision cast (encode or decode), the
         ``fp16`` ... ``mx4`` modes.
+      exchange_overhead_s: seconds per device and step that a compressed exchange (``flat``,
+        ``hierarchical``, ``hierarchical-ar``) adds beyond its codec throughput: codec calls,
+        frame packing, the overflow agreement's collective. Paid per device on its processor,
+        like ``Compute.device_overhead_s``; 0 (the default) leaves it out.
     """
 
     forward: CodecSpec
     gradient: CodecSpec
     backward: CodecSpec | None = None
     cast_bytes_per_s: float = math.inf
+    exchange_overhead_s: float = 0.0
+
+    def __post_init__(self):
+        if not self.exchange_overhead_s >= 0:
+            raise ValueError(f"exchange_overhead_s must be >= 0, got {self.exchange_overhead_s}")
 
     @property
     def bwd(self) -> CodecSpec:

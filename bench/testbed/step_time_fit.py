@@ -1,0 +1,361 @@
+"""The step-time model's constants fitted once on the committed two-node runs, and the points
+it predicts ahead of their runs from them.
+
+``step_time_check`` calibrates the compute of each run file on that file's own unlimited exact
+run; predicting a layout from another layout's calibration missed by up to 33% (2 x 4 devices
+from 2 x 2), because the model had no cost per device: every device's program is dispatched
+and its collectives rendezvous on the processor it shares. This module fits three constants
+shared by every layout and rate (:func:`fit`, least squares on the relative error of every
+point of ``FIT_FILES``, calibration points included):
+
+* ``flops_per_s``: the dense FLOP/s of one device's processor (memory bytes/s at the check's
+  machine balance);
+* ``device_overhead_s`` (``Compute.device_overhead_s``): per device and step, in every mode;
+* ``exchange_overhead_s`` (``Codecs.exchange_overhead_s``): per device and step, added by a
+  compressed exchange beyond its codec throughput.
+
+With them it predicts ``AHEAD``: layouts and rates that no file of ``FIT_FILES`` has, before
+they are run (:func:`predict_ahead`), and scores each against its measurement once the file
+named beside it is committed. Nothing here reads a measured point of those files before it is
+scored. Bytes and ratios of a new point come from the committed file named as its source; its
+link from the rate name times the TCP payload fraction measured at 1 Gbit/s in the rates file
+(the unlimited link from the source file's probe); the codec's speed from
+``codec_testbed.json`` (the testbed's machine, the current codec).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from bench.testbed.testbed_inputs import (
+    BENCH_MODES,
+    CHECK_FILES,
+    RATES_FILE,
+    codec_speeds,
+    fmt_ms,
+    median_runs,
+    rate_name_bits,
+    stats_inputs,
+    testbed_cluster,
+    testbed_codecs,
+)
+from models.dlrm.cluster import step_time as st
+
+#: the committed run files the constants are fitted on: the check's
+FIT_FILES = CHECK_FILES
+AHEAD_CODEC = "codec_testbed.json"
+#: (label, devices per process, rates, the file that measures them, the file whose bytes and
+#: ratios they are predicted with)
+AHEAD = (
+    (
+        "2x3",
+        3,
+        ("unlimited", "500mbit", "100mbit"),
+        "netns_two_node_2x3.json",
+        "netns_two_node_2x4.json",
+    ),
+    ("2x2 at 100 Mbit/s", 2, ("100mbit",), "netns_two_node_2x2_100mbit.json", RATES_FILE),
+    (
+        "2x4 at 100 Mbit/s",
+        4,
+        ("100mbit",),
+        "netns_two_node_2x4_100mbit.json",
+        "netns_two_node_2x4.json",
+    ),
+)
+#: the fixed choices ``--compression auto`` is measured against (every one of BENCH_MODES)
+AHEAD_MODES = tuple(BENCH_MODES)
+TARGET = 0.15
+
+
+def ahead_command(dpp: int, rates: Sequence[str], out: str) -> str:
+    """The command that measures one group of ``AHEAD`` (root, the two-node testbed)."""
+    return (
+        f"sudo python -m bench.testbed.netns_bench --testbed two-node --devices-per-process {dpp} "
+        f"--rates {' '.join(rates)} --rounds 2 --steps 20 --log-every 5 "
+        f"--modes {' '.join((*AHEAD_MODES, 'auto'))} "
+        f"--shards /tmp/jlc_two_node_data --workdir /tmp/sweep_two_node --out bench/results/{out}"
+    )
+
+
+def _probes(data: dict) -> dict[str, float]:
+    return {r["rate"]: r["probe_gbits"] * 1e9 for r in data["runs"] if r.get("probe_gbits")}
+
+
+def _speeds(results: Path, codec_file: str) -> dict[str, dict]:
+    cj = json.loads((results / codec_file).read_text())
+    return {k: codec_speeds(cj, k) for k in ("jlc-auto", "jlc-fixed")}
+
+
+def fit_points(results: Path) -> list[dict[str, Any]]:
+    """Every library point of ``FIT_FILES``: its inputs and measured step (median of rounds)."""
+    rows = []
+    for name, codec_file in FIT_FILES:
+        data = json.loads((results / name).read_text())
+        speeds = _speeds(results, codec_file)
+        dpp = data["params"]["devices_per_process"]
+        probes = _probes(data)
+        for (rate, mode), run in sorted(median_runs(data["runs"]).items()):
+            if mode not in BENCH_MODES:
+                continue
+            mmode, gcodec = BENCH_MODES[mode]
+            inp = stats_inputs(run, 2 * dpp)
+            rows.append(
+                {
+                    "file": name,
+                    "rate": rate,
+                    "mode": mode,
+                    "model_mode": mmode,
+                    "measured_step_s": run["step_time_s"],
+                    "cluster": testbed_cluster(
+                        dpp, probes[rate], probes["unlimited"], data["environment"]["cpu_count"]
+                    ),
+                    "codecs": testbed_codecs(
+                        speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"]
+                    ),
+                }
+            )
+    return rows
+
+
+def predict_point(
+    model: st.ModelSpec, row: dict, constants: dict[str, float], flops_per_byte: float
+) -> st.StepTime:
+    """One point's prediction with the fitted ``constants``."""
+    f = constants["flops_per_s"]
+    compute = st.Compute(f, f / flops_per_byte, constants["device_overhead_s"])
+    codecs = row["codecs"]
+    codecs = st.Codecs(
+        codecs.forward,
+        codecs.gradient,
+        codecs.backward,
+        codecs.cast_bytes_per_s,
+        constants["exchange_overhead_s"],
+    )
+    return st.predict(model, row["cluster"], compute, codecs, row["model_mode"])
+
+
+def fit(
+    model: st.ModelSpec, rows: Sequence[dict], flops_per_byte: float, overlap: bool = True
+) -> dict[str, float]:
+    """The constants minimizing the squared relative error of ``rows``' predicted steps."""
+
+    def constants(x: np.ndarray) -> dict[str, float]:
+        return {
+            "flops_per_s": math.exp(x[0]),
+            "device_overhead_s": float(x[1]),
+            "exchange_overhead_s": float(x[2]),
+        }
+
+    def residuals(x: np.ndarray) -> list[float]:
+        c = constants(x)
+        return [
+            predict_point(model, r, c, flops_per_byte).step(overlap) / r["measured_step_s"] - 1
+            for r in rows
+        ]
+
+    x0 = np.array([math.log(3e9), 0.0, 0.0])
+    # tolerances at machine precision: the committed JSON (6 significant digits) must not
+    # depend on the solver's stopping point
+    sol = least_squares(
+        residuals,
+        x0,
+        bounds=([0.0, 0.0, 0.0], [60.0, 1.0, 1.0]),
+        xtol=1e-15,
+        ftol=1e-15,
+        gtol=1e-15,
+    )
+    return constants(sol.x)
+
+
+def _score(errors: Sequence[float]) -> dict[str, Any]:
+    return {
+        "points": len(errors),
+        "within_target": sum(abs(e) <= TARGET for e in errors),
+        "max_abs_error": max((abs(e) for e in errors), default=None),
+        "median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
+    }
+
+
+def predict_ahead(
+    results: Path, model: st.ModelSpec, constants: dict[str, float], flops_per_byte: float
+) -> list[dict[str, Any]]:
+    """The ``AHEAD`` points from ``constants``, each scored against its file where committed."""
+    rates_data = json.loads((results / RATES_FILE).read_text())
+    rates_probes = _probes(rates_data)
+    frac = rates_probes["1gbit"] / 1e9  # TCP payload / tbf rate, measured at 1 Gbit/s
+    speeds = _speeds(results, AHEAD_CODEC)
+    out = []
+    for label, dpp, rates, file, source in AHEAD:
+        src = json.loads((results / source).read_text())
+        src_med = median_runs(src["runs"])
+        loop = _probes(src)["unlimited"]
+        path = results / file
+        measured = median_runs(json.loads(path.read_text())["runs"]) if path.exists() else {}
+        for mode in AHEAD_MODES:
+            mmode, gcodec = BENCH_MODES[mode]
+            # the flat exchange has the hierarchical one's codec and blocks where no flat run
+            # is in the source file
+            run = (
+                src_med.get(("unlimited", mode))
+                or src_med[("unlimited", "compressed-hierarchical")]
+            )
+            inp = stats_inputs(run, 2 * src["params"]["devices_per_process"])
+            codecs = testbed_codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
+            for rate in rates:
+                bits = loop if rate == "unlimited" else rate_name_bits(rate) * frac
+                row = {
+                    "model_mode": mmode,
+                    "cluster": testbed_cluster(dpp, bits, loop, src["environment"]["cpu_count"]),
+                    "codecs": codecs,
+                }
+                pred = {
+                    ov: predict_point(model, row, constants[ov], flops_per_byte).step(ov)
+                    for ov in (True, False)
+                }
+                pt = {
+                    "points": label,
+                    "layout": f"2 processes x {dpp} devices",
+                    "rate": rate,
+                    "mode": mode,
+                    "predicted_step_s": pred[True],
+                    "predicted_serial_step_s": pred[False],
+                    "link_gbits_assumed": bits / 1e9,
+                    "file": file,
+                    "command": ahead_command(dpp, rates, file),
+                    "status": "predicted, not yet measured",
+                }
+                m = measured.get((rate, mode))
+                if m is not None:
+                    pt["status"] = "predicted before it was measured"
+                    pt["measured_step_s"] = m["step_time_s"]
+                    pt["measured_round_step_s"] = m["round_times_s"]
+                    pt["error"] = pred[True] / m["step_time_s"] - 1
+                    pt["error_serial"] = pred[False] / m["step_time_s"] - 1
+                out.append(pt)
+    return out
+
+
+def auto_rows(results: Path) -> list[dict[str, Any]]:
+    """``--compression auto`` against every fixed choice measured beside it (same file, rate
+    and rounds): its choice, its step, the best fixed step, exact's."""
+    out = []
+    for label, _, rates, file, _ in AHEAD:
+        path = results / file
+        if not path.exists():
+            continue
+        med = median_runs(json.loads(path.read_text())["runs"])
+        for rate in rates:
+            auto = med.get((rate, "auto"))
+            fixed = {m: med[(rate, m)]["step_time_s"] for m in AHEAD_MODES if (rate, m) in med}
+            if auto is None or not fixed:
+                continue
+            best = min(fixed, key=fixed.get)
+            out.append(
+                {
+                    "points": label,
+                    "rate": rate,
+                    "choice": auto.get("auto_choice"),
+                    "auto_step_s": auto["step_time_s"],
+                    "auto_predicted_step_s": auto.get("auto_predicted_step_s"),
+                    "best_fixed": best,
+                    "best_fixed_step_s": fixed[best],
+                    "vs_best": auto["step_time_s"] / fixed[best] - 1,
+                    "vs_exact": auto["step_time_s"] / fixed["exact"] - 1
+                    if "exact" in fixed
+                    else None,
+                    "fixed_steps_s": fixed,
+                }
+            )
+    return out
+
+
+def build_ahead(results: Path, flops_per_byte: float) -> dict[str, Any]:
+    """The fitted constants, their in-sample fit, the points predicted ahead and auto's rows."""
+    model = st.terabyte_spec()
+    rows = fit_points(results)
+    constants = {ov: fit(model, rows, flops_per_byte, ov) for ov in (True, False)}
+    in_sample = [
+        predict_point(model, r, constants[True], flops_per_byte).step(True) / r["measured_step_s"]
+        - 1
+        for r in rows
+    ]
+    points = predict_ahead(results, model, constants, flops_per_byte)
+    scored = [pt["error"] for pt in points if "error" in pt]
+    return {
+        "fit_files": [f for f, _ in FIT_FILES],
+        "constants": constants[True],
+        "constants_serial": constants[False],
+        "fit": _score(in_sample),
+        "points": points,
+        "summary": _score(scored) | {"predicted": len(points)},
+        "auto": auto_rows(results),
+    }
+
+
+def render_ahead(res: dict[str, Any]) -> list[str]:
+    """The ahead section of ``step_time_check.md`` (Markdown lines)."""
+    c, f, s = res["constants"], res["fit"], res["summary"]
+    lines = [
+        "## Fixed costs, and points predicted ahead from them",
+        "",
+        "Three constants fitted once by least squares on the relative error of the "
+        f"{f['points']} points of {', '.join(res['fit_files'])} (`bench/testbed/step_time_fit.py`): "
+        f"{c['flops_per_s'] / 1e9:.1f} GFLOP/s per processor, a device overhead of "
+        f"{c['device_overhead_s'] * 1e3:.1f} ms per device and step (program dispatch, the "
+        "rendezvous of its collectives; paid one device after the other on a shared core) and "
+        f"a compressed exchange's overhead of {c['exchange_overhead_s'] * 1e3:.1f} ms per device "
+        f"and step beyond its codec throughput. In sample: {f['within_target']} of {f['points']} "
+        f"within {TARGET:.0%}, median {f['median_abs_error']:.1%}.",
+        "",
+        "Predicted from them before they were run: layouts and rates that no fitted file has. "
+        + (
+            f"**{s['within_target']} of {s['points']} measured points within {TARGET:.0%}**, "
+            f"median {s['median_abs_error']:.1%}, largest {s['max_abs_error']:.1%}."
+            if s["points"]
+            else "None measured yet."
+        ),
+        "",
+        "| layout | link | mode | predicted | serial | measured (rounds) | error | serial error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for pt in res["points"]:
+        meas = "not yet | | "
+        if "error" in pt:
+            rounds = ", ".join(f"{x * 1e3:.0f}" for x in pt["measured_round_step_s"])
+            meas = (
+                f"{fmt_ms(pt['measured_step_s'])} ({rounds}) | {pt['error']:+.1%} | "
+                f"{pt['error_serial']:+.1%}"
+            )
+        lines.append(
+            f"| {pt['layout']} | {pt['rate']} | {pt['mode']} | {fmt_ms(pt['predicted_step_s'])} | "
+            f"{fmt_ms(pt['predicted_serial_step_s'])} | {meas} |"
+        )
+    if res["auto"]:
+        lines += [
+            "",
+            "### `--compression auto` beside the fixed choices",
+            "",
+            "Same file, rate and interleaved rounds; auto chooses the exchange (exact, flat, "
+            "hierarchical) from its probe, the gradient all-reduce stays exact.",
+            "",
+            "| layout | link | auto chose | auto | best fixed | vs best | vs exact |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for a in res["auto"]:
+            ve = "" if a["vs_exact"] is None else f"{a['vs_exact']:+.1%}"
+            lines.append(
+                f"| {a['points']} | {a['rate']} | {a['choice']} | {fmt_ms(a['auto_step_s'])} | "
+                f"{a['best_fixed']} {fmt_ms(a['best_fixed_step_s'])} | {a['vs_best']:+.1%} | {ve} |"
+            )
+    lines += ["", "Commands that measure them (root, the two-node testbed):", ""]
+    lines += [f"    {cmd}" for cmd in sorted({pt["command"] for pt in res["points"]})]
+    return lines

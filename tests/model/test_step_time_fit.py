@@ -1,0 +1,120 @@
+"""The step-time model's fixed costs per device (models/dlrm/cluster/step_time.py) and their fit
+on the testbed (bench/testbed/step_time_fit.py)."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from bench.testbed import step_time_fit as fit
+from bench.testbed import testbed_inputs as sti
+from models.dlrm.cluster import step_time as st
+
+CODEC = st.CodecSpec(4e9, 9e9, 6.0)
+
+
+def _codecs(overhead: float = 0.0) -> st.Codecs:
+    return st.Codecs(CODEC, CODEC, exchange_overhead_s=overhead)
+
+
+def test_fixed_costs_add_per_device_on_a_shared_core():
+    m = st.terabyte_spec()
+    for dpp in (1, 2, 4):
+        cl = sti.testbed_cluster(dpp, 1e9, 10e9)  # 2 processes on 2 cores: dpp devices a core
+        base = st.Compute(3e10, 6e9)
+        with_dev = dataclasses.replace(base, device_overhead_s=0.02)
+        for mode in ("exact", "hierarchical", "hierarchical-ar", "flat", "int8"):
+            t0 = st.predict(m, cl, base, _codecs(), mode)
+            t1 = st.predict(m, cl, with_dev, _codecs(0.007), mode)
+            coded = 0.007 if mode in st.LIBRARY_MODES else 0.0
+            assert t1.overhead_s == pytest.approx(dpp * (0.02 + coded))
+            assert t1.step_s - t0.step_s == pytest.approx(dpp * (0.02 + coded))
+            assert t1.step_overlap_s - t0.step_overlap_s == pytest.approx(dpp * (0.02 + coded))
+    # scaling the throughput keeps the overhead
+    assert st.Compute(1e9, 1e8, 0.01).scaled(2.0) == st.Compute(2e9, 2e8, 0.01)
+    with pytest.raises(ValueError, match="device_overhead_s"):
+        st.Compute(1e9, 1e8, -1.0)
+    with pytest.raises(ValueError, match="exchange_overhead_s"):
+        _codecs(-0.1)
+
+
+def test_calibrated_compute_keeps_the_given_overhead():
+    m = st.terabyte_spec()
+    cl = sti.testbed_cluster(4, 11.56e9, 11.56e9)
+    c = st.calibrate_compute(
+        m, cl, _codecs(), 0.242, flops_per_byte=5.0, overlap=True, device_overhead_s=0.02
+    )
+    assert c.device_overhead_s == 0.02
+    assert st.predict(m, cl, c, _codecs(), "exact").step(True) == pytest.approx(0.242)
+    plain = st.calibrate_compute(m, cl, _codecs(), 0.242, flops_per_byte=5.0, overlap=True)
+    assert c.flops_per_s > plain.flops_per_s  # the overhead took part of the step
+    with pytest.raises(ValueError, match="not above"):  # 4 devices x 80 ms is above 242 ms
+        st.calibrate_compute(m, cl, _codecs(), 0.242, flops_per_byte=5.0, device_overhead_s=0.08)
+
+
+def test_fit_recovers_the_constants_of_synthetic_steps():
+    """Steps made by the model itself with known constants, on 2 x 2 and 2 x 4 devices at
+    three links, exact and two compressed modes: the fit finds the constants again."""
+    m = st.terabyte_spec()
+    truth = {"flops_per_s": 2.5e10, "device_overhead_s": 0.018, "exchange_overhead_s": 0.005}
+    rows = []
+    for dpp in (2, 4):
+        for bits in (0.25e9, 1e9, 12e9):
+            for mode, gcodec in (("exact", None), ("hierarchical", None), ("hierarchical-ar", 1)):
+                row = {
+                    "model_mode": mode,
+                    "cluster": sti.testbed_cluster(dpp, bits, 12e9),
+                    "codecs": st.Codecs(CODEC, st.CodecSpec(3e9, 8e9, 9.0 if gcodec else 6.0)),
+                }
+                row["measured_step_s"] = fit.predict_point(m, row, truth, 5.0).step_overlap_s
+                rows.append(row)
+    got = fit.fit(m, rows, 5.0)
+    for k, v in truth.items():
+        assert got[k] == pytest.approx(v, rel=1e-4), k
+    # and on 2 x 2 alone the device overhead cannot be told from the FLOP/s: the 2 x 4 points
+    # are what pins it (the fit still reproduces the 2 x 2 steps)
+    two = [r for r in rows if r["cluster"].devices_per_node == 2]
+    g2 = fit.fit(m, two, 5.0)
+    for r in two:
+        assert fit.predict_point(m, r, g2, 5.0).step_overlap_s == pytest.approx(
+            r["measured_step_s"], rel=1e-3
+        )
+
+
+def test_committed_ahead_points_and_auto_rows():
+    res = json.loads((sti.RESULTS / "step_time_check.json").read_text())["ahead"]
+    labels = {a[0] for a in fit.AHEAD}
+    assert {pt["points"] for pt in res["points"]} == labels
+    # every (layout, rate) of AHEAD in every fixed mode; none of them is in a fitted file
+    assert len(res["points"]) == len(fit.AHEAD_MODES) * sum(len(a[2]) for a in fit.AHEAD)
+    fitted = {
+        json.loads((sti.RESULTS / f).read_text())["params"]["devices_per_process"]: f
+        for f in res["fit_files"]
+    }
+    for pt in res["points"]:
+        dpp = int(pt["layout"].split(" x ")[1].split()[0])
+        if dpp in fitted:
+            data = json.loads((sti.RESULTS / fitted[dpp]).read_text())
+            assert pt["rate"] not in {r["rate"] for r in data["runs"]}
+        if "error" in pt:
+            assert pt["error"] == pytest.approx(pt["predicted_step_s"] / pt["measured_step_s"] - 1)
+    assert res["fit"]["within_target"] >= res["fit"]["points"] - 1
+    for a in res["auto"]:
+        assert a["best_fixed_step_s"] == min(a["fixed_steps_s"].values())
+        assert a["vs_best"] == pytest.approx(a["auto_step_s"] / a["best_fixed_step_s"] - 1)
+        assert a["choice"] in ("exact", "flat", "hierarchical")
+
+
+def test_auto_rows_compare_against_the_best_fixed_choice(tmp_path):
+    def run(mode, t, **kw):
+        return {"rate": "100mbit", "mode": mode, "status": "ok", "step_time_s": t, **kw}
+
+    file = fit.AHEAD[1][3]
+    runs = [run("exact", 1.0), run("compressed-hierarchical", 0.6), run("compressed-flat", 0.62)]
+    runs += [run("auto", 0.63, auto_choice="hierarchical", auto_predicted_step_s=0.59)]
+    (tmp_path / file).write_text(json.dumps({"runs": runs}))
+    (a,) = fit.auto_rows(tmp_path)
+    assert (a["choice"], a["best_fixed"]) == ("hierarchical", "compressed-hierarchical")
+    assert a["vs_best"] == pytest.approx(0.05) and a["vs_exact"] == pytest.approx(-0.37)
+    assert math.isclose(a["auto_predicted_step_s"], 0.59)
