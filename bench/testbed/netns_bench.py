@@ -121,9 +121,13 @@ MODES = {
         *("--exchange-topology", "hierarchical", "--grad-allreduce", "compressed"),
         *("--grad-codec", "fixed"),
     ),
-    # the trainer chooses exact, flat or hierarchical from its probe of the link and the
-    # step-time model (docs/step_time.md); the summary records what it chose
-    "auto": ("--compression", "auto", "--codec", "auto", "--exchange-backward", "compressed"),
+    # the trainer chooses the exchange (exact, flat, hierarchical) and the gradient
+    # all-reduce (exact, compressed) from its probe and the step-time model
+    # (docs/step_time.md); the summary records what it chose
+    "auto": (
+        *("--compression", "auto", "--codec", "auto", "--exchange-backward", "compressed"),
+        *("--grad-allreduce", "auto"),
+    ),
 }
 #: TorchRec modes (bench/training/torchrec_peer.py): name -> (model, qcomm)
 TORCHREC_MODES = {

@@ -76,9 +76,15 @@ def from_config(config) -> HeadGradAllReduce:
     ``grad_codec``, ``grad_error_bound``, ``grad_error_feedback``, ``grad_precondition``).
 
     Raises:
-      ValueError: an unknown ``grad_allreduce``.
+      ValueError: an unknown ``grad_allreduce``, or ``"auto"`` (the run's probe resolves it
+        first: ``models.dlrm.cluster.exchange_probe.choose_exchange``).
     """
     mode = config.grad_allreduce
+    if mode == "auto":
+        raise ValueError(
+            "grad_allreduce 'auto' is decided by the run's probe (compression auto) before the "
+            "all-reduce is built"
+        )
     if mode == "bf16":
         return HeadGradAllReduce(mode, AllReduceConfig(BF16()))
     if mode != "compressed":

@@ -159,6 +159,8 @@ def setup_run(config: Config, workdir: str) -> RunSetup:
     exchange, auto = exchange_probe.choose_exchange(
         config, mesh, min_error_bound=eb_hook.min_error_bound()
     )  # (the configured exchange, None) unless auto
+    if config.grad_allreduce == "auto":  # chosen with the exchange (compression auto)
+        config = dataclasses.replace(config, grad_allreduce=auto.decision.grad_allreduce)
     placement = train_state.plan_tables(config, mesh)
     tx = train_state.create_optimizer(config)
     allreduce = grad_allreduce.from_config(config)

@@ -349,3 +349,75 @@ def test_a_slower_candidate_is_called_slower_not_below_the_margin():
     slow = ae.decide(TB, cl, COMPUTE, _codecs(1e6, 1.01))  # a codec too slow to pay
     assert slow.mode == "exact"
     assert "slower than exact" in slow.reason and "margin" not in slow.reason, slow.reason
+
+
+def test_the_compressed_all_reduce_competes_where_the_gradients_dominate():
+    # 2 nodes x 4, inter-node 1e8 B/s: the exact ring all-reduce of S = 3.05 MB moves
+    # 2 (p-1)/p S over the node's 4 NICs each way, 2 x 7/8 x S / 4e8 = 13.3 ms; the
+    # compressed one at ratio 10 sends S/10 in frames and all-gathers S/10, and codes
+    # S (1 + 1/8) + decodes 2 S 7/8 at 1e10 B/s, about 0.9 ms: hierarchical-ar wins.
+    cl = _cluster(inter_latency=1e-4)
+    grad = st.CodecSpec(1e10, 1e10, 10.0)
+    modes = ae.candidates(cl, allreduce=True)
+    assert modes == ("exact", "flat", "hierarchical", "exact-ar", "flat-ar", "hierarchical-ar")
+    codecs = ae.codecs_for(st.CodecSpec(1e9, 1e9, 10.0), backward_compressed=True, gradient=grad)
+    d = ae.decide(TB, cl, COMPUTE, codecs, modes=modes)
+    assert d.mode == "hierarchical-ar"
+    assert (d.compression, d.topology, d.grad_allreduce) == ("on", "hierarchical", "compressed")
+    p = d.predictions
+    s = TB.gradient_bytes()
+    assert p["exact"].allreduce_inter_s == pytest.approx(2 * 7 / 8 * s / 4e8)
+    # the exchange is the same with and without the compressed all-reduce
+    for m in ("exact", "flat", "hierarchical"):
+        assert p[f"{m}-ar"].exchange_forward_s == p[m].exchange_forward_s
+        assert p[f"{m}-ar"].allreduce_s == p["hierarchical-ar"].allreduce_s < p[m].allreduce_s
+    assert p["exact-ar"].compress_s == pytest.approx(s * (1 + 1 / 8) / 1e10)
+    # a slow gradient codec keeps the all-reduce exact: hierarchical without -ar
+    slow = ae.codecs_for(
+        st.CodecSpec(1e9, 1e9, 10.0), backward_compressed=True,
+        gradient=st.CodecSpec(1e7, 1e7, 10.0),
+    )  # fmt: skip
+    d2 = ae.decide(TB, cl, COMPUTE, slow, modes=modes)
+    assert (d2.mode, d2.grad_allreduce) == ("hierarchical", "exact")
+    assert ae.candidates(st.Cluster(1, 1, 1e9, 1e9), allreduce=True) == ("exact", "flat")
+    # exact exchange with the compressed all-reduce keeps compression off
+    assert ae.TRAINER_SETTINGS["exact-ar"] == ("off", "flat", "compressed")
+
+
+def test_grad_allreduce_auto_needs_compression_auto():
+    cfg = get_config("tiny")
+    with pytest.raises(ValueError, match="grad_allreduce auto .* needs compression auto"):
+        dataclasses.replace(cfg, grad_allreduce="auto").validate()
+    with pytest.raises(ValueError, match="decided by the run's probe"):
+        from models.dlrm import grad_allreduce
+
+        grad_allreduce.from_config(
+            dataclasses.replace(cfg, compression="auto", grad_allreduce="auto")
+        )
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_auto_chooses_the_all_reduce_with_the_exchange(tmp_path, capsys, optimizer):
+    # 8 devices as 2 nodes of 4, told 1 Mbit/s between nodes: with SGD the gradient codec is
+    # timed and the -ar candidates compete; the run's all-reduce is the chosen one. With
+    # Adagrad (the docs' guidance) the all-reduce stays exact and is not a candidate.
+    require_eight_devices()
+    result, log, out = _auto_run(
+        tmp_path, capsys, node_devices=4, auto_inter_gbits=0.001, grad_allreduce="auto",
+        exchange_backward="compressed", optimizer=optimizer,
+    )  # fmt: skip
+    auto = result["auto_exchange"]
+    assert auto["choice"] == _check_rule(auto)
+    assert log.train[-1].grad_allreduce == auto["grad_allreduce"]
+    if optimizer == "sgd":
+        assert {"exact-ar", "flat-ar", "hierarchical-ar"} <= set(auto["candidates"])
+        g = auto["probe"]["gradient_codec"]
+        assert g["ratio"] > 1 and g["compress_bytes_per_s"] > 0
+        assert "gradient codec: auto at REL 0.01" in out
+        assert auto["grad_allreduce"] == (
+            "compressed" if auto["choice"].endswith("-ar") else "exact"
+        )
+    else:
+        assert set(auto["candidates"]) == {"exact", "flat", "hierarchical"}
+        assert auto["probe"]["gradient_codec"] is None and auto["grad_allreduce"] == "exact"
+    assert f"gradient all-reduce {auto['grad_allreduce']}" in out

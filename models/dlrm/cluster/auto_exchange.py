@@ -16,7 +16,10 @@ Decision rule. The candidates are the trainer's exchanges, as modes of
   "hierarchical"``); only where the mesh has more than one node of more than one device.
 
 An explicit ``exchange_topology`` (``"flat"`` or ``"hierarchical"``) keeps only that
-compressed candidate. Each candidate's step is predicted (with the exchange's communication
+compressed candidate. With ``Config.grad_allreduce = "auto"`` each exchange is also a candidate
+with the library's compressed gradient all-reduce (``exact-ar``, ``flat-ar``,
+``hierarchical-ar``), where the optimizer allows it (``COMPRESSED_ALLREDUCE_OPTIMIZERS``: the
+accuracy guidance of ``docs/fidelity.md``; with Adagrad the all-reduce stays exact). Each candidate's step is predicted (with the exchange's communication
 overlapped with the bottom MLP, the convention of the testbed check in ``docs/step_time.md``,
 or serial); the fastest compressed candidate is chosen when its predicted step is at least
 ``margin`` (``Config.auto_margin``, default 5%) shorter than the exact one's, else ``exact``:
@@ -34,14 +37,23 @@ from collections.abc import Sequence
 
 from models.dlrm.cluster import step_time as st
 
-#: trainer exchanges the decision picks from (step_time modes)
-CANDIDATES = ("exact", "flat", "hierarchical")
-#: mode -> (Config.compression, Config.exchange_topology)
+#: trainer exchanges the decision picks from (step_time modes); the ``-ar`` ones with the
+#: compressed gradient all-reduce
+CANDIDATES = ("exact", "flat", "hierarchical", "exact-ar", "flat-ar", "hierarchical-ar")
+#: mode -> (Config.compression, Config.exchange_topology, Config.grad_allreduce)
 TRAINER_SETTINGS = {
-    "exact": ("off", "flat"),
-    "flat": ("on", "flat"),
-    "hierarchical": ("on", "hierarchical"),
+    "exact": ("off", "flat", "exact"),
+    "flat": ("on", "flat", "exact"),
+    "hierarchical": ("on", "hierarchical", "exact"),
+    "exact-ar": ("off", "flat", "compressed"),
+    "flat-ar": ("on", "flat", "compressed"),
+    "hierarchical-ar": ("on", "hierarchical", "compressed"),
 }
+#: optimizers whose head gradients ``grad_allreduce="auto"`` may compress: SGD (on Kaggle the
+#: tiers with the compressed all-reduce were -0.00015 AUC against exact, paired over 3 seeds);
+#: Adagrad lost AUC at 20,000 steps (bench/results/convergence_dcnv2_small.md), so it keeps
+#: the exact all-reduce, as the docs advise
+COMPRESSED_ALLREDUCE_OPTIMIZERS = ("sgd",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +64,7 @@ class Decision:
       mode: the chosen candidate (``CANDIDATES``).
       compression: its ``Config.compression`` ("on" / "off").
       topology: its ``Config.exchange_topology`` ("flat" / "hierarchical").
+      grad_allreduce: its ``Config.grad_allreduce`` ("exact" / "compressed").
       reason: one sentence with the predicted gain.
       predictions: candidate -> the predicted :class:`models.dlrm.cluster.step_time.StepTime`.
       margin: the gain a compressed candidate had to reach (fraction of the exact step).
@@ -61,6 +74,7 @@ class Decision:
     mode: str
     compression: str
     topology: str
+    grad_allreduce: str
     reason: str
     predictions: dict[str, st.StepTime]
     margin: float
@@ -71,32 +85,47 @@ class Decision:
         return self.predictions[mode or self.mode].step(self.overlap)
 
 
-def candidates(cluster: st.Cluster, topology: str = "auto") -> tuple[str, ...]:
+def candidates(
+    cluster: st.Cluster, topology: str = "auto", *, allreduce: bool = False
+) -> tuple[str, ...]:
     """The candidates on ``cluster`` for ``Config.exchange_topology`` ``topology``.
 
     ``"auto"``: exact, flat, and hierarchical where there are several nodes of several
     devices; ``"flat"``: exact and flat; ``"hierarchical"``: exact and hierarchical (exact
-    alone on one node, where the hierarchical exchange is the exact one).
+    alone on one node, where the hierarchical exchange is the exact one). With ``allreduce``
+    (``grad_allreduce="auto"``) each also with the compressed gradient all-reduce (its
+    ``-ar`` mode), where there is more than one device.
 
     Raises:
       ValueError: an unknown topology.
     """
     two_level = cluster.nodes > 1 and cluster.devices_per_node > 1
     if topology == "auto":
-        return ("exact", "flat", "hierarchical") if two_level else ("exact", "flat")
-    if topology == "flat":
-        return ("exact", "flat")
-    if topology == "hierarchical":
-        return ("exact", "hierarchical") if cluster.nodes > 1 else ("exact",)
-    raise ValueError(f"topology must be auto, flat or hierarchical, got {topology!r}")
+        modes = ("exact", "flat", "hierarchical") if two_level else ("exact", "flat")
+    elif topology == "flat":
+        modes = ("exact", "flat")
+    elif topology == "hierarchical":
+        modes = ("exact", "hierarchical") if cluster.nodes > 1 else ("exact",)
+    else:
+        raise ValueError(f"topology must be auto, flat or hierarchical, got {topology!r}")
+    if allreduce and cluster.devices > 1:
+        modes += tuple(f"{m}-ar" for m in modes)
+    return modes
 
 
-def codecs_for(codec: st.CodecSpec, *, backward_compressed: bool) -> st.Codecs:
+def codecs_for(
+    codec: st.CodecSpec, *, backward_compressed: bool, gradient: st.CodecSpec | None = None
+) -> st.Codecs:
     """The step-time model's Codecs of a run: ``codec`` on the forward exchange, on the
     backward one only when ``Config.exchange_backward`` is "compressed" (else free, ratio 1:
-    the exact transposed exchange); the gradient all-reduce exact (free, ratio 1)."""
+    the exact transposed exchange); ``gradient`` on the compressed all-reduce of the ``-ar``
+    candidates (None: free, ratio 1; then no ``-ar`` candidate should compete)."""
     free = st.CodecSpec(math.inf, math.inf, 1.0)
-    return st.Codecs(forward=codec, gradient=free, backward=codec if backward_compressed else free)
+    return st.Codecs(
+        forward=codec,
+        gradient=gradient or free,
+        backward=codec if backward_compressed else free,
+    )
 
 
 def decide(
@@ -111,7 +140,8 @@ def decide(
     topology: str = "auto",
 ) -> Decision:
     """Chooses the exchange (module docstring): the fastest predicted compressed candidate
-    of ``modes`` if it beats ``exact`` by at least ``margin``, else ``exact``.
+    of ``modes`` (an ``-ar`` one included) if it beats ``exact`` by at least ``margin``, else
+    ``exact``.
 
     Args:
       model, cluster, compute, codecs: the step-time model's inputs
@@ -154,7 +184,7 @@ def decide(
             reason = f"the best compressed candidate, {best}, is predicted {how}"
     else:
         mode, reason = "exact", "no compressed candidate on this mesh"
-    compression, topo = TRAINER_SETTINGS[mode]
-    if mode == "exact" and topology != "auto":
+    compression, topo, grad = TRAINER_SETTINGS[mode]
+    if compression == "off" and topology != "auto":
         topo = topology
-    return Decision(mode, compression, topo, reason, preds, margin, overlap)
+    return Decision(mode, compression, topo, grad, reason, preds, margin, overlap)

@@ -45,6 +45,15 @@ def start_lines(probe: Probe, decision: Decision) -> list[str]:
         "  link " + probe.inter.describe(),
         f"  codec: compress {c.compress_bytes_per_s / 1e9:.3g} GB/s, decompress "
         f"{c.decompress_bytes_per_s / 1e9:.3g} GB/s per device, compression ratio {c.ratio:.3g}x",
+        *(
+            (
+                f"  gradient codec: compress {g.compress_bytes_per_s / 1e9:.3g} GB/s, "
+                f"decompress {g.decompress_bytes_per_s / 1e9:.3g} GB/s per device, "
+                f"compression ratio {g.ratio:.3g}x",
+            )
+            if (g := probe.gradient_codec)
+            else ()
+        ),
         f"  compute: {probe.compute.flops_per_s / 1e9:.3g} GFLOP/s, memory "
         f"{probe.compute.memory_bytes_per_s / 1e9:.3g} GB/s per device",
         *("  " + n for n in probe.notes),
@@ -53,7 +62,8 @@ def start_lines(probe: Probe, decision: Decision) -> list[str]:
             for t in decision.predictions.values()
         ),
         f"  choice: {decision.mode} (compression {decision.compression}, topology "
-        f"{decision.topology}): {decision.reason}",
+        f"{decision.topology}, gradient all-reduce {decision.grad_allreduce}): "
+        f"{decision.reason}",
     ]
     return lines
 
@@ -204,6 +214,9 @@ def to_json(probe: Probe, decision: Decision, comparison: dict | None) -> dict:
             "intra": {k: finite(v) for k, v in dataclasses.asdict(probe.intra).items()},
             "inter": {k: finite(v) for k, v in dataclasses.asdict(probe.inter).items()},
             "codec": {k: finite(v) for k, v in dataclasses.asdict(probe.codec).items()},
+            "gradient_codec": None
+            if probe.gradient_codec is None
+            else {k: finite(v) for k, v in dataclasses.asdict(probe.gradient_codec).items()},
             "compute": dataclasses.asdict(probe.compute),
             "notes": list(probe.notes),
             "seconds": probe.seconds,
@@ -215,6 +228,7 @@ def to_json(probe: Probe, decision: Decision, comparison: dict | None) -> dict:
         "choice": decision.mode,
         "compression": decision.compression,
         "exchange_topology": decision.topology,
+        "grad_allreduce": decision.grad_allreduce,
         "reason": decision.reason,
         "margin": decision.margin,
         "overlap": decision.overlap,

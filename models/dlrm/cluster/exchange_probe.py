@@ -36,6 +36,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import ExchangeConfig, resolve_path
+from jax_lossy_comm.allreduce import CHUNK_DIM
+from models.dlrm import grad_allreduce
 from models.dlrm.cluster import auto_exchange, auto_report, probe_result
 from models.dlrm.cluster import step_time as st
 from models.dlrm.configs import Config
@@ -121,6 +123,39 @@ def time_matmul(mesh, rows: int, k: int, n: int) -> float:
     return 2.0 * rows * k * n * MATMUL_REPS / t
 
 
+def _time_frames(mesh, codec, path: str, x, grid, chunk, error_bound: float, dtype):
+    """(encode seconds, decode seconds, wire bytes per device) of ``codec`` on ``x`` (a global
+    array whose device blocks reshape to ``grid + chunk``), every device at once; the wire
+    bytes of this process's first device: fixed-size codecs their output, the dense path the
+    capacity, a variable-size path the frames' bytes."""
+    cap = codec.capacity_bytes(chunk, dtype, dense=path in ("dense", "packed"))
+
+    def encode(xb):
+        bounds = jnp.full(grid, error_bound, jnp.float32) if codec.variable_size else None
+        return codec.encode(xb.reshape(grid + chunk), bounds, cap)
+
+    bax = P(batch_axis(mesh))
+    enc = _smap(mesh, encode, (bax, bax))
+    dec = jax.jit(
+        jax.shard_map(
+            lambda w, nb: codec.decode(w, nb, shape=chunk, dtype=dtype),
+            mesh=mesh,
+            in_specs=(bax, bax),
+            out_specs=bax,
+            check_vma=False,
+        )
+    )
+    wire, nbytes = enc(x)
+    t_enc, t_dec = _median_seconds((enc, x), (dec, wire, nbytes))
+    if not codec.variable_size:
+        wire_bytes = float(wire.addressable_shards[0].data.size * wire.dtype.itemsize)
+    elif path == "dense":
+        wire_bytes = float(cap * np.prod(grid))
+    else:
+        wire_bytes = float(np.abs(np.asarray(nbytes.addressable_shards[0].data)).sum())
+    return t_enc, t_dec, wire_bytes
+
+
 def time_codec(
     mesh,
     exchange: ExchangeConfig,
@@ -153,35 +188,10 @@ def time_codec(
     path = resolve_path(exchange.path)
     chunk = (rows, dim) if codec.per_table else (slots * rows, dim)
     grid = (p, slots) if codec.per_table else (p,)
-    cap = codec.capacity_bytes(chunk, dtype, dense=path in ("dense", "packed"))
-
     rng = np.random.default_rng(seed)
     x = _sharded(mesh, (p * p, slots, rows, dim), lambda s: rng.uniform(-1, 1, s), dtype)
-
-    def encode(xb):
-        bounds = jnp.full(grid, error_bound, jnp.float32) if codec.variable_size else None
-        return codec.encode(xb.reshape(grid + chunk), bounds, cap)
-
-    bax = P(batch_axis(mesh))
-    enc = _smap(mesh, encode, (bax, bax))
-    dec = jax.jit(
-        jax.shard_map(
-            lambda w, nb: codec.decode(w, nb, shape=chunk, dtype=dtype),
-            mesh=mesh,
-            in_specs=(bax, bax),
-            out_specs=bax,
-            check_vma=False,
-        )
-    )
-    wire, nbytes = enc(x)
-    t_enc, t_dec = _median_seconds((enc, x), (dec, wire, nbytes))
+    t_enc, t_dec, wire_bytes = _time_frames(mesh, codec, path, x, grid, chunk, error_bound, dtype)
     raw = float(p * slots * rows * dim * dtype.itemsize)  # per device
-    if not codec.variable_size:  # this process's first device's block
-        wire_bytes = float(wire.addressable_shards[0].data.size * wire.dtype.itemsize)
-    elif path == "dense":
-        wire_bytes = float(cap * np.prod(grid))
-    else:
-        wire_bytes = float(np.abs(np.asarray(nbytes.addressable_shards[0].data)).sum())
     name = codec_name if codec_name in QCOMM_CODECS else f"{codec_name} at REL {error_bound}"
     note = (
         f"codec: {name}, {path} path, on a uniform random block {dtype.name}[{p}, {slots}, "
@@ -191,12 +201,43 @@ def time_codec(
     return spec, note
 
 
+def time_gradient_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.CodecSpec, str]:
+    """The compressed gradient all-reduce's codec (``Config.grad_codec`` at REL
+    ``Config.grad_error_bound``, the all-reduce's wire path) on one block of the head
+    gradients' size per device, ``[P, rows, CHUNK_DIM]`` (the all-reduce's chunk per peer) of
+    Laplace(0, 1) values: heavier-tailed than a Gaussian, as gradients are; real gradients may
+    compress better still. Returns ``(CodecSpec, note)`` as :func:`time_codec`."""
+    ar = grad_allreduce.from_config(dataclasses.replace(config, grad_allreduce="compressed"))
+    codec = ar.allreduce.codec
+    path = resolve_path(ar.allreduce.path, fills_capacity=True)
+    p = mesh.size
+    rows = -(-model.dense_params() // (p * CHUNK_DIM))
+    chunk, grid = (rows, CHUNK_DIM), (p,)
+    rng = np.random.default_rng(config.seed + 1)
+    x = _sharded(mesh, (p * p, rows, CHUNK_DIM), lambda s: rng.laplace(0.0, 1.0, s))
+    t_enc, t_dec, wire_bytes = _time_frames(
+        mesh, codec, path, x, grid, chunk, ar.error_bound, jnp.dtype(jnp.float32)
+    )
+    raw = float(p * rows * CHUNK_DIM * 4)
+    note = (
+        f"gradient codec: {config.grad_codec} at REL {ar.error_bound}, {path} path, on a "
+        f"Laplace(0, 1) block float32[{p}, {rows}, {CHUNK_DIM}] per device"
+    )
+    return st.CodecSpec(raw / t_enc, raw / t_dec, raw / max(wire_bytes, 1.0)), note
+
+
 def measure(
-    config: Config, mesh, model: st.ModelSpec, exchange: ExchangeConfig
+    config: Config,
+    mesh,
+    model: st.ModelSpec,
+    exchange: ExchangeConfig,
+    *,
+    gradient: bool = False,
 ) -> probe_result.Probe:
     """Runs the probe on ``mesh`` (every process the same programs; process 0's figures for
     all) and returns what it measured, ``Config.auto_inter_gbits`` applied; the codec timed
-    is ``exchange``'s (the compressed candidate)."""
+    is ``exchange``'s (the compressed candidate), and with ``gradient`` the compressed
+    gradient all-reduce's too (:func:`time_gradient_codec`)."""
     t0 = time.perf_counter()
     p = mesh.size
     per_peer = model.exchange_bytes(p) / p
@@ -216,10 +257,11 @@ def measure(
         codec_name=config.codec,
         seed=config.seed,
     )
-    values = np.array(
-        [*times, flops, codec.compress_bytes_per_s, codec.decompress_bytes_per_s, codec.ratio],
-        np.float32,
-    )
+    grad, grad_note = time_gradient_codec(mesh, config, model) if gradient else (None, None)
+    values = [*times, flops, codec.compress_bytes_per_s, codec.decompress_bytes_per_s, codec.ratio]
+    if grad is not None:
+        values += [grad.compress_bytes_per_s, grad.decompress_bytes_per_s, grad.ratio]
+    values = np.array(values, np.float32)
     if jax.process_count() > 1:  # one decision for all: process 0's figures
         from jax.experimental import multihost_utils
 
@@ -241,11 +283,13 @@ def measure(
         f"first layer) {MATMUL_REPS} times per device; memory bytes/s assumed at "
         f"{balance:g} FLOP per byte (not measured)",
         codec_note,
+        *((grad_note,) if grad_note else ()),
     )
     probe = probe_result.Probe(
         intra=intra,
         inter=inter,
         codec=st.CodecSpec(values[5], values[6], values[7]),
+        gradient_codec=st.CodecSpec(*values[8:11]) if grad is not None else None,
         compute=st.Compute(flops, flops / balance),
         notes=notes,
         seconds=time.perf_counter() - t0,
@@ -281,19 +325,28 @@ def choose_exchange(
         topology="flat",
         min_error_bound=min_error_bound,
     )
-    probe = measure(config, mesh, model, candidate)
+    # the compressed all-reduce competes only where grad_allreduce is auto and the optimizer
+    # allows it (auto_exchange.COMPRESSED_ALLREDUCE_OPTIMIZERS)
+    allreduce = (
+        config.grad_allreduce == "auto"
+        and config.optimizer in auto_exchange.COMPRESSED_ALLREDUCE_OPTIMIZERS
+        and mesh.size > 1
+    )
+    probe = measure(config, mesh, model, candidate, gradient=allreduce)
     nodes, local = (1, mesh.size) if len(mesh.axis_names) == 1 else mesh.devices.shape
     platform = mesh.devices.flat[0].platform
     cluster = probe.cluster(nodes, local, tree_allreduce=platform != "cpu")
     codecs = auto_exchange.codecs_for(
-        probe.codec, backward_compressed=config.exchange_backward == "compressed"
+        probe.codec,
+        backward_compressed=config.exchange_backward == "compressed",
+        gradient=probe.gradient_codec,
     )
     decision = auto_exchange.decide(
         model,
         cluster,
         probe.compute,
         codecs,
-        modes=auto_exchange.candidates(cluster, config.exchange_topology),
+        modes=auto_exchange.candidates(cluster, config.exchange_topology, allreduce=allreduce),
         margin=config.auto_margin,
         topology=config.exchange_topology,
     )

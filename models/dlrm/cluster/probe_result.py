@@ -99,6 +99,8 @@ class Probe:
       inter: the inter-node link (``peers`` 0 on one node).
       codec: the exchange codec's throughput per device and its compression ratio.
       compute: dense FLOP/s and memory bytes/s per device.
+      gradient_codec: the compressed gradient all-reduce's codec, where it was timed
+        (``grad_allreduce="auto"``), else None.
       notes: how each was measured or assumed (one line each, for the log).
       seconds: wall time of the probe.
     """
@@ -109,6 +111,7 @@ class Probe:
     compute: st.Compute
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
+    gradient_codec: st.CodecSpec | None = None
 
     def cluster(self, nodes: int, devices_per_node: int, *, tree_allreduce: bool) -> st.Cluster:
         """The step-time model's Cluster of ``nodes`` x ``devices_per_node`` at these links.

@@ -58,11 +58,12 @@ carry ``G * inter_bandwidth``). Per mode:
 * ``hierarchical-ar``: ``hierarchical`` plus the compressed gradient all-reduce of the library
   (``jax_lossy_comm.compressed_psum``): a reduce-scatter as an all-to-all of frames (``S / r_g``
   per device) then a ring all-gather of the reduced frames (``S / r_g`` gathered); compress
-  ``S (1 + 1 / P)``, decompress ``2 S (P - 1) / P``.
+  ``S (1 + 1 / P)``, decompress ``2 S (P - 1) / P``. ``exact-ar`` and ``flat-ar``: the same
+  all-reduce beside the ``exact`` and the ``flat`` exchange (``AR_MODES``).
 * ``fp16``, ``bf16``, ``fp8``, ``int8``, ``mx4``: the flat exchange, forward and backward, at the
   codec's bytes per value (TorchRec's quantized comms); cast cost ``2 X`` (encode + decode of
   every block) at ``Codecs.cast_bytes_per_s`` per direction.
-* The gradient all-reduce is the exact ring in every mode but ``hierarchical-ar``:
+* The gradient all-reduce is the exact ring in every mode but the ``-ar`` ones:
   ``t = 2 (p - 1) alpha + max(ring_intra, ring_inter)``; on a node-major ring (one ring per NIC,
   as NCCL lays out its channels) each node's NICs carry ``2 (p - 1) / p * S`` in each direction,
   so ``ring_inter = 2 (p - 1) / p * S / (G * inter)``; ``ring_intra = 2 (p - 1) / p * S /
@@ -139,6 +140,8 @@ MODES = (
     "flat",
     "hierarchical",
     "hierarchical-ar",
+    "exact-ar",
+    "flat-ar",
     "fp16",
     "bf16",
     "fp8",
@@ -146,7 +149,9 @@ MODES = (
     "mx4",
 )
 #: error-bounded (library) modes
-LIBRARY_MODES = ("flat", "hierarchical", "hierarchical-ar")
+LIBRARY_MODES = ("flat", "hierarchical", "hierarchical-ar", "flat-ar")
+#: modes with the library's compressed gradient all-reduce -> their exchange's mode
+AR_MODES = {"exact-ar": "exact", "flat-ar": "flat", "hierarchical-ar": "hierarchical"}
 #: fixed-precision exchange codecs (name -> function of the embedding dim -> bytes per value)
 FIXED_BYTES_PER_VALUE = {
     "fp16": lambda dim: 2.0,
@@ -250,6 +255,7 @@ def forward_exchange_bytes(
     if not ratio > 0:
         raise ValueError(f"ratio must be > 0, got {ratio}")
     x = model.exchange_bytes(cluster.devices)
+    mode = AR_MODES.get(mode, mode)  # the all-reduce does not change the exchange's bytes
     if mode == "exact":
         ratio = 1.0
     join = _all_to_all_hierarchical if mode.startswith("hierarchical") else _all_to_all_flat
@@ -311,19 +317,21 @@ def predict(
     x = model.exchange_bytes(p)
     s = model.gradient_bytes()
     comp = decomp = 0.0
-    if mode == "exact":
+    compressed_ar = mode in AR_MODES
+    exchange = AR_MODES.get(mode, mode)
+    if exchange == "exact":
         fwd = bwd = _all_to_all_flat(x, cl, 1.0)
-    elif mode in FIXED_BYTES_PER_VALUE:
-        r = model.value_bytes / FIXED_BYTES_PER_VALUE[mode](model.embedding_dim)
+    elif exchange in FIXED_BYTES_PER_VALUE:
+        r = model.value_bytes / FIXED_BYTES_PER_VALUE[exchange](model.embedding_dim)
         fwd = bwd = _all_to_all_flat(x, cl, r)
         comp = decomp = 2 * x / codecs.cast_bytes_per_s
-    elif mode == "flat":
+    elif exchange == "flat":
         fwd = _all_to_all_flat(x, cl, codecs.forward.ratio)
         bwd = _all_to_all_flat(x, cl, codecs.bwd.ratio)
         for c in (codecs.forward, codecs.bwd):
             dc, dd = c.cost(x, x)
             comp, decomp = comp + dc, decomp + dd
-    elif mode == "hierarchical-exact":
+    elif exchange == "hierarchical-exact":
         fwd = bwd = _all_to_all_hierarchical(x, cl, 1.0)
     else:
         fwd = _all_to_all_hierarchical(x, cl, codecs.forward.ratio)
@@ -333,7 +341,7 @@ def predict(
             dc, dd = c.cost(remote, remote)
             comp, decomp = comp + dc, decomp + dd
 
-    if mode == "hierarchical-ar":
+    if compressed_ar:
         rg = codecs.gradient.ratio
         rs_i, rs_e, bi, be = _all_to_all_flat(s, cl, rg)
         ag_edge = (p - 1) / p * s / rg  # ring all-gather of the reduced frames (S / rg)
@@ -356,7 +364,7 @@ def predict(
         ar_bytes_i = edge if cl.devices_per_node > 1 else 0.0
         ar_bytes_e = edge / cl.devices_per_node if n > 1 else 0.0
 
-    hier = mode.startswith("hierarchical")
+    hier = exchange.startswith("hierarchical")
     join = (lambda a, b: a + b) if hier else max
     t_fwd, t_bwd = join(fwd[0], fwd[1]), join(bwd[0], bwd[1])
     comp, decomp = sd * comp, sd * decomp

@@ -262,8 +262,11 @@ class Config:
     # The data-parallel head (MLP) gradients are summed over the devices; bf16 is
     # jax_lossy_comm.compressed_psum with the BF16 codec; compressed uses the library's
     # error-bounded frames, REL grad_error_bound, and error feedback when
-    # grad_error_feedback.
-    grad_allreduce: Literal["exact", "bf16", "compressed"] = "exact"
+    # grad_error_feedback. auto (with --compression auto): exact or compressed, whichever
+    # the step-time model predicts faster with the exchange it chooses; compressed only for
+    # SGD (with Adagrad it stays exact: docs/step_time.md, "Choosing the exchange
+    # automatically").
+    grad_allreduce: Literal["exact", "bf16", "compressed", "auto"] = "exact"
     # REL error bound of --grad-allreduce compressed (per chunk of the flattened gradients:
     # eb_abs = bound x (max - min)).
     grad_error_bound: float = 0.01
@@ -383,6 +386,11 @@ class Config:
             raise ValueError(f"node_devices must be >= 0, got {self.node_devices}")
         if not 0 < self.grad_error_bound < float("inf"):
             raise ValueError(f"grad_error_bound must be > 0, got {self.grad_error_bound}")
+        if self.grad_allreduce == "auto" and self.compression != "auto":
+            raise ValueError(
+                "grad_allreduce auto is chosen with the exchange by the run's probe: it needs "
+                f"compression auto, got compression {self.compression!r}"
+            )
         if self.grad_precondition == "adagrad" and self.optimizer != "adagrad":
             raise ValueError(
                 f"grad_precondition adagrad needs optimizer adagrad, got {self.optimizer!r}"
