@@ -25,6 +25,7 @@ link from the rate name times the TCP payload fraction measured at 1 Gbit/s in t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -53,7 +54,8 @@ from models.dlrm.cluster import step_time as st
 FIT_FILES = CHECK_FILES
 AHEAD_CODEC = "codec_testbed.json"
 #: (label, devices per process, rates, the file that measures them, the file whose bytes and
-#: ratios they are predicted with)
+#: ratios they are predicted with, the global batch: the preset's 2048 where the device count
+#: divides it, else the largest multiple of the device count below it)
 AHEAD = (
     (
         "2x3",
@@ -61,14 +63,16 @@ AHEAD = (
         ("unlimited", "500mbit", "100mbit"),
         "netns_two_node_2x3.json",
         "netns_two_node_2x4.json",
+        2046,
     ),
-    ("2x2 at 100 Mbit/s", 2, ("100mbit",), "netns_two_node_2x2_100mbit.json", RATES_FILE),
+    ("2x2 at 100 Mbit/s", 2, ("100mbit",), "netns_two_node_2x2_100mbit.json", RATES_FILE, 2048),
     (
         "2x4 at 100 Mbit/s",
         4,
         ("100mbit",),
         "netns_two_node_2x4_100mbit.json",
         "netns_two_node_2x4.json",
+        2048,
     ),
 )
 #: the fixed choices ``--compression auto`` is measured against (every one of BENCH_MODES)
@@ -76,13 +80,15 @@ AHEAD_MODES = tuple(BENCH_MODES)
 TARGET = 0.15
 
 
-def ahead_command(dpp: int, rates: Sequence[str], out: str) -> str:
+def ahead_command(dpp: int, rates: Sequence[str], out: str, batch: int) -> str:
     """The command that measures one group of ``AHEAD`` (root, the two-node testbed)."""
+    extra = "" if batch == st.terabyte_spec().global_batch else f" --extra --batch-size {batch}"
     return (
         f"sudo python -m bench.testbed.netns_bench --testbed two-node --devices-per-process {dpp} "
         f"--rates {' '.join(rates)} --rounds 2 --steps 20 --log-every 5 "
         f"--modes {' '.join((*AHEAD_MODES, 'auto'))} "
         f"--shards /tmp/jlc_two_node_data --workdir /tmp/sweep_two_node --out bench/results/{out}"
+        + extra
     )
 
 
@@ -194,7 +200,8 @@ def predict_ahead(
     frac = rates_probes["1gbit"] / 1e9  # TCP payload / tbf rate, measured at 1 Gbit/s
     speeds = _speeds(results, AHEAD_CODEC)
     out = []
-    for label, dpp, rates, file, source in AHEAD:
+    for label, dpp, rates, file, source, batch in AHEAD:
+        model = dataclasses.replace(model, global_batch=batch)
         src = json.loads((results / source).read_text())
         src_med = median_runs(src["runs"])
         loop = _probes(src)["unlimited"]
@@ -230,7 +237,8 @@ def predict_ahead(
                     "predicted_serial_step_s": pred[False],
                     "link_gbits_assumed": bits / 1e9,
                     "file": file,
-                    "command": ahead_command(dpp, rates, file),
+                    "global_batch": batch,
+                    "command": ahead_command(dpp, rates, file, batch),
                     "status": "predicted, not yet measured",
                 }
                 m = measured.get((rate, mode))
@@ -248,7 +256,7 @@ def auto_rows(results: Path) -> list[dict[str, Any]]:
     """``--compression auto`` against every fixed choice measured beside it (same file, rate
     and rounds): its choice, its step, the best fixed step, exact's."""
     out = []
-    for label, _, rates, file, _ in AHEAD:
+    for label, _, rates, file, _, _ in AHEAD:
         path = results / file
         if not path.exists():
             continue
