@@ -82,7 +82,9 @@ TARGET = 0.15
 
 def ahead_command(dpp: int, rates: Sequence[str], out: str, batch: int) -> str:
     """The command that measures one group of ``AHEAD`` (root, the two-node testbed)."""
-    extra = "" if batch == st.terabyte_spec().global_batch else f" --extra --batch-size {batch}"
+    extra = ""
+    if batch != st.terabyte_spec().global_batch:  # the evaluation batch divisible too
+        extra = f" --extra --batch-size {batch} --eval-batch-size {2 * batch}"
     return (
         f"sudo python -m bench.testbed.netns_bench --testbed two-node --devices-per-process {dpp} "
         f"--rates {' '.join(rates)} --rounds 2 --steps 20 --log-every 5 "
