@@ -310,15 +310,18 @@ def _allreduce(plan: _Plan, buf, eb):
 
         y = jax.lax.cond(fallback, exact, gathered, None)
         raw = jnp.float32(2 * buf.size * np.dtype(dt).itemsize)
-        moved = sent.moved_bytes + jnp.where(over2, raw, moved2)
-        moved = jnp.where(over1, raw, moved)
+        # per phase; the exact psum of a fallback counts half its raw bytes to each, and a
+        # reduce-scatter's frames already sent before an all-gather overflow count too
+        scatter = jnp.where(over1, raw / 2, sent.moved_bytes + jnp.where(over2, raw / 2, 0.0))
+        gather = jnp.where(fallback, raw / 2, moved2)
         n_over = sent.overflow_count + over2_n
     else:
         rw2 = all_gather_invariant(wire2, ax)
         nb2_all = jnp.broadcast_to(nb2, (p, k))
         y = shard(codec.decode(rw2, nb2_all, shape=(rows_k, chunk[1]), dtype=dt))
         fallback = jnp.asarray(False)
-        moved = sent.moved_bytes + p * jnp.float32(wire2.size * wire2.dtype.itemsize)
+        scatter = sent.moved_bytes
+        gather = p * jnp.float32(wire2.size * wire2.dtype.itemsize)
         n_over = jnp.int32(0)
     # This device's untransmitted error: its contributions' coding error, and on the chunk it
     # reduced the re-compression's error; zero after the exact fallback.
@@ -333,13 +336,14 @@ def _allreduce(plan: _Plan, buf, eb):
     stats = ExchangeStats(
         raw_bytes=jnp.float32(2 * buf.size * item),
         frame_bytes=fb1 + p * fb2,
-        moved_bytes=moved.astype(jnp.float32),
+        moved_bytes=(scatter + gather).astype(jnp.float32),
         compression_ratio=jnp.stack(
             [buf.size * item / jnp.maximum(fb1, 1.0), buf.size // p * item / jnp.maximum(fb2, 1.0)]
         ).astype(jnp.float32),
         overflow_count=n_over.astype(jnp.int32),
         fallback=jnp.asarray(fallback, jnp.int32),
         capacity_bytes=jnp.float32(plan.capacity),
+        phase_moved_bytes=jnp.stack([scatter, gather]).astype(jnp.float32),
     )
     return lay.from_chunks(y).reshape(-1), stats, residual.reshape(-1)
 
@@ -363,6 +367,7 @@ def _in_slices(plan: _Plan, buf, eb):
         overflow_count=st.overflow_count.sum(),
         fallback=st.fallback.max(),
         capacity_bytes=st.capacity_bytes[0],
+        phase_moved_bytes=st.phase_moved_bytes.sum(axis=0),
     )
     return y.reshape(-1), stats, residual.reshape(-1)
 

@@ -52,6 +52,9 @@ class ExchangeStats(NamedTuple):
         another node (what the exact exchange sends across nodes). None from the all-reduce.
       inter_node_moved_bytes: float32 scalar, bytes this device really sent across nodes
         (after a fallback: ``inter_node_raw_bytes``). None from the all-reduce.
+      phase_moved_bytes: float32[2] from :func:`jax_lossy_comm.compressed_psum_with_stats`:
+        the bytes its reduce-scatter and its all-gather moved (their sum is ``moved_bytes``;
+        an exact fallback counts half of its raw bytes to each). None from the exchange.
 
     Nodes: with ``axis_name=(node_axis, local_axis)`` (or a longer tuple) a node is one index
     of the first axis; with a single axis name the whole axis is one node (the inter-node
@@ -70,6 +73,7 @@ class ExchangeStats(NamedTuple):
     intra_node_bytes: jax.Array | None = None
     inter_node_raw_bytes: jax.Array | None = None
     inter_node_moved_bytes: jax.Array | None = None
+    phase_moved_bytes: jax.Array | None = None
 
     @classmethod
     def exact(cls, raw_bytes, ratio_shape, *, capacity_bytes, axis_name=None) -> ExchangeStats:
@@ -83,7 +87,8 @@ class ExchangeStats(NamedTuple):
           capacity_bytes: float, the ``capacity_bytes`` to report.
           axis_name: the exchange's mesh axis (inside ``shard_map``): the node fields split
             ``raw_bytes`` evenly over its P destinations (:func:`node_bytes`); None (the
-            all-reduce): the node fields are None.
+            all-reduce): the node fields are None and ``phase_moved_bytes`` halves
+            ``raw_bytes`` (a reduce-scatter and an all-gather of the raw values).
 
         Returns:
           :class:`ExchangeStats` with ``overflow_count`` and ``fallback`` 0.
@@ -91,9 +96,11 @@ class ExchangeStats(NamedTuple):
         raw = jnp.asarray(raw_bytes, jnp.float32)
         zero = jnp.int32(0)
         intra = inter = None
+        phases = jnp.stack([raw / 2, raw / 2])
         if axis_name is not None:
             p = jax.lax.axis_size(axis_name)
             intra, inter = node_bytes(jnp.full(p, raw / p), axis_name)
+            phases = None
         return cls(
             raw_bytes=raw,
             frame_bytes=raw,
@@ -105,6 +112,7 @@ class ExchangeStats(NamedTuple):
             intra_node_bytes=intra,
             inter_node_raw_bytes=inter,
             inter_node_moved_bytes=inter,
+            phase_moved_bytes=phases,
         )
 
 

@@ -71,6 +71,8 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
             raw_bytes_per_step=last.raw_bytes / n_last,
             allreduce_moved_bytes_per_step=last.allreduce_moved_bytes / n_last,
             allreduce_raw_bytes_per_step=last.allreduce_raw_bytes / n_last,
+            allreduce_scatter_moved_bytes_per_step=last.allreduce_scatter_moved_bytes / n_last,
+            allreduce_gather_moved_bytes_per_step=last.allreduce_gather_moved_bytes / n_last,
             exchange_ratio=last.compression_ratio,
             moved_ratio=last.moved_ratio,
             link_bytes_per_step=statistics.median(link) if link else None,

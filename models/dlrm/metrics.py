@@ -102,6 +102,9 @@ class TrainRecord:
         variable-size path such as the GPU's ragged one sends; the dense path moves the
         capacity); the raw bytes for the exact all-reduce, half of them for bf16.
       allreduce_moved_bytes: bytes the gradient all-reduce really moved, all devices.
+      allreduce_scatter_moved_bytes, allreduce_gather_moved_bytes: the same split into its
+        reduce-scatter and its all-gather (``jax_lossy_comm.ExchangeStats.phase_moved_bytes``;
+        0 in records written before they were recorded).
       allreduce_fallback_steps: steps whose compressed all-reduce fell back to ``psum``.
       exchange_topology: the embedding exchange's topology, "flat" or "hierarchical"
         (``Config.exchange_topology`` resolved).
@@ -136,6 +139,8 @@ class TrainRecord:
     allreduce_raw_bytes: float = 0.0
     allreduce_frame_bytes: float = 0.0
     allreduce_moved_bytes: float = 0.0
+    allreduce_scatter_moved_bytes: float = 0.0
+    allreduce_gather_moved_bytes: float = 0.0
     allreduce_fallback_steps: int = 0
     exchange_topology: str = "flat"
     intra_node_bytes: float = 0.0

@@ -312,7 +312,8 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             for k in ("raw_bytes", "frame_bytes", "moved_bytes") + NODE_BYTES
         }
         byte_stats["fallback"] = jax.lax.pmax(stats.fallback.astype(jnp.float32), ax)
-        for k in ("raw_bytes", "frame_bytes", "moved_bytes"):  # the all-reduce's, all devices
+        for k in ("raw_bytes", "frame_bytes", "moved_bytes", "phase_moved_bytes"):
+            # the all-reduce's, all devices (phases: reduce-scatter, all-gather)
             byte_stats["allreduce_" + k] = jax.lax.psum(getattr(ar_stats, k), ax)
         byte_stats["allreduce_fallback"] = jax.lax.pmax(ar_stats.fallback.astype(jnp.float32), ax)
         return loss, logits, g_head, g_table, slot_stats, byte_stats, grad_ef

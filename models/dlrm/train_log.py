@@ -222,6 +222,8 @@ def _interval_record(
         allreduce_raw_bytes=float(sum(m["allreduce_raw_bytes"] for m in ms)),
         allreduce_frame_bytes=float(sum(m["allreduce_frame_bytes"] for m in ms)),
         allreduce_moved_bytes=float(sum(m["allreduce_moved_bytes"] for m in ms)),
+        allreduce_scatter_moved_bytes=float(sum(m["allreduce_phase_moved_bytes"][0] for m in ms)),
+        allreduce_gather_moved_bytes=float(sum(m["allreduce_phase_moved_bytes"][1] for m in ms)),
         allreduce_fallback_steps=int(sum(float(m["allreduce_fallback"]) > 0 for m in ms)),
         seconds=float(seconds),
         unix_time=time.time(),

@@ -113,6 +113,13 @@ def test_matches_psum_within_documented_bound(mode, eb, path):
     if mode == "rel":  # fixed-rate capacity at least; entropy coding does better
         assert np.all(moved < raw / 3), (moved, raw)
     assert np.asarray(st.compression_ratio).shape == (NDEV, 2)
+    # the bytes of each phase: their sum is moved_bytes, and each carries at least its
+    # frames (raw / 2 per phase over the phase's ratio: the reduce-scatter's frames, the
+    # all-gather's P copies of the reduced chunk's frame)
+    phase, ratio = np.asarray(st.phase_moved_bytes), np.asarray(st.compression_ratio)
+    assert phase.shape == (NDEV, 2)
+    np.testing.assert_allclose(phase.sum(axis=1), moved, rtol=1e-6)
+    assert np.all(phase >= raw[:, None] / 2 / ratio * (1 - 1e-6)), (phase, raw, ratio)
 
 
 def test_gradient_frames_take_one_dense_collective_on_auto():
@@ -175,6 +182,9 @@ def test_nan_inf_beyond_outlier_room_fall_back_to_psum_bit_exact():
     assert np.asarray(st.fallback).tolist() == [1] * NDEV
     assert np.asarray(st.overflow_count)[5] >= 1
     assert np.all(np.asarray(st.moved_bytes) == np.asarray(st.raw_bytes))
+    # the exact psum: half its raw bytes in each phase
+    half = np.asarray(st.raw_bytes)[:, None] / 2
+    assert np.array_equal(np.asarray(st.phase_moved_bytes), np.broadcast_to(half, (NDEV, 2)))
 
 
 def test_few_nan_inf_travel_as_outliers():

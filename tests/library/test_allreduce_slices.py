@@ -90,6 +90,10 @@ def test_one_slice_with_an_overflowing_frame_falls_back_alone():
     # the three coded slices still save bytes: three quarters at a ratio > 3, one raw
     raw, moved = np.asarray(st.raw_bytes), np.asarray(st.moved_bytes)
     assert np.all(moved < 0.5 * raw), moved / raw
+    # per phase, summed over the slices: the fallen-back slice's psum half in each
+    phase = np.asarray(st.phase_moved_bytes)
+    np.testing.assert_allclose(phase.sum(axis=1), moved, rtol=1e-6)
+    assert np.all(phase[:, 1] >= raw / 4 / 2), (phase, raw)
 
 
 def test_slices_are_cut_to_the_buffers_rows_and_invalid_counts_raise():

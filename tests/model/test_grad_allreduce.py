@@ -64,6 +64,8 @@ def test_modes_train_close_to_exact_and_report_bytes():
     assert float(m_exact["allreduce_raw_bytes"]) == 8 * 2 * head_bytes  # 8 devices
     assert float(m_exact["allreduce_moved_bytes"]) == float(m_exact["allreduce_raw_bytes"])
     assert float(m_exact["allreduce_frame_bytes"]) == float(m_exact["allreduce_raw_bytes"])
+    half = float(m_exact["allreduce_raw_bytes"]) / 2  # reduce-scatter, all-gather
+    assert np.asarray(m_exact["allreduce_phase_moved_bytes"]).tolist() == [half, half]
     runs = [("bf16", True, "auto"), ("compressed", True, "auto")]
     runs += [("compressed", False, "auto"), ("compressed", True, "fixed")]
     for mode, feedback, codec in runs:
@@ -71,6 +73,8 @@ def test_modes_train_close_to_exact_and_report_bytes():
         assert np.abs(losses - exact).max() < 5e-3, (mode, feedback, losses - exact)
         assert not np.array_equal(losses, exact)  # the gradients really went through a codec
         raw, moved = float(m["allreduce_raw_bytes"]), float(m["allreduce_moved_bytes"])
+        phase = np.asarray(m["allreduce_phase_moved_bytes"])
+        assert phase.shape == (2,) and phase.sum() == pytest.approx(moved, rel=1e-6)
         assert raw >= float(m_exact["allreduce_raw_bytes"])  # padded to 8 x 256 values
         if mode == "bf16":
             assert moved == raw / 2
