@@ -58,10 +58,12 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
         final_step=final.step if final else None,
     )
     auto = final.auto_exchange if final else None
-    if auto:  # --compression auto: what it chose and predicted
+    if auto:  # --compression auto: what it chose and predicted, and the choice in hindsight
+        hind = (auto.get("comparison") or {}).get("hindsight") or {}
         out.update(
             auto_choice=auto["choice"],
             auto_predicted_step_s=auto["candidates"][auto["choice"]]["step_overlap_s"],
+            auto_hindsight_choice=hind.get("choice"),
         )
     if timed:
         last, n_last = timed[-1]

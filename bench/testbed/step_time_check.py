@@ -150,7 +150,13 @@ def check_file(path: Path, speeds: dict[str, dict], model: st.ModelSpec) -> dict
             continue
         mmode, gcodec = BENCH_MODES[mode]
         inp = stats_inputs(run, p)
-        codecs = testbed_codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
+        codecs = testbed_codecs(
+            speeds,
+            inp["exchange_ratio"],
+            gcodec,
+            inp["gradient_ratio"],
+            inp.get("gradient_gather_ratio"),
+        )
         cl = testbed_cluster(devices_pp, probes[rate], loop_bits, cores)
         pred = {ov: st.predict(model, cl, computes[ov], codecs, mmode) for ov in (False, True)}
         meas = run["step_time_s"]

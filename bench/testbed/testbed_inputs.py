@@ -144,25 +144,37 @@ def stats_inputs(run: dict, devices: int) -> dict[str, float]:
         ratio = run["raw_bytes_per_step"] / run["moved_bytes_per_step"]
     else:
         ratio = inter_raw / inter_moved
-    return {
+    out = {
         "exchange_bytes_per_device": x,
         "gradient_bytes_per_device": run["allreduce_raw_bytes_per_step"] / (2 * devices),
         "exchange_ratio": ratio,
         "gradient_ratio": run["allreduce_raw_bytes_per_step"]
         / run["allreduce_moved_bytes_per_step"],
     }
+    scatter = run.get("allreduce_scatter_moved_bytes_per_step") or 0.0
+    gather = run.get("allreduce_gather_moved_bytes_per_step") or 0.0
+    if scatter > 0 and gather > 0:  # recorded apart (runs made after they were): each phase's
+        half = run["allreduce_raw_bytes_per_step"] / 2
+        out.update(gradient_ratio=half / scatter, gradient_gather_ratio=half / gather)
+    return out
 
 
 def testbed_codecs(
-    speeds: dict[str, dict], ratio: float, grad_codec: str | None, grad_ratio: float
+    speeds: dict[str, dict],
+    ratio: float,
+    grad_codec: str | None,
+    grad_ratio: float,
+    gather_ratio: float | None = None,
 ) -> st.Codecs:
     """The testbed's codecs: the exchange at ``jlc-auto``'s speeds and ``ratio``, the gradient
-    all-reduce at ``grad_codec``'s (``jlc-auto`` when None) and ``grad_ratio``."""
+    all-reduce at ``grad_codec``'s (``jlc-auto`` when None), ``grad_ratio`` and its all-gather
+    at ``gather_ratio`` (None: ``grad_ratio``)."""
     ex = speeds["jlc-auto"]
     gr = speeds[grad_codec or "jlc-auto"]
     return st.Codecs(
         forward=st.CodecSpec(ex["compress_bytes_per_s"], ex["decompress_bytes_per_s"], ratio),
         gradient=st.CodecSpec(gr["compress_bytes_per_s"], gr["decompress_bytes_per_s"], grad_ratio),
+        gradient_gather_ratio=gather_ratio,
     )
 
 

@@ -256,6 +256,8 @@ def test_one_process_auto_run_chooses_as_the_model_says_and_reports(tmp_path, ca
     summary = run_summary.summarize(log)
     assert summary["auto_choice"] == auto["choice"]
     assert summary["auto_predicted_step_s"] == auto["candidates"][auto["choice"]]["step_overlap_s"]
+    hind = auto["comparison"]["hindsight"]
+    assert summary["auto_hindsight_choice"] == (hind["choice"] if hind else None)
     # the start block: the measured links and codec, each candidate's split, the choice
     assert re.search(rf"link intra-node \(devices, 7 peers\): ({_NUM} GB/s|unbounded)", out), out
     assert "link inter-node: no peers" in out

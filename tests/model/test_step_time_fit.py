@@ -103,7 +103,14 @@ def test_committed_ahead_points_and_auto_rows():
     for a in res["auto"]:
         assert a["best_fixed_step_s"] == min(a["fixed_steps_s"].values())
         assert a["vs_best"] == pytest.approx(a["auto_step_s"] / a["best_fixed_step_s"] - 1)
-        assert a["choice"] in ("exact", "flat", "hierarchical")
+        assert a["choice"] in (
+            "exact",
+            "flat",
+            "hierarchical",
+            "exact-ar",
+            "flat-ar",
+            "hierarchical-ar",
+        )
 
 
 def test_auto_rows_compare_against_the_best_fixed_choice(tmp_path):
@@ -112,9 +119,44 @@ def test_auto_rows_compare_against_the_best_fixed_choice(tmp_path):
 
     file = fit.AHEAD[1][3]
     runs = [run("exact", 1.0), run("compressed-hierarchical", 0.6), run("compressed-flat", 0.62)]
-    runs += [run("auto", 0.63, auto_choice="hierarchical", auto_predicted_step_s=0.59)]
+    runs += [
+        run("auto", 0.63, auto_choice="hierarchical", auto_predicted_step_s=0.59,
+            auto_hindsight_choice="flat")
+    ]  # fmt: skip
     (tmp_path / file).write_text(json.dumps({"runs": runs}))
     (a,) = fit.auto_rows(tmp_path)
     assert (a["choice"], a["best_fixed"]) == ("hierarchical", "compressed-hierarchical")
     assert a["vs_best"] == pytest.approx(0.05) and a["vs_exact"] == pytest.approx(-0.37)
-    assert math.isclose(a["auto_predicted_step_s"], 0.59)
+    assert math.isclose(a["auto_predicted_step_s"], 0.59) and a["hindsight_choice"] == "flat"
+
+
+def test_the_all_gathers_own_ratio_sets_its_bytes():
+    """The all-reduce's phases recorded apart give each its ratio: the all-gather's edge
+    bytes follow its own (the reduced sums re-coded), the reduce-scatter's the gradient's."""
+    m = st.terabyte_spec()
+    cl = sti.testbed_cluster(2, 1e9, 10e9)
+    s, p = m.gradient_bytes(), cl.devices
+    run = {  # all devices, per step: raw 2 S P; the scatter at 8x, the gather at 4x
+        "raw_bytes_per_step": m.exchange_bytes(p) * p,
+        "moved_bytes_per_step": 1.0,
+        "inter_node_raw_bytes_per_step": 10.0,
+        "inter_node_moved_bytes_per_step": 1.0,
+        "allreduce_raw_bytes_per_step": 2 * s * p,
+        "allreduce_moved_bytes_per_step": s * p / 8 + s * p / 4,
+        "allreduce_scatter_moved_bytes_per_step": s * p / 8,
+        "allreduce_gather_moved_bytes_per_step": s * p / 4,
+    }
+    inp = sti.stats_inputs(run, p)
+    assert (inp["gradient_ratio"], inp["gradient_gather_ratio"]) == (8.0, 4.0)
+    old = {k: v for k, v in run.items() if "scatter" not in k and "gather" not in k}
+    assert "gradient_gather_ratio" not in sti.stats_inputs(old, p)
+    speeds = {"jlc-auto": {"compress_bytes_per_s": 1e9, "decompress_bytes_per_s": 1e9}}
+    both = sti.testbed_codecs(speeds, 10.0, None, 8.0, 4.0)
+    same = sti.testbed_codecs(speeds, 10.0, None, 8.0)
+    compute = st.Compute(1e10, 2e9)
+    t4 = st.predict(m, cl, compute, both, "hierarchical-ar")
+    t8 = st.predict(m, cl, compute, same, "hierarchical-ar")
+    # per device the all-gather's ring edge carries (P-1)/P S / ratio across nodes
+    assert t4.inter_bytes - t8.inter_bytes == pytest.approx((p - 1) / p * s * (1 / 4 - 1 / 8))
+    with pytest.raises(ValueError, match="gradient_gather_ratio"):
+        dataclasses.replace(both, gradient_gather_ratio=0.0)

@@ -57,7 +57,8 @@ carry ``G * inter_bandwidth``). Per mode:
   alone gives (fewer inter-node messages: ``N - 1`` instead of ``P - G``).
 * ``hierarchical-ar``: ``hierarchical`` plus the compressed gradient all-reduce of the library
   (``jax_lossy_comm.compressed_psum``): a reduce-scatter as an all-to-all of frames (``S / r_g``
-  per device) then a ring all-gather of the reduced frames (``S / r_g`` gathered); compress
+  per device) then a ring all-gather of the reduced frames (``S / r_g`` gathered, or at
+  ``Codecs.gradient_gather_ratio`` where the re-coded sums' ratio is known); compress
   ``S (1 + 1 / P)``, decompress ``2 S (P - 1) / P``. ``exact-ar`` and ``flat-ar``: the same
   all-reduce beside the ``exact`` and the ``flat`` exchange (``AR_MODES``).
 * ``fp16``, ``bf16``, ``fp8``, ``int8``, ``mx4``: the flat exchange, forward and backward, at the
@@ -344,7 +345,8 @@ def predict(
     if compressed_ar:
         rg = codecs.gradient.ratio
         rs_i, rs_e, bi, be = _all_to_all_flat(s, cl, rg)
-        ag_edge = (p - 1) / p * s / rg  # ring all-gather of the reduced frames (S / rg)
+        # ring all-gather of the reduced frames (S / its ratio: the reduced sums re-coded)
+        ag_edge = (p - 1) / p * s / (codecs.gradient_gather_ratio or rg)
         ag_i, ag_e = _ring_levels(ag_edge, cl)
         ar_i, ar_e = rs_i + ag_i, rs_e + ag_e
         ar = max(rs_i, rs_e) + max(ag_i, ag_e) + (p - 1) * _ring_latency(cl)

@@ -251,6 +251,8 @@ class Codecs:
       backward: the exchange codec on cotangents; None = ``forward``.
       cast_bytes_per_s: raw bytes/s of a fixed-precision cast (encode or decode), the
         ``fp16`` ... ``mx4`` modes.
+      gradient_gather_ratio: the compressed all-reduce's all-gather ratio (its reduced sums are
+        coded again, at a ratio of their own); None: ``gradient.ratio`` for both phases.
       exchange_overhead_s: seconds per device and step that a compressed exchange (``flat``,
         ``hierarchical``, ``hierarchical-ar``) adds beyond its codec throughput: codec calls,
         frame packing, the overflow agreement's collective. Paid per device on its processor,
@@ -262,8 +264,11 @@ class Codecs:
     backward: CodecSpec | None = None
     cast_bytes_per_s: float = math.inf
     exchange_overhead_s: float = 0.0
+    gradient_gather_ratio: float | None = None
 
     def __post_init__(self):
+        if self.gradient_gather_ratio is not None and not self.gradient_gather_ratio > 0:
+            raise ValueError(f"gradient_gather_ratio must be > 0, got {self.gradient_gather_ratio}")
         if not self.exchange_overhead_s >= 0:
             raise ValueError(f"exchange_overhead_s must be >= 0, got {self.exchange_overhead_s}")
 
