@@ -50,32 +50,58 @@ from bench.testbed.testbed_inputs import (
 )
 from models.dlrm.cluster import step_time as st
 
-#: the committed run files the constants are fitted on (the check's first four; fixed, so
-#: that the points predicted from them stay what they were before their runs)
-FIT_FILES = CHECK_FILES[:4]
-AHEAD_CODEC = "codec_testbed.json"
 #: (label, devices per process, rates, the file that measures them, the file whose bytes and
 #: ratios they are predicted with, the global batch: the preset's 2048 where the device count
 #: divides it, else the largest multiple of the device count below it)
-AHEAD = (
-    (
-        "2x3",
-        3,
-        ("unlimited", "500mbit", "100mbit"),
-        "netns_two_node_2x3.json",
-        "netns_two_node_2x4.json",
-        2046,
+Group = tuple[str, int, tuple[str, ...], str, str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One round of predictions ahead: constants fitted on ``fit_files`` (each with its codec
+    benchmark), then ``groups`` predicted before their files were measured."""
+
+    name: str
+    fit_files: tuple[tuple[str, str], ...]
+    groups: tuple[Group, ...]
+    note: str = ""
+
+
+ROUNDS = (
+    Round(
+        "Round 1: constants fitted on the four files of the first check",
+        CHECK_FILES[:4],
+        (
+            ("2x3", 3, ("unlimited", "500mbit", "100mbit"), "netns_two_node_2x3.json",
+             "netns_two_node_2x4.json", 2046),
+            ("2x2 at 100 Mbit/s", 2, ("100mbit",), "netns_two_node_2x2_100mbit.json", RATES_FILE,
+             2048),
+            ("2x4 at 100 Mbit/s", 4, ("100mbit",), "netns_two_node_2x4_100mbit.json",
+             "netns_two_node_2x4.json", 2048),
+        ),
     ),
-    ("2x2 at 100 Mbit/s", 2, ("100mbit",), "netns_two_node_2x2_100mbit.json", RATES_FILE, 2048),
-    (
-        "2x4 at 100 Mbit/s",
-        4,
-        ("100mbit",),
-        "netns_two_node_2x4_100mbit.json",
-        "netns_two_node_2x4.json",
-        2048,
+    Round(
+        "Round 2: constants fitted again on round 1's files (the code and machine of today)",
+        (
+            ("netns_two_node_2x3.json", "codec_testbed.json"),
+            ("netns_two_node_2x2_100mbit.json", "codec_testbed.json"),
+            ("netns_two_node_2x4_100mbit.json", "codec_testbed.json"),
+        ),
+        (
+            ("2x2 at 200 Mbit/s", 2, ("200mbit",), "netns_two_node_2x2_200mbit.json",
+             "netns_two_node_2x2_100mbit.json", 2048),
+            ("2x3 at 250 Mbit/s", 3, ("250mbit",), "netns_two_node_2x3_250mbit.json",
+             "netns_two_node_2x3.json", 2046),
+            ("2x4 at 200 Mbit/s", 4, ("200mbit",), "netns_two_node_2x4_200mbit.json",
+             "netns_two_node_2x4_100mbit.json", 2048),
+        ),
     ),
-)
+)  # fmt: skip
+#: the codec benchmark the points ahead are predicted with: the testbed's machine, the codec
+#: of today
+AHEAD_CODEC = "codec_testbed.json"
+#: the files whose unlimited probe is the loopback of a file without an unlimited run
+LOOPBACK_FILES = ("netns_two_node_2x3.json", "netns_two_node_2x4.json")
 #: the fixed choices ``--compression auto`` is measured against (every one of BENCH_MODES)
 AHEAD_MODES = tuple(BENCH_MODES)
 TARGET = 0.15
@@ -95,6 +121,13 @@ def ahead_command(dpp: int, rates: Sequence[str], out: str, batch: int) -> str:
     )
 
 
+def ae_candidates() -> tuple[str, ...]:
+    """Every mode ``--compression auto`` can choose (``auto_exchange.CANDIDATES``)."""
+    from models.dlrm.cluster.auto_exchange import CANDIDATES
+
+    return CANDIDATES
+
+
 def _probes(data: dict) -> dict[str, float]:
     return {r["rate"]: r["probe_gbits"] * 1e9 for r in data["runs"] if r.get("probe_gbits")}
 
@@ -104,14 +137,33 @@ def _speeds(results: Path, codec_file: str) -> dict[str, dict]:
     return {k: codec_speeds(cj, k) for k in ("jlc-auto", "jlc-fixed")}
 
 
-def fit_points(results: Path) -> list[dict[str, Any]]:
-    """Every library point of ``FIT_FILES``: its inputs and measured step (median of rounds)."""
+def _batch(data: dict) -> int:
+    """The global batch of a run file (``--extra --batch-size N``, else the preset's)."""
+    extra = list(data["params"].get("extra") or [])
+    if "--batch-size" in extra:
+        return int(extra[extra.index("--batch-size") + 1])
+    return st.terabyte_spec().global_batch
+
+
+def _loopback(results: Path, data: dict) -> float:
+    """The unlimited probe of ``data``, else of the first of ``LOOPBACK_FILES`` committed."""
+    probes = _probes(data)
+    if "unlimited" in probes:
+        return probes["unlimited"]
+    for name in LOOPBACK_FILES:
+        if (results / name).exists():
+            return _probes(json.loads((results / name).read_text()))["unlimited"]
+    raise ValueError("no unlimited probe to take the loopback from")
+
+
+def fit_points(results: Path, files: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """Every library point of ``files``: its inputs and measured step (median of rounds)."""
     rows = []
-    for name, codec_file in FIT_FILES:
+    for name, codec_file in files:
         data = json.loads((results / name).read_text())
         speeds = _speeds(results, codec_file)
         dpp = data["params"]["devices_per_process"]
-        probes = _probes(data)
+        probes, loop = _probes(data), _loopback(results, data)
         for (rate, mode), run in sorted(median_runs(data["runs"]).items()):
             if mode not in BENCH_MODES:
                 continue
@@ -123,12 +175,17 @@ def fit_points(results: Path) -> list[dict[str, Any]]:
                     "rate": rate,
                     "mode": mode,
                     "model_mode": mmode,
+                    "global_batch": _batch(data),
                     "measured_step_s": run["step_time_s"],
                     "cluster": testbed_cluster(
-                        dpp, probes[rate], probes["unlimited"], data["environment"]["cpu_count"]
+                        dpp, probes[rate], loop, data["environment"]["cpu_count"]
                     ),
                     "codecs": testbed_codecs(
-                        speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"]
+                        speeds,
+                        inp["exchange_ratio"],
+                        gcodec,
+                        inp["gradient_ratio"],
+                        inp.get("gradient_gather_ratio"),
                     ),
                 }
             )
@@ -141,6 +198,7 @@ def predict_point(
     """One point's prediction with the fitted ``constants``."""
     f = constants["flops_per_s"]
     compute = st.Compute(f, f / flops_per_byte, constants["device_overhead_s"])
+    model = dataclasses.replace(model, global_batch=row.get("global_batch", model.global_batch))
     codecs = dataclasses.replace(
         row["codecs"], exchange_overhead_s=constants["exchange_overhead_s"]
     )
@@ -190,35 +248,47 @@ def _score(errors: Sequence[float]) -> dict[str, Any]:
 
 
 def predict_ahead(
-    results: Path, model: st.ModelSpec, constants: dict[str, float], flops_per_byte: float
+    results: Path,
+    groups: Sequence[Group],
+    model: st.ModelSpec,
+    constants: dict[bool, dict[str, float]],
+    flops_per_byte: float,
 ) -> list[dict[str, Any]]:
-    """The ``AHEAD`` points from ``constants``, each scored against its file where committed."""
+    """The points of ``groups`` from ``constants``, each scored against its file where
+    committed."""
     rates_data = json.loads((results / RATES_FILE).read_text())
-    rates_probes = _probes(rates_data)
-    frac = rates_probes["1gbit"] / 1e9  # TCP payload / tbf rate, measured at 1 Gbit/s
+    frac = _probes(rates_data)["1gbit"] / 1e9  # TCP payload / tbf rate, measured at 1 Gbit/s
     speeds = _speeds(results, AHEAD_CODEC)
     out = []
-    for label, dpp, rates, file, source, batch in AHEAD:
-        model = dataclasses.replace(model, global_batch=batch)
+    for label, dpp, rates, file, source, batch in groups:
         src = json.loads((results / source).read_text())
         src_med = median_runs(src["runs"])
-        loop = _probes(src)["unlimited"]
+        loop = _loopback(results, src)
         path = results / file
         measured = median_runs(json.loads(path.read_text())["runs"]) if path.exists() else {}
         for mode in AHEAD_MODES:
             mmode, gcodec = BENCH_MODES[mode]
-            # the flat exchange has the hierarchical one's codec and blocks where no flat run
-            # is in the source file
-            run = (
-                src_med.get(("unlimited", mode))
-                or src_med[("unlimited", "compressed-hierarchical")]
+            # the source's run of the mode (its unlimited one where there is one); the flat
+            # exchange has the hierarchical one's codec and blocks where no flat run is there
+            runs = [
+                r
+                for (_, m), r in sorted(src_med.items(), key=lambda kv: kv[0][0] != "unlimited")
+                if m == mode
+            ]
+            runs = runs or [src_med[("unlimited", "compressed-hierarchical")]]
+            inp = stats_inputs(runs[0], 2 * src["params"]["devices_per_process"])
+            codecs = testbed_codecs(
+                speeds,
+                inp["exchange_ratio"],
+                gcodec,
+                inp["gradient_ratio"],
+                inp.get("gradient_gather_ratio"),
             )
-            inp = stats_inputs(run, 2 * src["params"]["devices_per_process"])
-            codecs = testbed_codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
             for rate in rates:
                 bits = loop if rate == "unlimited" else rate_name_bits(rate) * frac
                 row = {
                     "model_mode": mmode,
+                    "global_batch": batch,
                     "cluster": testbed_cluster(dpp, bits, loop, src["environment"]["cpu_count"]),
                     "codecs": codecs,
                 }
@@ -252,9 +322,9 @@ def predict_ahead(
 
 def auto_rows(results: Path) -> list[dict[str, Any]]:
     """``--compression auto`` against every fixed choice measured beside it (same file, rate
-    and rounds): its choice, its step, the best fixed step, exact's."""
+    and rounds) in every round's files: its choice, its step, the best fixed step, exact's."""
     out = []
-    for label, _, rates, file, _, _ in AHEAD:
+    for label, _, rates, file, _, _ in (g for r in ROUNDS for g in r.groups):
         path = results / file
         if not path.exists():
             continue
@@ -285,37 +355,48 @@ def auto_rows(results: Path) -> list[dict[str, Any]]:
     return out
 
 
-def build_ahead(results: Path, flops_per_byte: float) -> dict[str, Any]:
-    """The fitted constants, their in-sample fit, the points predicted ahead and auto's rows."""
+def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, Any]:
+    """One round: the fitted constants, their in-sample fit and the points predicted ahead."""
     model = st.terabyte_spec()
-    rows = fit_points(results)
+    if not all((results / f).exists() for f, _ in rnd.fit_files):
+        return {"name": rnd.name, "fit_files": [f for f, _ in rnd.fit_files], "pending": True}
+    rows = fit_points(results, rnd.fit_files)
     constants = {ov: fit(model, rows, flops_per_byte, ov) for ov in (True, False)}
     in_sample = [
         predict_point(model, r, constants[True], flops_per_byte).step(True) / r["measured_step_s"]
         - 1
         for r in rows
     ]
-    points = predict_ahead(results, model, constants, flops_per_byte)
+    points = predict_ahead(results, rnd.groups, model, constants, flops_per_byte)
     scored = [pt["error"] for pt in points if "error" in pt]
     return {
-        "fit_files": [f for f, _ in FIT_FILES],
+        "name": rnd.name,
+        "fit_files": [f for f, _ in rnd.fit_files],
         "constants": constants[True],
         "constants_serial": constants[False],
         "fit": _score(in_sample),
         "points": points,
         "summary": _score(scored) | {"predicted": len(points)},
+    }
+
+
+def build_ahead(results: Path, flops_per_byte: float) -> dict[str, Any]:
+    """Every round (``ROUNDS``) and auto's rows."""
+    return {
+        "rounds": [build_round(results, r, flops_per_byte) for r in ROUNDS],
         "auto": auto_rows(results),
     }
 
 
-def render_ahead(res: dict[str, Any]) -> list[str]:
-    """The ahead section of ``step_time_check.md`` (Markdown lines)."""
-    c, f, s = res["constants"], res["fit"], res["summary"]
+def _render_round(r: dict[str, Any]) -> list[str]:
+    if r.get("pending"):
+        return [f"### {r['name']}", "", f"Waiting for {', '.join(r['fit_files'])}.", ""]
+    c, f, s = r["constants"], r["fit"], r["summary"]
     lines = [
-        "## Fixed costs, and points predicted ahead from them",
+        f"### {r['name']}",
         "",
-        "Three constants fitted once by least squares on the relative error of the "
-        f"{f['points']} points of {', '.join(res['fit_files'])} (`bench/testbed/step_time_fit.py`): "
+        "Three constants fitted by least squares on the relative error of the "
+        f"{f['points']} points of {', '.join(r['fit_files'])}: "
         f"{c['flops_per_s'] / 1e9:.1f} GFLOP/s per processor, a device overhead of "
         f"{c['device_overhead_s'] * 1e3:.1f} ms per device and step (program dispatch, the "
         "rendezvous of its collectives; paid one device after the other on a shared core) and "
@@ -334,7 +415,7 @@ def render_ahead(res: dict[str, Any]) -> list[str]:
         "| layout | link | mode | predicted | serial | measured (rounds) | error | serial error |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for pt in res["points"]:
+    for pt in r["points"]:
         meas = "not yet | | "
         if "error" in pt:
             rounds = ", ".join(f"{x * 1e3:.0f}" for x in pt["measured_round_step_s"])
@@ -346,9 +427,18 @@ def render_ahead(res: dict[str, Any]) -> list[str]:
             f"| {pt['layout']} | {pt['rate']} | {pt['mode']} | {fmt_ms(pt['predicted_step_s'])} | "
             f"{fmt_ms(pt['predicted_serial_step_s'])} | {meas} |"
         )
+    lines += ["", "Commands that measure them (root, the two-node testbed):", ""]
+    lines += [f"    {cmd}" for cmd in sorted({pt["command"] for pt in r["points"]})]
+    return [*lines, ""]
+
+
+def render_ahead(res: dict[str, Any]) -> list[str]:
+    """The ahead section of ``step_time_check.md`` (Markdown lines)."""
+    lines = ["## Fixed costs, and points predicted ahead from them", ""]
+    for r in res["rounds"]:
+        lines += _render_round(r)
     if res["auto"]:
         lines += [
-            "",
             "### `--compression auto` beside the fixed choices",
             "",
             "Same file, rate and interleaved rounds (median of the rounds); auto (`--compression "
@@ -370,6 +460,4 @@ def render_ahead(res: dict[str, Any]) -> list[str]:
                 f"{fmt_ms(a['best_fixed_step_s'])} | {a['vs_best']:+.1%} | {ve} | "
                 f"{a.get('hindsight_choice') or ''} |"
             )
-    lines += ["", "Commands that measure them (root, the two-node testbed):", ""]
-    lines += [f"    {cmd}" for cmd in sorted({pt["command"] for pt in res["points"]})]
     return lines
