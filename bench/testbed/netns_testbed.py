@@ -58,6 +58,13 @@ VETH_SUBNET = "10.77.0"
 _LO_MTU = 65536  # the loopback's MTU; one packet plus headers must fit tbf's bucket
 
 
+def tbf_burst_bytes(rate: str) -> int:
+    """The token bucket's burst of a ``rate`` where no netem shapes it: 1 ms at the rate, at
+    least two 64 KiB packets (lo's MTU, and a veth's GSO packets: a packet larger than the
+    bucket is never sent)."""
+    return max(2 * (_LO_MTU + 256), int(rate_bits(rate) / 8 / 1000))
+
+
 def resolve_testbed(testbed: str, devices_per_process: int) -> str:
     """``auto`` -> ``two-node`` with more than one device per process, else ``loopback``.
 
@@ -182,7 +189,7 @@ class Namespace:
             # two 64 KiB packets (lo's MTU, and a veth's GSO packets: a packet larger than the
             # bucket is never sent: TCP retransmits it until gloo's connection times out, as
             # it did at 500 Mbit/s).
-            burst = max(2 * (_LO_MTU + 256), int(rate_bits(rate) / 8 / 1000))
+            burst = tbf_burst_bytes(rate)
             _run(
                 self.prefix()
                 + ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate]

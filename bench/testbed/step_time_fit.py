@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from bench.testbed.netns_testbed import tbf_burst_bytes
 from bench.testbed.testbed_inputs import (
     BENCH_MODES,
     CHECK_FILES,
@@ -64,7 +65,7 @@ class Round:
     name: str
     fit_files: tuple[tuple[str, str], ...]
     groups: tuple[Group, ...]
-    note: str = ""
+    token_bucket: bool = False  # the rate limiter's burst modelled (Cluster.inter_burst_bytes)
 
 
 ROUNDS = (
@@ -81,7 +82,8 @@ ROUNDS = (
         ),
     ),
     Round(
-        "Round 2: constants fitted again on round 1's files (the code and machine of today)",
+        "Round 2: constants fitted again on round 1's files (the code and machine of today), "
+        "the rate limiter's token bucket modelled",
         (
             ("netns_two_node_2x3.json", "codec_testbed.json"),
             ("netns_two_node_2x2_100mbit.json", "codec_testbed.json"),
@@ -95,6 +97,7 @@ ROUNDS = (
             ("2x4 at 200 Mbit/s", 4, ("200mbit",), "netns_two_node_2x4_200mbit.json",
              "netns_two_node_2x4_100mbit.json", 2048),
         ),
+        token_bucket=True,
     ),
 )  # fmt: skip
 #: the codec benchmark the points ahead are predicted with: the testbed's machine, the codec
@@ -156,7 +159,13 @@ def _loopback(results: Path, data: dict) -> float:
     raise ValueError("no unlimited probe to take the loopback from")
 
 
-def fit_points(results: Path, files: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+def _burst(rate: str, token_bucket: bool) -> float:
+    return tbf_burst_bytes(rate) if token_bucket and rate != "unlimited" else 0.0
+
+
+def fit_points(
+    results: Path, files: Sequence[tuple[str, str]], token_bucket: bool = False
+) -> list[dict[str, Any]]:
     """Every library point of ``files``: its inputs and measured step (median of rounds)."""
     rows = []
     for name, codec_file in files:
@@ -178,7 +187,11 @@ def fit_points(results: Path, files: Sequence[tuple[str, str]]) -> list[dict[str
                     "global_batch": _batch(data),
                     "measured_step_s": run["step_time_s"],
                     "cluster": testbed_cluster(
-                        dpp, probes[rate], loop, data["environment"]["cpu_count"]
+                        dpp,
+                        probes[rate],
+                        loop,
+                        data["environment"]["cpu_count"],
+                        burst_bytes=_burst(rate, token_bucket),
                     ),
                     "codecs": testbed_codecs(
                         speeds,
@@ -253,6 +266,7 @@ def predict_ahead(
     model: st.ModelSpec,
     constants: dict[bool, dict[str, float]],
     flops_per_byte: float,
+    token_bucket: bool = False,
 ) -> list[dict[str, Any]]:
     """The points of ``groups`` from ``constants``, each scored against its file where
     committed."""
@@ -289,7 +303,13 @@ def predict_ahead(
                 row = {
                     "model_mode": mmode,
                     "global_batch": batch,
-                    "cluster": testbed_cluster(dpp, bits, loop, src["environment"]["cpu_count"]),
+                    "cluster": testbed_cluster(
+                        dpp,
+                        bits,
+                        loop,
+                        src["environment"]["cpu_count"],
+                        burst_bytes=_burst(rate, token_bucket),
+                    ),
                     "codecs": codecs,
                 }
                 pred = {
@@ -360,14 +380,14 @@ def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, A
     model = st.terabyte_spec()
     if not all((results / f).exists() for f, _ in rnd.fit_files):
         return {"name": rnd.name, "fit_files": [f for f, _ in rnd.fit_files], "pending": True}
-    rows = fit_points(results, rnd.fit_files)
+    rows = fit_points(results, rnd.fit_files, rnd.token_bucket)
     constants = {ov: fit(model, rows, flops_per_byte, ov) for ov in (True, False)}
     in_sample = [
         predict_point(model, r, constants[True], flops_per_byte).step(True) / r["measured_step_s"]
         - 1
         for r in rows
     ]
-    points = predict_ahead(results, rnd.groups, model, constants, flops_per_byte)
+    points = predict_ahead(results, rnd.groups, model, constants, flops_per_byte, rnd.token_bucket)
     scored = [pt["error"] for pt in points if "error" in pt]
     return {
         "name": rnd.name,

@@ -117,10 +117,17 @@ def median_runs(runs: Sequence[dict]) -> dict[tuple[str, str], dict]:
 
 
 def testbed_cluster(
-    devices: int, probe_bits: float, loopback_bits: float, cores: int = 2, processes: int = 2
+    devices: int,
+    probe_bits: float,
+    loopback_bits: float,
+    cores: int = 2,
+    processes: int = 2,
+    burst_bytes: float = 0.0,
 ) -> st.Cluster:
     """The two-node testbed: one veth per node (process) shared by its devices, one loopback
-    per node, ``devices`` devices per process on ``cores / processes`` cores each."""
+    per node, ``devices`` devices per process on ``cores / processes`` cores each;
+    ``burst_bytes`` the rate limiter's token bucket (``netns_testbed.tbf_burst_bytes``; 0:
+    not modelled)."""
     return st.Cluster(
         nodes=processes,
         devices_per_node=devices,
@@ -130,6 +137,7 @@ def testbed_cluster(
         inter_latency=LATENCY_TESTBED_S,
         serial_devices=max(1.0, devices * processes / cores),
         intra_shared=True,
+        inter_burst_bytes=burst_bytes,
     )
 
 

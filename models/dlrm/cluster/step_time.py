@@ -85,6 +85,10 @@ backward pass is twice the forward's FLOPs):
 * dense optimizer ``dense_params * 4 * (3 SGD | 5 Adagrad) / mem``.
 * ``Cluster.serial_devices`` devices share one processor (a CPU testbed with more devices than
   cores): compute and codec times are multiplied by it.
+* a token-bucket link (``Cluster.inter_burst_bytes``, the testbed's ``tc tbf``): each
+  collective's inter-node transfer passes up to the bucket's bytes per node at no cost (the
+  bucket refills between a step's collectives): its time less ``min(bytes, burst) /
+  bandwidth`` of the node's link.
 * fixed host costs per device and step (``overhead_s``): ``Compute.device_overhead_s`` (program
   dispatch, the rendezvous of the device's collectives) in every mode, plus
   ``Codecs.exchange_overhead_s`` (codec calls, frame packing, the overflow agreement) in the
@@ -218,12 +222,21 @@ class StepTime:
         return d
 
 
+def _burst_saving(inter_bytes: float, cl: Cluster) -> float:
+    """Seconds one collective's ``inter_bytes`` per device save through the link's token
+    bucket (``Cluster.inter_burst_bytes`` per node, shared by its devices)."""
+    if not cl.inter_burst_bytes or not math.isfinite(cl.inter_bandwidth):
+        return 0.0
+    return min(inter_bytes, cl.inter_burst_bytes / cl.devices_per_node) / cl.inter_bandwidth
+
+
 def _all_to_all_flat(x: float, cl: Cluster, ratio: float) -> tuple[float, float, float, float]:
     """(t_intra, t_inter, intra bytes, inter bytes) of a flat all-to-all of ``x`` per device."""
     p, g = cl.devices, cl.devices_per_node
     per_peer = x / p / ratio
     ti = pairwise_all_to_all_time(per_peer, g - 1, cl.intra_bandwidth, cl.intra_latency)
     te = pairwise_all_to_all_time(per_peer, p - g, cl.inter_bandwidth, cl.inter_latency)
+    te -= _burst_saving(per_peer * (p - g), cl)
     return ti, te, per_peer * (g - 1), per_peer * (p - g)
 
 
@@ -233,6 +246,7 @@ def _all_to_all_hierarchical(
     n, g = cl.nodes, cl.devices_per_node
     ti = pairwise_all_to_all_time(x / g, g - 1, cl.intra_bandwidth, cl.intra_latency)
     te = pairwise_all_to_all_time(x / n / ratio, n - 1, cl.inter_bandwidth, cl.inter_latency)
+    te -= _burst_saving(x / n / ratio * (n - 1), cl)
     return ti, te, x / g * (g - 1), x / n / ratio * (n - 1)
 
 
@@ -270,6 +284,8 @@ def _ring_levels(nbytes_per_edge: float, cl: Cluster) -> tuple[float, float]:
     share = (g - 1) / g if cl.intra_shared else 1.0
     intra = nbytes_per_edge * share / cl.intra_bandwidth if g > 1 else 0.0
     inter = nbytes_per_edge / (g * cl.inter_bandwidth) if n > 1 else 0.0
+    if n > 1:  # the node's edge bytes through its bucket
+        inter -= _burst_saving(nbytes_per_edge / g, cl)
     return intra, inter
 
 

@@ -157,6 +157,9 @@ class Cluster:
         not a link per device (NVLink / NVSwitch ports).
       tree_allreduce: the exact all-reduce may run as a tree when that is faster (NCCL);
         False: ring only (gloo).
+      inter_burst_bytes: bytes per node that one collective's inter-node transfer passes at
+        no cost: a rate limiter's token bucket (Linux ``tc tbf``'s ``burst``) that refills
+        between the collectives of a step. 0 (the default): a plain link.
     """
 
     nodes: int
@@ -168,12 +171,15 @@ class Cluster:
     serial_devices: float = 1.0
     intra_shared: bool = False
     tree_allreduce: bool = False
+    inter_burst_bytes: float = 0.0
 
     def __post_init__(self):
         if self.nodes < 1 or self.devices_per_node < 1:
             raise ValueError("nodes and devices_per_node must be >= 1")
         check_link(self.intra_bandwidth, self.intra_latency)
         check_link(self.inter_bandwidth, self.inter_latency)
+        if not self.inter_burst_bytes >= 0:
+            raise ValueError(f"inter_burst_bytes must be >= 0, got {self.inter_burst_bytes}")
         if not self.serial_devices >= 1:
             raise ValueError(f"serial_devices must be >= 1, got {self.serial_devices}")
 
