@@ -511,7 +511,9 @@ def compressed_psum_with_stats(
       path sent (after a fallback ``raw_bytes``, plus the reduce-scatter's bytes when only the
       all-gather overflowed), ``compression_ratio`` ``float32[2]`` (raw / frame bytes of the
       reduce-scatter and of the all-gather frame), ``overflow_count``, ``fallback`` (1 when
-      the result is ``jax.lax.psum``'s; in slices: of any slice), ``capacity_bytes`` (per frame).
+      the result is ``jax.lax.psum``'s; in slices: of any slice), ``capacity_bytes`` (per frame),
+      ``phase_moved_bytes`` ``float32[2]`` (``moved_bytes`` split into the reduce-scatter's and
+      the all-gather's; a fallback's psum half to each).
 
     Examples:
       >>> import jax, jax.numpy as jnp

@@ -416,9 +416,9 @@ def test_auto_chooses_the_all_reduce_with_the_exchange(tmp_path, capsys, optimiz
         g = auto["probe"]["gradient_codec"]
         assert g["ratio"] > 1 and g["compress_bytes_per_s"] > 0
         assert "gradient codec: auto at REL 0.01" in out
-        assert auto["grad_allreduce"] == (
-            "compressed" if auto["choice"].endswith("-ar") else "exact"
-        )
+        # at 1 Mbit/s the exact all-reduce of the head gradients dominates the step: an -ar
+        # candidate wins
+        assert auto["choice"].endswith("-ar") and auto["grad_allreduce"] == "compressed"
     else:
         assert set(auto["candidates"]) == {"exact", "flat", "hierarchical"}
         assert auto["probe"]["gradient_codec"] is None and auto["grad_allreduce"] == "exact"

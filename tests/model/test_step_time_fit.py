@@ -2,6 +2,7 @@
 on the testbed (bench/testbed/step_time_fit.py)."""
 
 import dataclasses
+import hashlib
 import json
 import math
 
@@ -85,8 +86,15 @@ def test_fit_recovers_the_constants_of_synthetic_steps():
 def test_committed_ahead_points_and_auto_rows():
     res = json.loads((sti.RESULTS / "step_time_check.json").read_text())["ahead"]
     assert [r["name"] for r in res["rounds"]] == [r.name for r in fit.ROUNDS]
-    # round 1's predictions are the ones committed before its files were measured
-    assert res["rounds"][0]["points"][0]["predicted_step_s"] == pytest.approx(0.20235, rel=1e-5)
+    # every round's predictions are the ones committed before its files were measured (the
+    # regeneration test ties the JSON to the code, this ties it to the predictions of then): a
+    # change to the model, the fit or their inputs (codec_testbed.json) that moves any of them
+    # fails here; a new round is added, never an old one refitted
+    pred = [[pt["predicted_step_s"] for pt in r["points"]] for r in res["rounds"][:2]]
+    assert [len(v) for v in pred] == [25, 15]
+    digest = hashlib.sha256(json.dumps(pred).encode()).hexdigest()
+    assert digest == "1b91871e02a392279b97903f4a8dd75682ae280d93f87b1c095b684b210de3eb"
+    assert pred[0][0] == pytest.approx(0.20235, rel=1e-5)  # 2 x 3, unlimited, exact
     for rnd, got in zip(fit.ROUNDS, res["rounds"]):
         if got.get("pending"):
             continue

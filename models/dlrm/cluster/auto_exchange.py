@@ -19,7 +19,7 @@ An explicit ``exchange_topology`` (``"flat"`` or ``"hierarchical"``) keeps only 
 compressed candidate. With ``Config.grad_allreduce = "auto"`` each exchange is also a candidate
 with the library's compressed gradient all-reduce (``exact-ar``, ``flat-ar``,
 ``hierarchical-ar``), where the optimizer allows it (``COMPRESSED_ALLREDUCE_OPTIMIZERS``: the
-accuracy guidance of ``docs/fidelity.md``; with Adagrad the all-reduce stays exact). Each candidate's step is predicted (with the exchange's communication
+accuracy guidance of ``docs/benchmarks/fidelity.md``; with Adagrad the all-reduce stays exact). Each candidate's step is predicted (with the exchange's communication
 overlapped with the bottom MLP, the convention of the testbed check in ``docs/step_time.md``,
 or serial); the fastest compressed candidate is chosen when its predicted step is at least
 ``margin`` (``Config.auto_margin``, default 5%) shorter than the exact one's, else ``exact``:
@@ -37,17 +37,18 @@ from collections.abc import Sequence
 
 from models.dlrm.cluster import step_time as st
 
-#: trainer exchanges the decision picks from (step_time modes); the ``-ar`` ones with the
-#: compressed gradient all-reduce
-CANDIDATES = ("exact", "flat", "hierarchical", "exact-ar", "flat-ar", "hierarchical-ar")
+#: the trainer's exchanges (step_time modes) -> (Config.compression, Config.exchange_topology)
+_EXCHANGES = {
+    "exact": ("off", "flat"),
+    "flat": ("on", "flat"),
+    "hierarchical": ("on", "hierarchical"),
+}
+#: trainer settings the decision picks from (step_time modes): each exchange with the exact
+#: gradient all-reduce, and its ``-ar`` mode (``step_time.AR_MODES``) with the compressed one
+CANDIDATES = (*_EXCHANGES, *st.AR_MODES)
 #: mode -> (Config.compression, Config.exchange_topology, Config.grad_allreduce)
-TRAINER_SETTINGS = {
-    "exact": ("off", "flat", "exact"),
-    "flat": ("on", "flat", "exact"),
-    "hierarchical": ("on", "hierarchical", "exact"),
-    "exact-ar": ("off", "flat", "compressed"),
-    "flat-ar": ("on", "flat", "compressed"),
-    "hierarchical-ar": ("on", "hierarchical", "compressed"),
+TRAINER_SETTINGS = {m: (*_EXCHANGES[m], "exact") for m in _EXCHANGES} | {
+    ar: (*_EXCHANGES[base], "compressed") for ar, base in st.AR_MODES.items()
 }
 #: optimizers whose head gradients ``grad_allreduce="auto"`` may compress: SGD (on Kaggle the
 #: tiers with the compressed all-reduce were -0.00015 AUC against exact, paired over 3 seeds);
@@ -109,7 +110,7 @@ def candidates(
     else:
         raise ValueError(f"topology must be auto, flat or hierarchical, got {topology!r}")
     if allreduce and cluster.devices > 1:
-        modes += tuple(f"{m}-ar" for m in modes)
+        modes += tuple(ar for ar, base in st.AR_MODES.items() if base in modes)
     return modes
 
 

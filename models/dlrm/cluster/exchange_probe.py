@@ -14,6 +14,8 @@ jitted program on the whole mesh, so every process runs the same sequence):
   per device, ``[P, L, B / P, dim]`` of uniform random values in [-1, 1] (no repeated rows:
   the ratio is below what the dedup of hot ids gives on real data); ratio = raw / frame bytes
   (raw / capacity on the dense path);
+* with ``Config.grad_allreduce = "auto"`` (SGD), the compressed gradient all-reduce's codec on
+  one block of the head gradients' size per device (:func:`time_gradient_codec`);
 * compute: a jitted ``[B / P, k] x [k, n]`` matmul of the top MLP's first layer, ``MATMUL_REPS``
   times in one program, for the dense FLOP/s; the memory bytes/s of embedding rows is not
   measured but assumed from a machine balance (``probe_result.MACHINE_BALANCE``).
@@ -123,12 +125,17 @@ def time_matmul(mesh, rows: int, k: int, n: int) -> float:
     return 2.0 * rows * k * n * MATMUL_REPS / t
 
 
-def _time_frames(mesh, codec, path: str, x, grid, chunk, error_bound: float, dtype):
+def _time_frames(
+    mesh, codec, path: str, x, grid, chunk, error_bound: float, dtype, *, sized_by_bound=False
+):
     """(encode seconds, decode seconds, wire bytes per device) of ``codec`` on ``x`` (a global
     array whose device blocks reshape to ``grid + chunk``), every device at once; the wire
     bytes of this process's first device: fixed-size codecs their output, the dense path the
-    capacity, a variable-size path the frames' bytes."""
-    cap = codec.capacity_bytes(chunk, dtype, dense=path in ("dense", "packed"))
+    capacity, a variable-size path the frames' bytes. ``sized_by_bound``: the capacity is
+    sized by ``error_bound`` itself, as the all-reduce sizes it (the exchange's codec carries
+    its own smallest bound)."""
+    bound = np.asarray(error_bound, np.float64) if sized_by_bound else None
+    cap = codec.capacity_bytes(chunk, dtype, dense=path in ("dense", "packed"), error_bound=bound)
 
     def encode(xb):
         bounds = jnp.full(grid, error_bound, jnp.float32) if codec.variable_size else None
@@ -216,8 +223,9 @@ def time_gradient_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.C
     rng = np.random.default_rng(config.seed + 1)
     x = _sharded(mesh, (p * p, rows, CHUNK_DIM), lambda s: rng.laplace(0.0, 1.0, s))
     t_enc, t_dec, wire_bytes = _time_frames(
-        mesh, codec, path, x, grid, chunk, ar.error_bound, jnp.dtype(jnp.float32)
-    )
+        mesh, codec, path, x, grid, chunk, ar.error_bound, jnp.dtype(jnp.float32),
+        sized_by_bound=True,
+    )  # fmt: skip
     raw = float(p * rows * CHUNK_DIM * 4)
     note = (
         f"gradient codec: {config.grad_codec} at REL {ar.error_bound}, {path} path, on a "

@@ -92,8 +92,10 @@ backward pass is twice the forward's FLOPs):
 * fixed host costs per device and step (``overhead_s``): ``Compute.device_overhead_s`` (program
   dispatch, the rendezvous of the device's collectives) in every mode, plus
   ``Codecs.exchange_overhead_s`` (codec calls, frame packing, the overflow agreement) in the
-  compressed library modes; times ``serial_devices``. Both 0 unless given: the testbed check
-  fits them (docs/step_time.md); a GPU projection leaves them out.
+  modes with a compressed exchange (``LIBRARY_MODES``: once a step, ``exact-ar``'s compressed
+  all-reduce alone adds none); times ``serial_devices``. Both 0 unless given: the testbed check
+  fits them (docs/step_time.md); the GPU projections assume them (no device overhead, 50 us per
+  compressed exchange).
 
 Step. Without overlap, the sum of every part. With overlap of the exchange with the bottom MLP
 (the bottom MLP does not depend on the exchange; ``overlap=True``), the forward exchange's

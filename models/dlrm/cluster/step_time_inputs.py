@@ -260,9 +260,11 @@ class Codecs:
       gradient_gather_ratio: the compressed all-reduce's all-gather ratio (its reduced sums are
         coded again, at a ratio of their own); None: ``gradient.ratio`` for both phases.
       exchange_overhead_s: seconds per device and step that a compressed exchange (``flat``,
-        ``hierarchical``, ``hierarchical-ar``) adds beyond its codec throughput: codec calls,
-        frame packing, the overflow agreement's collective. Paid per device on its processor,
-        like ``Compute.device_overhead_s``; 0 (the default) leaves it out.
+        ``hierarchical``, ``hierarchical-ar``, ``flat-ar``) adds beyond its codec throughput:
+        codec calls, frame packing, the overflow agreement's collective; once a step, the
+        compressed all-reduce of the ``-ar`` modes included (``exact-ar`` pays none). Paid per
+        device on its processor, like ``Compute.device_overhead_s``; 0 (the default) leaves it
+        out.
     """
 
     forward: CodecSpec
