@@ -298,6 +298,10 @@ def _prepare_data(args, work: Path) -> None:
         Path(args.peer_config).write_text(json.dumps(torchrec_data.peer_config(config)))
 
 
+class _Rejected(Exception):
+    """A run's trainer exited with status 2 (flags, config or data rejected)."""
+
+
 def run(args) -> dict[str, Any]:
     kind = resolve_testbed(args.testbed, args.devices_per_process)
     result: dict[str, Any] = {
@@ -358,7 +362,12 @@ def run(args) -> dict[str, Any]:
                     )
                     result["runs"].append(r)
                     print(format_run(r), flush=True)
-    except TimeoutError:
+                    if r.get("status") == "error" and 2 in r.get("returncodes", ()):
+                        # exit status 2: the trainer rejected its flags, config or data;
+                        # every later run would too
+                        print("# the trainer rejected its flags or data: stopping", flush=True)
+                        raise _Rejected
+    except (TimeoutError, _Rejected):
         result["stopped_early"] = True
     except KeyboardInterrupt:
         print("# interrupted: keeping the finished runs", flush=True)

@@ -296,6 +296,48 @@ def test_run_without_an_interpreter_for_torchrec_is_skipped_with_the_reason(monk
     assert res["testbed"] == "two-node"
 
 
+def test_a_run_the_trainer_rejects_stops_the_sweep(monkeypatch, tmp_path, capsys):
+    """A trainer that exits with status 2 (its flags, config or data rejected: a batch the
+    device count does not divide) would reject every later run too: the sweep stops there and
+    keeps what it has, instead of starting every run of every rate and round."""
+
+    class FakeTestbed:
+        address, kind = "127.0.0.1", "two-node"
+
+        def limit(self, rate, delay_ms):
+            return "fake"
+
+        def probe(self):
+            return 1.0
+
+        def describe(self):
+            return {}
+
+        def close(self):
+            pass
+
+        def deleted(self):
+            return True
+
+    calls = []
+
+    def run_pair(testbed, mode, out_dir, args):
+        calls.append(mode)
+        return {"mode": mode, "status": "error", "returncodes": [2, 2], "log_tail": "error: x"}
+
+    monkeypatch.setattr(nb, "why_unavailable", lambda: None)
+    monkeypatch.setattr(nb, "make_testbed", lambda kind, name: FakeTestbed())
+    monkeypatch.setattr(nb, "run_pair", run_pair)
+    args = nb.argparse.Namespace(
+        testbed="two-node", devices_per_process=3, modes=["exact", "auto"], rates=["1gbit", "100mbit"],
+        rounds=2, torchrec_python=None, workdir=str(tmp_path), out="x", shards=None,
+        delay_ms=0.0, probe=True, total_timeout=60,
+    )  # fmt: skip
+    res = nb.run(args)
+    assert calls == ["exact"] and len(res["runs"]) == 1 and res["stopped_early"]
+    assert "the trainer rejected its flags or data: stopping" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------ data, TorchRec
 @pytest.fixture(scope="module")
 def shard_data(tmp_path_factory):
