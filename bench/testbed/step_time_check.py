@@ -65,6 +65,7 @@ from bench.testbed.testbed_inputs import (
     median_runs,
     rate_name_bits,
     rounded,
+    run_codecs,
     sha256,
     stats_inputs,
     testbed_cluster,
@@ -150,13 +151,7 @@ def check_file(path: Path, speeds: dict[str, dict], model: st.ModelSpec) -> dict
             continue
         mmode, gcodec = BENCH_MODES[mode]
         inp = stats_inputs(run, p)
-        codecs = testbed_codecs(
-            speeds,
-            inp["exchange_ratio"],
-            gcodec,
-            inp["gradient_ratio"],
-            inp.get("gradient_gather_ratio"),
-        )
+        codecs = run_codecs(speeds, inp, gcodec)
         cl = testbed_cluster(devices_pp, probes[rate], loop_bits, cores)
         pred = {ov: st.predict(model, cl, computes[ov], codecs, mmode) for ov in (False, True)}
         meas = run["step_time_s"]
@@ -214,7 +209,7 @@ def predict_new(
         for mode in NEW_MODES:
             mmode, gcodec = BENCH_MODES[mode]
             inp = stats_inputs(med[("unlimited", mode)], 2 * data["params"]["devices_per_process"])
-            codecs = testbed_codecs(speeds, inp["exchange_ratio"], gcodec, inp["gradient_ratio"])
+            codecs = run_codecs(speeds, inp, gcodec)
             for rate in rates:
                 bits = probes.get(rate) or rate_name_bits(rate) * frac
                 cl = testbed_cluster(dpp, bits, probes["unlimited"], cores)

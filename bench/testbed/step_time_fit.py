@@ -45,9 +45,9 @@ from bench.testbed.testbed_inputs import (
     fmt_ms,
     median_runs,
     rate_name_bits,
+    run_codecs,
     stats_inputs,
     testbed_cluster,
-    testbed_codecs,
 )
 from models.dlrm.cluster import step_time as st
 
@@ -124,13 +124,6 @@ def ahead_command(dpp: int, rates: Sequence[str], out: str, batch: int) -> str:
     )
 
 
-def ae_candidates() -> tuple[str, ...]:
-    """Every mode ``--compression auto`` can choose (``auto_exchange.CANDIDATES``)."""
-    from models.dlrm.cluster.auto_exchange import CANDIDATES
-
-    return CANDIDATES
-
-
 def _probes(data: dict) -> dict[str, float]:
     return {r["rate"]: r["probe_gbits"] * 1e9 for r in data["runs"] if r.get("probe_gbits")}
 
@@ -193,13 +186,7 @@ def fit_points(
                         data["environment"]["cpu_count"],
                         burst_bytes=_burst(rate, token_bucket),
                     ),
-                    "codecs": testbed_codecs(
-                        speeds,
-                        inp["exchange_ratio"],
-                        gcodec,
-                        inp["gradient_ratio"],
-                        inp.get("gradient_gather_ratio"),
-                    ),
+                    "codecs": run_codecs(speeds, inp, gcodec),
                 }
             )
     return rows
@@ -291,13 +278,7 @@ def predict_ahead(
             ]
             runs = runs or [src_med[("unlimited", "compressed-hierarchical")]]
             inp = stats_inputs(runs[0], 2 * src["params"]["devices_per_process"])
-            codecs = testbed_codecs(
-                speeds,
-                inp["exchange_ratio"],
-                gcodec,
-                inp["gradient_ratio"],
-                inp.get("gradient_gather_ratio"),
-            )
+            codecs = run_codecs(speeds, inp, gcodec)
             for rate in rates:
                 bits = loop if rate == "unlimited" else rate_name_bits(rate) * frac
                 row = {

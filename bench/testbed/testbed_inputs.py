@@ -186,6 +186,18 @@ def testbed_codecs(
     )
 
 
+def run_codecs(speeds: dict[str, dict], inputs: dict, grad_codec: str | None) -> st.Codecs:
+    """:func:`testbed_codecs` at the ratios of one run's :func:`stats_inputs` (the all-gather's
+    own where it was recorded)."""
+    return testbed_codecs(
+        speeds,
+        inputs["exchange_ratio"],
+        grad_codec,
+        inputs["gradient_ratio"],
+        inputs.get("gradient_gather_ratio"),
+    )
+
+
 def fmt_ms(x: float) -> str:
     """Seconds as whole milliseconds (``"186 ms"``)."""
     return f"{x * 1e3:.0f} ms"
