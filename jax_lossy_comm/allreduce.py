@@ -104,6 +104,7 @@ from jax_lossy_comm.wire import (
 __all__ = [
     "CHUNK_DIM",
     "AllReduceConfig",
+    "chunk_geometry",
     "compressed_psum",
     "compressed_psum_with_stats",
 ]
@@ -198,8 +199,9 @@ class _Plan(NamedTuple):
     slices: int  # the buffer is `slices` slices of layout.shape, reduced one after the other
 
 
-def _geometry(n: int, p: int) -> tuple[int, int]:
-    """``(rows, CHUNK_DIM)``: each peer's chunk of a buffer of ``n`` values."""
+def chunk_geometry(n: int, p: int) -> tuple[int, int]:
+    """``(rows, CHUNK_DIM)``: each peer's chunk of a buffer of ``n`` values over ``p`` devices
+    (the shape each reduce-scatter frame codes; a cost model sizes the all-reduce with it)."""
     return max(1, -(-n // (p * CHUNK_DIM))), CHUNK_DIM
 
 
@@ -423,7 +425,7 @@ def _prepare(x, axis_name, axis_index_groups, error_bound, config, feedback):
         return None, flat, eb, n, unravel
     p = jax.lax.axis_size(axis_name)
     # slices of whole rows per peer, as many as asked for but none of padding only
-    rows_total, dim = _geometry(n, p)
+    rows_total, dim = chunk_geometry(n, p)
     rows = -(-rows_total // config.slices)
     slices = -(-rows_total // rows)
     lay = make_layout((p * rows, dim), p, 0, 0, None, tiled=True)

@@ -67,7 +67,7 @@ def main(pid: int, nproc: int, port: int) -> None:
 
     flats = [np.asarray(ravel_pytree(local(host, i))[0], np.float64) for i in range(ndev)]
     n = flats[0].size
-    rows, dim = ar._geometry(n, ndev)
+    rows, dim = ar.chunk_geometry(n, ndev)
     padded = [np.pad(v, (0, ndev * rows * dim - n), mode="edge").reshape(ndev, -1) for v in flats]
     ranges = np.ptp(np.stack(padded), axis=2)  # [device, chunk]
     bound = np.repeat(EB * (2 + 2 * EB) * ranges.sum(0) * (1 + 1e-5), rows * dim)[:n]

@@ -65,7 +65,7 @@ def _flat_bound(t, eb, mode):
     """(exact float64 sum, bound per element) of the flattened buffer, as documented."""
     flats = [np.asarray(ravel_pytree(_local(t, i))[0], np.float64) for i in range(NDEV)]
     n = flats[0].size
-    rows, dim = ar._geometry(n, NDEV)
+    rows, dim = ar.chunk_geometry(n, NDEV)
     total = NDEV * rows * dim
     exact = np.sum(flats, axis=0)
     rounding = (NDEV - 1) * 2.0**-24 * np.sum(np.abs(flats), axis=0) + 1e-30
@@ -108,7 +108,7 @@ def test_matches_psum_within_documented_bound(mode, eb, path):
     assert np.asarray(st.fallback).tolist() == [0] * NDEV
     assert np.asarray(st.overflow_count).tolist() == [0] * NDEV
     raw, moved = np.asarray(st.raw_bytes), np.asarray(st.moved_bytes)
-    rows, dim = ar._geometry(_flat(y).size, NDEV)
+    rows, dim = ar.chunk_geometry(_flat(y).size, NDEV)
     assert raw.tolist() == [2.0 * NDEV * rows * dim * 4] * NDEV
     if mode == "rel":  # fixed-rate capacity at least; entropy coding does better
         assert np.all(moved < raw / 3), (moved, raw)
@@ -448,7 +448,7 @@ def test_shard_chunks_fill_the_gpu():
     (131,072 rows of 256 per device) is re-compressed as 1,024 chunks of 128 rows, not one
     chunk of 32 Mi values (143 MiB of CUDA scratch, tests/native/cuda_emu/check_host.cc); small
     shards stay one chunk; the padding is fewer rows than chunks."""
-    assert ar._geometry(2**28, 8) == (131072, ar.CHUNK_DIM)
+    assert ar.chunk_geometry(2**28, 8) == (131072, ar.CHUNK_DIM)
     assert ar._shard_chunks(131072) == (1024, 128)
     assert ar._shard_chunks(1) == (1, 1)
     assert ar._shard_chunks(127) == (1, 127)
@@ -477,7 +477,7 @@ def test_reduced_shard_in_several_chunks(codec, path):
     rng = np.random.default_rng(11)
     g = (rng.standard_normal((NDEV, n)) * np.linspace(0.1, 2.0, n)).astype(np.float32)
     g[3, 5] = np.nan  # travels as an outlier through the reduced shard's first chunk
-    r, dim = ar._geometry(n, NDEV)
+    r, dim = ar.chunk_geometry(n, NDEV)
     k, rows_k = ar._shard_chunks(r) if codec.per_table else (1, r)  # BF16: no FFI, whole
     assert r == 203 and (k, rows_k) == ((3, 68) if codec.per_table else (1, 203))
     eb = 0.01

@@ -72,7 +72,7 @@ def _scaled_bound(g, scale):
         for i in range(NDEV)
     ]
     n = flats[0].size
-    rows, dim = ar._geometry(n, NDEV)
+    rows, dim = ar.chunk_geometry(n, NDEV)
     padded = [np.pad(f, (0, NDEV * rows * dim - n), mode="edge") for f in flats]
     ranges = np.stack([np.ptp(p.reshape(NDEV, -1), axis=1) for p in padded])  # [dev, chunk]
     per_chunk = EB * (2 + 2 * EB) * ranges.sum(axis=0) * (1 + 1e-5)

@@ -43,7 +43,7 @@ def _slice_bound(g: np.ndarray, slices: int) -> tuple[np.ndarray, np.ndarray]:
     buffer, with ``r`` rows per peer of one slice."""
     flats = np.asarray(g, np.float64).reshape(NDEV, -1)
     n = flats.shape[1]
-    rows, dim = ar._geometry(-(-n // slices), NDEV)
+    rows, dim = ar.chunk_geometry(-(-n // slices), NDEV)
     chunk = rows * dim
     padded = np.pad(flats, ((0, 0), (0, slices * NDEV * chunk - n)), mode="edge")
     ranges = np.ptp(padded.reshape(NDEV, -1, chunk), axis=2).sum(axis=0)  # [chunks]

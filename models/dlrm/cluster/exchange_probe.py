@@ -38,7 +38,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import ExchangeConfig, resolve_path
-from jax_lossy_comm.allreduce import CHUNK_DIM
+from jax_lossy_comm.allreduce import chunk_geometry
 from models.dlrm import grad_allreduce
 from models.dlrm.cluster import auto_exchange, auto_report, probe_result
 from models.dlrm.cluster import step_time as st
@@ -211,25 +211,24 @@ def time_codec(
 def time_gradient_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.CodecSpec, str]:
     """The compressed gradient all-reduce's codec (``Config.grad_codec`` at REL
     ``Config.grad_error_bound``, the all-reduce's wire path) on one block of the head
-    gradients' size per device, ``[P, rows, CHUNK_DIM]`` (the all-reduce's chunk per peer) of
+    gradients' size per device, ``[P, *chunk_geometry(...)]`` (the all-reduce's chunk per peer) of
     Laplace(0, 1) values: heavier-tailed than a Gaussian, as gradients are; real gradients may
     compress better still. Returns ``(CodecSpec, note)`` as :func:`time_codec`."""
     ar = grad_allreduce.from_config(dataclasses.replace(config, grad_allreduce="compressed"))
     codec = ar.allreduce.codec
     path = resolve_path(ar.allreduce.path, fills_capacity=True)
     p = mesh.size
-    rows = -(-model.dense_params() // (p * CHUNK_DIM))
-    chunk, grid = (rows, CHUNK_DIM), (p,)
+    chunk, grid = chunk_geometry(model.dense_params(), p), (p,)
     rng = np.random.default_rng(config.seed + 1)
-    x = _sharded(mesh, (p * p, rows, CHUNK_DIM), lambda s: rng.laplace(0.0, 1.0, s))
+    x = _sharded(mesh, (p * p, *chunk), lambda s: rng.laplace(0.0, 1.0, s))
     t_enc, t_dec, wire_bytes = _time_frames(
         mesh, codec, path, x, grid, chunk, ar.error_bound, jnp.dtype(jnp.float32),
         sized_by_bound=True,
     )  # fmt: skip
-    raw = float(p * rows * CHUNK_DIM * 4)
+    raw = float(p * chunk[0] * chunk[1] * 4)
     note = (
         f"gradient codec: {config.grad_codec} at REL {ar.error_bound}, {path} path, on a "
-        f"Laplace(0, 1) block float32[{p}, {rows}, {CHUNK_DIM}] per device"
+        f"Laplace(0, 1) block float32[{p}, {chunk[0]}, {chunk[1]}] per device"
     )
     return st.CodecSpec(raw / t_enc, raw / t_dec, raw / max(wire_bytes, 1.0)), note
 
