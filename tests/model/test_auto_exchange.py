@@ -307,14 +307,14 @@ def test_one_process_two_nodes_and_a_slow_link_compress(tmp_path, capsys):
         )
 
 
-def _two_process_run(tmp_path, gbits: str, devices: str) -> dict:
+def _two_process_run(tmp_path, gbits: str, devices: str, *extra: str) -> dict:
     from _multiprocess import run_trainers
 
     out = tmp_path / f"run_{gbits}"
     args = ["--preset", "tiny", "--devices", devices, "--steps", "4", "--log-every", "2",
             "--eval-every", "0", "--checkpoint-every", "0", "--eval-rows", "64", "--no-progress",
             "--compression", "auto", "--exchange-backward", "compressed",
-            "--auto-inter-gbits", gbits, "--out", str(out)]  # fmt: skip
+            "--auto-inter-gbits", gbits, "--out", str(out), *extra]  # fmt: skip
     runs = run_trainers(args)
     for i, (rc, text) in enumerate(runs):
         assert rc == 0, f"process {i}:\n{text[-3000:]}"
@@ -344,6 +344,19 @@ def test_two_processes_compress_on_a_slow_link_and_choose_exact_on_a_fast_one(tm
     assert set(fast["candidates"]) == {"exact", "flat"}
     assert fast["choice"] == _check_rule(fast) == "exact", fast["reason"]
     assert fast["comparison"]["error"]["inter_node_bytes"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_two_processes_choose_the_compressed_all_reduce_together(tmp_path):
+    # --grad-allreduce auto across processes: process 0's probe figures, the gradient codec's
+    # three included, are broadcast, so both processes take the same -ar choice and build the
+    # same all-reduce; had they chosen apart, their collectives would not match and the run
+    # would not finish. At 1 Mbit/s the exact gradient all-reduce dominates: an -ar mode wins.
+    auto = _two_process_run(tmp_path, "0.001", "2", "--grad-allreduce", "auto")
+    assert {"exact-ar", "flat-ar", "hierarchical-ar"} <= set(auto["candidates"])
+    assert auto["choice"] == _check_rule(auto) and auto["choice"].endswith("-ar")
+    assert auto["grad_allreduce"] == "compressed"
+    assert auto["probe"]["gradient_codec"]["ratio"] > 1
 
 
 def test_a_slower_candidate_is_called_slower_not_below_the_margin():
