@@ -214,6 +214,19 @@ def _shard_chunks(rows: int) -> tuple[int, int]:
     return k, -(-rows // k)
 
 
+def _sum_peers(x):
+    """``x.sum(axis=0)`` as a pairwise tree of adds over the leading (peer) axis.
+
+    XLA:CPU of jax 0.10 runs a reduce over a short leading axis about 50x slower than the
+    adds (float32[2, 1489, 256]: 2.5 ms vs 0.05 ms on this project's 2-core testbed; jax 0.12
+    0.1 ms): the sum of the decoded chunks was 3 ms of a 100 ms train step. The adds fuse
+    into one elementwise loop on every backend."""
+    parts = [x[i] for i in range(x.shape[0])]
+    while len(parts) > 1:
+        parts = [a + b for a, b in zip(parts[::2], parts[1::2])] + parts[len(parts) & ~1 :]
+    return parts[0]
+
+
 def _send_fixed(axis_name, wire, nbytes) -> SentFrames:
     """A fixed-size codec's wire: one dense ``all_to_all``, nothing can overflow."""
 
@@ -271,7 +284,7 @@ def _allreduce(plan: _Plan, buf, eb):
 
     def reduce_scatter(_):
         rw, rnb = sent.receive()
-        s = codec.decode(rw, rnb, shape=chunk, dtype=dt).astype(jnp.float32).sum(axis=0)
+        s = _sum_peers(codec.decode(rw, rnb, shape=chunk, dtype=dt).astype(jnp.float32))
         own = codec.decode(wire, nbytes, shape=chunk, dtype=dt) if plan.feedback else chunks
         return s.astype(dt), own
 

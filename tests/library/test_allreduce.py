@@ -522,3 +522,11 @@ def test_reduced_shard_in_several_chunks(codec, path):
     ratio1 = np.asarray(st.compression_ratio)[0, 0]
     fb1 = NDEV * r * dim * 4 / ratio1
     np.testing.assert_allclose(fb - fb1, NDEV * r * dim * 4 / ratio2, rtol=1e-5)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13])
+def test_peer_sum_is_the_sum_over_the_leading_axis(p):
+    x = np.random.default_rng(p).standard_normal((p, 7, 3)).astype(np.float32)
+    got = np.asarray(ar._sum_peers(jnp.asarray(x)))
+    assert got.shape == (7, 3)
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(0), rtol=0, atol=1e-5)
