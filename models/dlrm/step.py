@@ -39,7 +39,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jax_lossy_comm import ExchangeConfig
-from models.dlrm import grad_allreduce, pooled_all_to_all, sharding
+from models.dlrm import grad_allreduce, pooled_all_to_all, profiling, sharding
 from models.dlrm.error_bound_hook import ErrorBoundHook
 from models.dlrm.mesh import batch_axis
 
@@ -262,14 +262,16 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             -1,
             ids_src - slot_lo[None, :, None],
         )
-        ids_local = _all_to_all_ids(ids_slots, ax, st, p, ctx.bag_sizes, di)  # [B, L, H]
+        with jax.named_scope(profiling.IDS_SCOPE):
+            ids_local = _all_to_all_ids(ids_slots, ax, st, p, ctx.bag_sizes, di)  # [B, L, H]
 
         def local_loss(head_p, table, probe):
             emb = nnx.merge(emb_gd, {"table": table})
             pooled = emb.lookup(ids_local, di) + probe  # [B, L, dim]
-            y, stats = pooled_all_to_all.embedding_exchange(
-                pooled, error_bound_slots, ctx.exchange, axis_name=ax
-            )
+            with jax.named_scope(profiling.EXCHANGE_SCOPE):
+                y, stats = pooled_all_to_all.embedding_exchange(
+                    pooled, error_bound_slots, ctx.exchange, axis_name=ax
+                )
             # The head (MLPs, interaction, loss) is float32: cast the exchanged embeddings up
             # here (a bfloat16/float16 table's cotangents go back down in its dtype).
             emb_all = gather_tables(y.astype(jnp.float32))  # [b, T, dim]
@@ -295,9 +297,10 @@ def _sharded_forward_backward(ctx: StepContext, compute_grads: bool):
             (loss, (logits, stats, pooled)), (g_head, g_table, g_probe) = jax.value_and_grad(
                 local_loss, argnums=(0, 1, 2), has_aux=True
             )(head_v, table, probe)
-        g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(
-            ctx.grad_allreduce, g_head, grad_ef, ax, scale
-        )
+        with jax.named_scope(profiling.ALLREDUCE_SCOPE):
+            g_head, grad_ef, ar_stats = grad_allreduce.reduce_head_grads(
+                ctx.grad_allreduce, g_head, grad_ef, ax, scale
+            )
         loss = jax.lax.psum(loss, ax)
         slot_stats = {"compression_ratio": stats.compression_ratio[None]}  # [1, P, L]
         if need_stats:  # per local slot, float32[1, L]; only the automatic policy uses them

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from jax_lossy_comm.optional_deps import import_optional
-from models.dlrm import checkpoints, plots, train_log
+from models.dlrm import checkpoints, plots, profiling, train_log
 from models.dlrm import mesh as mesh_lib
 from models.dlrm import metrics as metrics_lib
 from models.dlrm.configs import Config
@@ -187,6 +187,7 @@ def train_and_evaluate(
         writer.write(metrics_lib.EvalRecord(step=step, **ev, bad_lines=run.data.eval_bad_lines))
         return ev
 
+    trace = profiling.StepTrace(config.profile_steps, workdir, run.start + 1, config.steps)
     intervals = train_log.IntervalLog(lambda y, logits: compute_metrics(y, logits)["auc"])
     bar = tqdm(total=config.steps, initial=run.start, disable=not (progress and is_main),
                desc=label or "train", dynamic_ncols=True)  # fmt: skip
@@ -200,9 +201,12 @@ def train_and_evaluate(
             t_compile = time.perf_counter()
             train_step = train_step.lower(state, batch).compile()
             say(f"compiled the train step in {time.perf_counter() - t_compile:.1f} s")
+            trace.save_hlo(train_step)
             intervals.restart_clock()
             intervals.data_wait_s = 0.0
+        trace.before(step, state)
         state, metrics = train_step(state, batch)
+        trace.after(step, (state, metrics))
         intervals.add(batch_local["label"], metrics)
         bar.update(1)
         if _due(step, config.log_every, config.steps):

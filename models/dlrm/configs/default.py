@@ -300,6 +300,13 @@ class Config:
     checkpoint_every: int = 250
     # Keep this many most recent checkpoints.
     max_checkpoints: int = 2
+    # Trace this many train steps with jax.profiler (0: none) into --out/profile.
+    #
+    # The steps after one warm step past the compile; TensorBoard's profile plugin and
+    # Perfetto read the trace; `python -m bench.testbed.step_phases` sums it per phase (the
+    # embedding exchange, the gradient all-reduce, the rest). The logging interval that holds
+    # them is slower by the tracing.
+    profile_steps: int = 0
     # Global batch size of the evaluation.
     eval_batch_size: int = 4096
     # Continue from the latest checkpoint in --out if there is one (the default: rerunning a
@@ -346,6 +353,8 @@ class Config:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: only at the end), got "
                                  f"{getattr(self, name)}")  # fmt: skip
+        if self.profile_steps < 0:
+            raise ValueError(f"profile_steps must be >= 0 (0: no trace), got {self.profile_steps}")
         for name, allowed in FIELD_CHOICES.items():
             if getattr(self, name) not in allowed:
                 one_of = (
