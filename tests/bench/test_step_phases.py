@@ -1,0 +1,139 @@
+"""The step's breakdown by phase: the trainer's ``--profile-steps`` trace and its reader
+(``bench.testbed.step_phases``): op classification, the even split of concurrent ops, real
+traces of the compressed and the exact step, the committed page against its JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.testbed import step_phases as sp
+from models.dlrm import profiling
+from models.dlrm.configs import get_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULT = os.path.join(ROOT, "bench", "results", "step_phases.json")
+TIMEOUT = 300
+PREFIX = "jit(train_step)/shard_map/"
+
+
+def test_hlo_ops_reads_names_opcodes_scopes_and_targets():
+    text = "\n".join(
+        [
+            "ENTRY %main.1 (a: f32[4]) -> f32[4] {",
+            "  %all-to-all.1 = (f32[2]{0}, f32[2]{0}) all-to-all(%a, %b), replica_groups={{0,1}}, "
+            'metadata={op_name="jit(f)/x/all_to_all" stack_frame_id=3}',
+            '  %ffi_call.5 = u8[64]{0} custom-call(%c), custom_call_target="jax_lossy_comm_'
+            'compress_v1", metadata={op_name="jit(f)/y/ffi_call"}',
+            "  ROOT %add.2 = f32[4]{0} add(%p, %q)",
+            "}",
+        ]
+    )
+    ops = sp.hlo_ops(text)
+    assert ops["all-to-all.1"] == sp.Op("all-to-all", "jit(f)/x/all_to_all", "")
+    assert ops["ffi_call.5"] == sp.Op(
+        "custom-call", "jit(f)/y/ffi_call", "jax_lossy_comm_compress_v1"
+    )
+    assert ops["add.2"] == sp.Op("add")
+    assert "main.1" not in ops
+
+
+@pytest.mark.parametrize(
+    "op, expected",
+    [
+        (sp.Op("custom-call", PREFIX + "jvp(embedding_exchange)/cond/branch_0_fun/ffi_call",
+               "jax_lossy_comm_compress_v1"), ("exchange forward", "codec")),
+        (sp.Op("custom-call", PREFIX + "transpose(jvp(embedding_exchange))/ffi_call",
+               "jax_lossy_comm_decompress_v1"), ("exchange backward", "codec")),
+        (sp.Op("all-reduce", PREFIX + "(transpose(jvp(embedding_exchange))/pmax:"
+               "gradient_all_reduce/pmax)"), ("exchange backward", "collective")),
+        (sp.Op("fusion", PREFIX + "gradient_all_reduce/cond/branch_0_fun/reduce_sum"),
+         ("gradient_all_reduce", "other")),
+        (sp.Op("all-to-all", PREFIX + "ids_all_to_all/all_to_all"), ("ids_all_to_all", "collective")),
+        (sp.Op("all-reduce", PREFIX + "psum_invariant"), ("compute", "collective")),
+        (sp.Op("custom-call", PREFIX + "jvp()/dot_general", "__onednn$matmul"), ("compute", "other")),
+    ],
+)  # fmt: skip
+def test_ops_are_classified_by_scope_and_opcode(op, expected):
+    assert sp.classify(op) == expected
+
+
+def _ev(name, ts, dur):
+    return sp.Event(name, ts, dur, ("0", "1"))
+
+
+def test_concurrent_ops_share_each_instant_and_gaps_are_idle():
+    share, idle, wall = sp.attribute([_ev("a", 0, 10), _ev("b", 5, 10), _ev("c", 20, 5)])
+    assert share == pytest.approx({"a": 7.5, "b": 7.5, "c": 5.0})
+    assert (idle, wall) == (5.0, 25.0)
+    assert sum(share.values()) + idle == wall
+    assert sp.attribute([]) == ({}, 0.0, 0.0)
+
+
+def test_the_trace_window_is_the_steps_after_the_warm_step_within_the_run(tmp_path):
+    t = profiling.StepTrace(5, str(tmp_path), first_step=1, last_step=3)
+    assert (t.first, t.last) == (2, 3)  # the run ends before 5 steps
+    assert profiling.StepTrace(5, str(tmp_path), first_step=1, last_step=1).last == -1
+    assert profiling.StepTrace(0, str(tmp_path), first_step=1, last_step=9).last == -1
+    t = profiling.StepTrace(3, str(tmp_path), first_step=11, last_step=100)  # a resumed run
+    assert (t.first, t.last) == (12, 14)
+    assert t.path == os.path.join(str(tmp_path), "profile", "process_0")
+
+
+def test_a_negative_profile_steps_is_a_config_error():
+    config = get_config("tiny")
+    config.profile_steps = -1
+    with pytest.raises(ValueError, match="profile_steps must be >= 0"):
+        config.validate()
+
+
+def _train(out, *flags):
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)  # --devices decides
+    cmd = [sys.executable, "-m", "models.dlrm.main", "--preset", "tiny", "--out", str(out),
+           "--no-progress", "--devices", "2", "--steps", "5", "--log-every", "5",
+           "--eval-every", "0", "--eval-rows", "256", "--profile-steps", "2", *flags]  # fmt: skip
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    return sp.run_breakdown(out)
+
+
+def test_traces_of_the_compressed_and_the_exact_step_add_up_per_phase(tmp_path):
+    compressed = _train(
+        tmp_path / "c",
+        *("--compression", "on", "--exchange-backward", "compressed"),
+        *("--grad-allreduce", "compressed"),
+    )
+    exact = _train(tmp_path / "e", "--compression", "off")
+    steps = json.load(open(tmp_path / "c" / "profile" / "process_0" / profiling.STEPS_FILE))
+    assert steps == {"first_step": 2, "last_step": 3}
+    for run in (compressed, exact):
+        assert run["processes"] == 1 and run["executions"] == 2 * 2  # 2 devices x 2 steps
+        assert run["unmapped_ops"] == []
+        ms = run["ms_per_step"]
+        parts = sum(v for k, v in ms.items() if "/" in k) + ms["idle"]
+        assert parts == pytest.approx(ms["wall"], rel=1e-9)
+        assert ms["wall"] > 0 and ms["between steps"] > 0
+        assert ms["exchange forward/collective"] > 0 and ms["exchange backward/collective"] > 0
+        assert ms["compute/other"] > 0
+    c, e = compressed["ms_per_step"], exact["ms_per_step"]
+    for phase in ("exchange forward", "exchange backward", profiling.ALLREDUCE_SCOPE):
+        assert c[f"{phase}/codec"] > 0, phase
+        assert e.get(f"{phase}/codec", 0.0) == 0.0, phase
+    assert e[f"{profiling.ALLREDUCE_SCOPE}/collective"] > 0
+    # the page lists every phase/kind with time in either run, in PHASES order
+    page = sp.render({"title": "t", "runs": {"compressed": compressed, "exact": exact}})
+    assert "| exchange forward/codec |" in page and "| **wall** |" in page
+    assert page.index("exchange forward/codec") < page.index("gradient_all_reduce/codec")
+
+
+@pytest.mark.skipif(not os.path.exists(RESULT), reason="no committed step_phases.json")
+def test_the_committed_page_is_rendered_from_its_json():
+    with open(RESULT) as f:
+        result = json.load(f)
+    with open(RESULT[: -len(".json")] + ".md") as f:
+        assert f.read() == sp.render(result)
