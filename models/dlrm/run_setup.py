@@ -115,6 +115,30 @@ def restore_latest(
     return None, None
 
 
+def resolve_auto(config: Config, auto: auto_report.AutoChoice | None) -> Config:
+    """``config`` with ``grad_allreduce="auto"`` resolved by the automatic choice ``auto``:
+    its ``grad_allreduce`` and, where it chose the compressed all-reduce, its ``grad_codec``
+    (``auto_exchange.TRAINER_SETTINGS``); ``config`` itself otherwise (an explicit
+    ``grad_allreduce``, or the exact all-reduce chosen: ``grad_codec`` as given).
+    ``compression`` stays "auto" (the run's record says what was asked; the exchange is
+    ``choose_exchange``'s).
+
+    Raises:
+      ValueError: ``grad_allreduce="auto"`` without an automatic choice (``compression`` not
+        "auto": ``Config.validate`` rejects it first).
+    """
+    if config.grad_allreduce != "auto":
+        return config
+    if auto is None:
+        raise ValueError(
+            "grad_allreduce auto is chosen with the exchange: it needs compression auto"
+        )
+    d = auto.decision
+    return dataclasses.replace(
+        config, grad_allreduce=d.grad_allreduce, grad_codec=d.grad_codec or config.grad_codec
+    )
+
+
 @dataclasses.dataclass
 class RunSetup:
     """A run ready for its first step.
@@ -159,8 +183,7 @@ def setup_run(config: Config, workdir: str) -> RunSetup:
     exchange, auto = exchange_probe.choose_exchange(
         config, mesh, min_error_bound=eb_hook.min_error_bound()
     )  # (the configured exchange, None) unless auto
-    if config.grad_allreduce == "auto":  # chosen with the exchange (compression auto)
-        config = dataclasses.replace(config, grad_allreduce=auto.decision.grad_allreduce)
+    config = resolve_auto(config, auto)
     placement = train_state.plan_tables(config, mesh)
     tx = train_state.create_optimizer(config)
     allreduce = grad_allreduce.from_config(config)

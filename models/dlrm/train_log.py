@@ -65,7 +65,8 @@ def describe_run(
     config: Config, exchange: EmbeddingExchange, ctx: StepContext, data_desc: str
 ) -> list[str]:
     """The lines a run prints at its start: devices, data, exchange, error bound, gradient
-    all-reduce, placement (``exchange``: the decided one; ``config`` names the codecs)."""
+    all-reduce, placement (``exchange``: the decided one; ``config`` names the exchange's codec,
+    ``ctx.grad_allreduce`` the all-reduce's, as decided)."""
     mesh = ctx.mesh
     described = (
         "compressed_all_to_all codec=" + config.codec
@@ -85,8 +86,8 @@ def describe_run(
         f"exchange: {described}; error bound: {ctx.eb_hook.describe()}",
         f"gradient all-reduce: {allreduce.mode}"
         + (
-            f" (codec {config.grad_codec}, REL {allreduce.error_bound}, error feedback "
-            f"{'on' if allreduce.error_feedback else 'off'}, preconditioning "
+            f" (codec {allreduce.allreduce.codec.codec}, REL {allreduce.error_bound}, "
+            f"error feedback {'on' if allreduce.error_feedback else 'off'}, preconditioning "
             f"{config.grad_precondition})"
             if allreduce.mode == "compressed"
             else ""

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from models.dlrm.cluster import step_time as st
-from models.dlrm.cluster.auto_exchange import Decision, decide
+from models.dlrm.cluster.auto_exchange import CANDIDATE_MODES, Decision, candidate_codecs, decide
 from models.dlrm.cluster.probe_result import Probe
 from models.dlrm.metrics import format_bytes
 
@@ -36,9 +36,10 @@ def describe_split(t: st.StepTime, overlap: bool) -> str:
 
 
 def start_lines(probe: Probe, decision: Decision) -> list[str]:
-    """The block the trainer logs before compiling: links, codec, compute, each candidate's
-    predicted split and the choice."""
+    """The block the trainer logs before compiling: links, codec, the gradient codecs timed,
+    compute, each candidate's predicted split and the choice."""
     c = probe.codec
+    grad_codec = f", gradient codec {decision.grad_codec}" if decision.grad_codec else ""
     lines = [
         f"auto exchange: probe {probe.seconds:.2f} s",
         "  link " + probe.intra.describe(),
@@ -46,13 +47,10 @@ def start_lines(probe: Probe, decision: Decision) -> list[str]:
         f"  codec: compress {c.compress_bytes_per_s / 1e9:.3g} GB/s, decompress "
         f"{c.decompress_bytes_per_s / 1e9:.3g} GB/s per device, compression ratio {c.ratio:.3g}x",
         *(
-            (
-                f"  gradient codec: compress {g.compress_bytes_per_s / 1e9:.3g} GB/s, "
-                f"decompress {g.decompress_bytes_per_s / 1e9:.3g} GB/s per device, "
-                f"compression ratio {g.ratio:.3g}x",
-            )
-            if (g := probe.gradient_codec)
-            else ()
+            f"  gradient codec {name}: compress {g.compress_bytes_per_s / 1e9:.3g} GB/s, "
+            f"decompress {g.decompress_bytes_per_s / 1e9:.3g} GB/s per device, "
+            f"compression ratio {g.ratio:.3g}x"
+            for name, g in probe.gradient_codecs.items()
         ),
         f"  compute: {probe.compute.flops_per_s / 1e9:.3g} GFLOP/s, memory "
         f"{probe.compute.memory_bytes_per_s / 1e9:.3g} GB/s per device",
@@ -62,7 +60,7 @@ def start_lines(probe: Probe, decision: Decision) -> list[str]:
             for t in decision.predictions.values()
         ),
         f"  choice: {decision.mode} (compression {decision.compression}, topology "
-        f"{decision.topology}, gradient all-reduce {decision.grad_allreduce}): "
+        f"{decision.topology}, gradient all-reduce {decision.grad_allreduce}{grad_codec}): "
         f"{decision.reason}",
     ]
     return lines
@@ -106,7 +104,8 @@ def compare(
         "intra_node_bytes": sum(r["intra_node_bytes"] for r in used) / (steps * p),
         "inter_node_bytes": sum(r["inter_node_moved_bytes"] for r in used) / (steps * p),
     }
-    intra, inter = st.forward_exchange_bytes(model, cluster, decision.mode, ratio)
+    mode, _ = CANDIDATE_MODES[decision.mode]
+    intra, inter = st.forward_exchange_bytes(model, cluster, mode, ratio)
     predicted = {"step_s": decision.step_s(), "intra_node_bytes": intra, "inter_node_bytes": inter}
     error = {k: (predicted[k] / v - 1.0 if v else None) for k, v in measured.items()}
     return {
@@ -132,7 +131,8 @@ def hindsight(
     The probe times one matmul, not a step, so its compute misses what a real step also
     costs (dispatch, the input pipeline, collectives' fixed work); here the compute is
     :func:`models.dlrm.cluster.step_time.calibrate_compute` of the chosen mode at the measured step
-    (links and codec as probed, the probe's machine balance ``flops_per_byte``), and every
+    (links and codecs as probed, the chosen one's gradient codec from
+    ``decision.gradient_codecs``, the probe's machine balance ``flops_per_byte``), and every
     candidate is predicted and decided again with it, as the testbed check calibrates.
 
     Returns:
@@ -140,14 +140,15 @@ def hindsight(
       "reason"}``, or None where the measured step is not above the predicted communication
       and codec time (no compute fits it).
     """
+    mode, chosen = candidate_codecs(codecs, decision.gradient_codecs, decision.mode)
     try:
         compute = st.calibrate_compute(
             model,
             cluster,
-            codecs,
+            chosen,
             measured_step_s,
             flops_per_byte=flops_per_byte,
-            mode=decision.mode,
+            mode=mode,
             overlap=decision.overlap,
         )
     except ValueError:
@@ -160,6 +161,7 @@ def hindsight(
         modes=tuple(decision.predictions),
         margin=decision.margin,
         overlap=decision.overlap,
+        gradient_codecs=decision.gradient_codecs,
     )
     return {
         "compute_flops_per_s": compute.flops_per_s,
@@ -214,9 +216,10 @@ def to_json(probe: Probe, decision: Decision, comparison: dict | None) -> dict:
             "intra": {k: finite(v) for k, v in dataclasses.asdict(probe.intra).items()},
             "inter": {k: finite(v) for k, v in dataclasses.asdict(probe.inter).items()},
             "codec": {k: finite(v) for k, v in dataclasses.asdict(probe.codec).items()},
-            "gradient_codec": None
-            if probe.gradient_codec is None
-            else {k: finite(v) for k, v in dataclasses.asdict(probe.gradient_codec).items()},
+            "gradient_codecs": {
+                name: {k: finite(v) for k, v in dataclasses.asdict(g).items()}
+                for name, g in probe.gradient_codecs.items()
+            },
             "compute": dataclasses.asdict(probe.compute),
             "notes": list(probe.notes),
             "seconds": probe.seconds,
@@ -229,6 +232,7 @@ def to_json(probe: Probe, decision: Decision, comparison: dict | None) -> dict:
         "compression": decision.compression,
         "exchange_topology": decision.topology,
         "grad_allreduce": decision.grad_allreduce,
+        "grad_codec": decision.grad_codec,
         "reason": decision.reason,
         "margin": decision.margin,
         "overlap": decision.overlap,

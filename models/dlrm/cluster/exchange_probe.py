@@ -15,7 +15,9 @@ jitted program on the whole mesh, so every process runs the same sequence):
   the ratio is below what the dedup of hot ids gives on real data); ratio = raw / frame bytes
   (raw / capacity on the dense path);
 * with ``Config.grad_allreduce = "auto"`` (SGD), the compressed gradient all-reduce's codec on
-  one block of the head gradients' size per device (:func:`time_gradient_codec`);
+  one block of the head gradients' size per device, once per gradient codec that competes
+  (``auto_exchange.grad_codec_variants``: the entropy-coded and the fixed-rate frames, or the
+  fixed-rate alone with ``Config.grad_codec = "fixed"``; :func:`time_gradient_codec`);
 * compute: a jitted ``[B / P, k] x [k, n]`` matmul of the top MLP's first layer, ``MATMUL_REPS``
   times in one program, for the dense FLOP/s; the memory bytes/s of embedding rows is not
   measured but assumed from a machine balance (``probe_result.MACHINE_BALANCE``).
@@ -30,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -208,13 +211,18 @@ def time_codec(
     return spec, note
 
 
-def time_gradient_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.CodecSpec, str]:
-    """The compressed gradient all-reduce's codec (``Config.grad_codec`` at REL
-    ``Config.grad_error_bound``, the all-reduce's wire path) on one block of the head
-    gradients' size per device, ``[P, *chunk_geometry(...)]`` (the all-reduce's chunk per peer) of
-    Laplace(0, 1) values: heavier-tailed than a Gaussian, as gradients are; real gradients may
-    compress better still. Returns ``(CodecSpec, note)`` as :func:`time_codec`."""
-    ar = grad_allreduce.from_config(dataclasses.replace(config, grad_allreduce="compressed"))
+def time_gradient_codec(
+    mesh, config: Config, model: st.ModelSpec, grad_codec: str
+) -> tuple[st.CodecSpec, str]:
+    """The compressed gradient all-reduce's codec (``grad_codec``, a ``Config.grad_codec``
+    value, at REL ``Config.grad_error_bound``, the all-reduce's wire path) on one block of the
+    head gradients' size per device, ``[P, *chunk_geometry(...)]`` (the all-reduce's chunk per
+    peer) of Laplace(0, 1) values: heavier-tailed than a Gaussian, as gradients are; real
+    gradients may compress better still (the same block for every ``grad_codec``). Returns
+    ``(CodecSpec, note)`` as :func:`time_codec`."""
+    ar = grad_allreduce.from_config(
+        dataclasses.replace(config, grad_allreduce="compressed", grad_codec=grad_codec)
+    )
     codec = ar.allreduce.codec
     path = resolve_path(ar.allreduce.path, fills_capacity=True)
     p = mesh.size
@@ -227,7 +235,7 @@ def time_gradient_codec(mesh, config: Config, model: st.ModelSpec) -> tuple[st.C
     )  # fmt: skip
     raw = float(p * chunk[0] * chunk[1] * 4)
     note = (
-        f"gradient codec: {config.grad_codec} at REL {ar.error_bound}, {path} path, on a "
+        f"gradient codec: {grad_codec} at REL {ar.error_bound}, {path} path, on a "
         f"Laplace(0, 1) block float32[{p}, {chunk[0]}, {chunk[1]}] per device"
     )
     return st.CodecSpec(raw / t_enc, raw / t_dec, raw / max(wire_bytes, 1.0)), note
@@ -239,12 +247,13 @@ def measure(
     model: st.ModelSpec,
     exchange: ExchangeConfig,
     *,
-    gradient: bool = False,
+    gradient_codecs: Sequence[str] = (),
 ) -> probe_result.Probe:
     """Runs the probe on ``mesh`` (every process the same programs; process 0's figures for
-    all) and returns what it measured, ``Config.auto_inter_gbits`` applied; the codec timed
-    is ``exchange``'s (the compressed candidate), and with ``gradient`` the compressed
-    gradient all-reduce's too (:func:`time_gradient_codec`)."""
+    all, one float array broadcast) and returns what it measured, ``Config.auto_inter_gbits``
+    applied; the codec timed is ``exchange``'s (the compressed candidate), and the compressed
+    gradient all-reduce's with each of ``gradient_codecs`` (``Config.grad_codec`` values;
+    :func:`time_gradient_codec`)."""
     t0 = time.perf_counter()
     p = mesh.size
     per_peer = model.exchange_bytes(p) / p
@@ -264,10 +273,10 @@ def measure(
         codec_name=config.codec,
         seed=config.seed,
     )
-    grad, grad_note = time_gradient_codec(mesh, config, model) if gradient else (None, None)
+    grads = [time_gradient_codec(mesh, config, model, name) for name in gradient_codecs]
     values = [*times, flops, codec.compress_bytes_per_s, codec.decompress_bytes_per_s, codec.ratio]
-    if grad is not None:
-        values += [grad.compress_bytes_per_s, grad.decompress_bytes_per_s, grad.ratio]
+    for g, _ in grads:  # 3 figures per gradient codec, in the order of gradient_codecs
+        values += [g.compress_bytes_per_s, g.decompress_bytes_per_s, g.ratio]
     values = np.array(values, np.float32)
     if jax.process_count() > 1:  # one decision for all: process 0's figures
         from jax.experimental import multihost_utils
@@ -290,13 +299,16 @@ def measure(
         f"first layer) {MATMUL_REPS} times per device; memory bytes/s assumed at "
         f"{balance:g} FLOP per byte (not measured)",
         codec_note,
-        *((grad_note,) if grad_note else ()),
+        *(note for _, note in grads),
     )
     probe = probe_result.Probe(
         intra=intra,
         inter=inter,
         codec=st.CodecSpec(values[5], values[6], values[7]),
-        gradient_codec=st.CodecSpec(*values[8:11]) if grad is not None else None,
+        gradient_codecs={
+            name: st.CodecSpec(*values[8 + 3 * i : 11 + 3 * i])
+            for i, name in enumerate(gradient_codecs)
+        },
         compute=st.Compute(flops, flops / balance),
         notes=notes,
         seconds=time.perf_counter() - t0,
@@ -333,29 +345,30 @@ def choose_exchange(
         min_error_bound=min_error_bound,
     )
     # the compressed all-reduce competes only where grad_allreduce is auto and the optimizer
-    # allows it (auto_exchange.COMPRESSED_ALLREDUCE_OPTIMIZERS)
+    # allows it (auto_exchange.COMPRESSED_ALLREDUCE_OPTIMIZERS), with each gradient codec
+    # Config.grad_codec lets compete (auto_exchange.grad_codec_variants)
     allreduce = (
         config.grad_allreduce == "auto"
         and config.optimizer in auto_exchange.COMPRESSED_ALLREDUCE_OPTIMIZERS
         and mesh.size > 1
     )
-    probe = measure(config, mesh, model, candidate, gradient=allreduce)
+    grad_codecs = auto_exchange.grad_codec_variants(config.grad_codec) if allreduce else ()
+    probe = measure(config, mesh, model, candidate, gradient_codecs=grad_codecs)
     nodes, local = (1, mesh.size) if len(mesh.axis_names) == 1 else mesh.devices.shape
     platform = mesh.devices.flat[0].platform
     cluster = probe.cluster(nodes, local, tree_allreduce=platform != "cpu")
     codecs = auto_exchange.codecs_for(
-        probe.codec,
-        backward_compressed=config.exchange_backward == "compressed",
-        gradient=probe.gradient_codec,
+        probe.codec, backward_compressed=config.exchange_backward == "compressed"
     )
     decision = auto_exchange.decide(
         model,
         cluster,
         probe.compute,
         codecs,
-        modes=auto_exchange.candidates(cluster, config.exchange_topology, allreduce=allreduce),
+        modes=auto_exchange.candidates(cluster, config.exchange_topology, grad_codecs=grad_codecs),
         margin=config.auto_margin,
         topology=config.exchange_topology,
+        gradient_codecs=probe.gradient_codecs,
     )
     topology = resolve_topology(decision.topology, mesh)
     chosen = (

@@ -1,7 +1,7 @@
 """What the probe behind ``--compression auto`` measured, as the step-time model's inputs.
 
 Pure Python (no jax): a link per level fitted from two timed exact all-to-alls (``Link``,
-``fit_link``), and the ``Probe`` (links, codec, compute) that
+``fit_link``), and the ``Probe`` (links, codecs, compute) that
 :mod:`models.dlrm.cluster.exchange_probe` measures on the run's mesh and
 :mod:`models.dlrm.cluster.auto_exchange` decides from. Units: bytes, seconds, bytes/s per
 device and direction.
@@ -99,8 +99,8 @@ class Probe:
       inter: the inter-node link (``peers`` 0 on one node).
       codec: the exchange codec's throughput per device and its compression ratio.
       compute: dense FLOP/s and memory bytes/s per device.
-      gradient_codec: the compressed gradient all-reduce's codec, where it was timed
-        (``grad_allreduce="auto"``), else None.
+      gradient_codecs: ``Config.grad_codec`` -> the compressed gradient all-reduce's codec
+        with it, for each one timed (``grad_allreduce="auto"``; empty where none was).
       notes: how each was measured or assumed (one line each, for the log).
       seconds: wall time of the probe.
     """
@@ -111,7 +111,7 @@ class Probe:
     compute: st.Compute
     notes: tuple[str, ...] = ()
     seconds: float = 0.0
-    gradient_codec: st.CodecSpec | None = None
+    gradient_codecs: dict[str, st.CodecSpec] = dataclasses.field(default_factory=dict)
 
     def cluster(self, nodes: int, devices_per_node: int, *, tree_allreduce: bool) -> st.Cluster:
         """The step-time model's Cluster of ``nodes`` x ``devices_per_node`` at these links.

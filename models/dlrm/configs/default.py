@@ -221,7 +221,11 @@ class Config:
     # that says "on" or "off" is the same program every time.
     compression: Literal["on", "off", "auto"] = "on"
     # With --compression auto: compress only where the model predicts a step at least this
-    # fraction shorter than the exact exchange's (0.05: 5%).
+    # fraction shorter than the exact exchange's (0.05: 5%); among the compressed candidates
+    # within this fraction of the fastest, the one with the least codec work is chosen.
+    #
+    # The margin stands for the model's own error: docs/step_time.md, "Choosing the exchange
+    # automatically".
     auto_margin: float = 0.05
     # With --compression auto: inter-node bandwidth per device in Gbit/s that replaces the
     # measured one in the choice (0: measured); a what-if, and the tests' slow or fast link.
@@ -262,10 +266,10 @@ class Config:
     # The data-parallel head (MLP) gradients are summed over the devices; bf16 is
     # jax_lossy_comm.compressed_psum with the BF16 codec; compressed uses the library's
     # error-bounded frames, REL grad_error_bound, and error feedback when
-    # grad_error_feedback. auto (with --compression auto): exact or compressed, whichever
-    # the step-time model predicts faster with the exchange it chooses; compressed only for
-    # SGD (with Adagrad it stays exact: docs/step_time.md, "Choosing the exchange
-    # automatically").
+    # grad_error_feedback. auto (with --compression auto): exact or compressed, and with
+    # grad_codec auto also its codec (auto or fixed), as the step-time model chooses with the
+    # exchange; compressed only for SGD (with Adagrad it stays exact: docs/step_time.md,
+    # "Choosing the exchange automatically").
     grad_allreduce: Literal["exact", "bf16", "compressed", "auto"] = "exact"
     # REL error bound of --grad-allreduce compressed (per chunk of the flattened gradients:
     # eb_abs = bound x (max - min)).
@@ -276,7 +280,8 @@ class Config:
     # Gradient values crowd near zero, so entropy coding of their codes pays: terabyte preset,
     # REL 0.01, 2 processes: 0.70 MiB per step with auto vs 2.18 MiB with fixed; fixed costs
     # about 10x less CPU to encode (0.3 vs 5 ms per 3 MiB on this 2-core machine), which
-    # matters only where the codec runs on slow CPUs and the link is fast.
+    # matters only where the codec runs on slow CPUs and the link is fast. With
+    # --grad-allreduce auto, auto lets the probe choose between the two and fixed keeps fixed.
     grad_codec: Literal["fixed", "auto"] = "auto"
     # --grad-allreduce compressed: error feedback (residuals in the train state).
     #
