@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from bench.testbed import auto_check
 from bench.testbed.netns_testbed import tbf_burst_bytes
 from bench.testbed.testbed_inputs import (
     BENCH_MODES,
@@ -321,41 +322,6 @@ def predict_ahead(
     return out
 
 
-def auto_rows(results: Path) -> list[dict[str, Any]]:
-    """``--compression auto`` against every fixed choice measured beside it (same file, rate
-    and rounds) in every round's files: its choice, its step, the best fixed step, exact's."""
-    out = []
-    for label, _, rates, file, _, _ in (g for r in ROUNDS for g in r.groups):
-        path = results / file
-        if not path.exists():
-            continue
-        med = median_runs(json.loads(path.read_text())["runs"])
-        for rate in rates:
-            auto = med.get((rate, "auto"))
-            fixed = {m: med[(rate, m)]["step_time_s"] for m in AHEAD_MODES if (rate, m) in med}
-            if auto is None or not fixed:
-                continue
-            best = min(fixed, key=fixed.get)
-            out.append(
-                {
-                    "points": label,
-                    "rate": rate,
-                    "choice": auto.get("auto_choice"),
-                    "auto_step_s": auto["step_time_s"],
-                    "auto_predicted_step_s": auto.get("auto_predicted_step_s"),
-                    "hindsight_choice": auto.get("auto_hindsight_choice"),
-                    "best_fixed": best,
-                    "best_fixed_step_s": fixed[best],
-                    "vs_best": auto["step_time_s"] / fixed[best] - 1,
-                    "vs_exact": auto["step_time_s"] / fixed["exact"] - 1
-                    if "exact" in fixed
-                    else None,
-                    "fixed_steps_s": fixed,
-                }
-            )
-    return out
-
-
 def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, Any]:
     """One round: the fitted constants, their in-sample fit and the points predicted ahead."""
     model = st.terabyte_spec()
@@ -382,10 +348,12 @@ def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, A
 
 
 def build_ahead(results: Path, flops_per_byte: float) -> dict[str, Any]:
-    """Every round (``ROUNDS``) and auto's rows."""
+    """Every round (``ROUNDS``) and auto's rows (:mod:`bench.testbed.auto_check`): in the
+    rounds' files, and in ``auto_check.AUTO_FILES`` (after its rule changed)."""
     return {
         "rounds": [build_round(results, r, flops_per_byte) for r in ROUNDS],
-        "auto": auto_rows(results),
+        "auto": auto_check.auto_rows(results, auto_check.round_groups(ROUNDS)),
+        "auto_after_rule": auto_check.auto_rows(results, auto_check.AUTO_FILES),
     }
 
 
@@ -438,27 +406,5 @@ def render_ahead(res: dict[str, Any]) -> list[str]:
     lines = ["## Fixed costs, and points predicted ahead from them", ""]
     for r in res["rounds"]:
         lines += _render_round(r)
-    if res["auto"]:
-        lines += [
-            "### `--compression auto` beside the fixed choices",
-            "",
-            "Same file, rate and interleaved rounds (median of the rounds); auto (`--compression "
-            "auto --grad-allreduce auto`) chooses the exchange (exact, flat, hierarchical) and the "
-            "gradient all-reduce (exact, compressed) from its probe; its own prediction of the "
-            "step it chose, and the choice it would make again with the compute its measured "
-            "step implies (hindsight, the trainer's end block).",
-            "",
-            "| layout | link | auto chose | auto | its prediction | best fixed | vs best | "
-            "vs exact | hindsight |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for a in res["auto"]:
-            ve = "" if a["vs_exact"] is None else f"{a['vs_exact']:+.1%}"
-            pred = a["auto_predicted_step_s"]
-            lines.append(
-                f"| {a['points']} | {a['rate']} | {a['choice']} | {fmt_ms(a['auto_step_s'])} | "
-                f"{'' if pred is None else fmt_ms(pred)} | {a['best_fixed']} "
-                f"{fmt_ms(a['best_fixed_step_s'])} | {a['vs_best']:+.1%} | {ve} | "
-                f"{a.get('hindsight_choice') or ''} |"
-            )
+    lines += auto_check.render_auto(res["auto"], res.get("auto_after_rule", []))
     return lines

@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from bench.testbed import auto_check
 from bench.testbed import step_time_fit as fit
 from bench.testbed import testbed_inputs as sti
 from models.dlrm.cluster import auto_exchange as ae
@@ -113,7 +114,7 @@ def test_committed_ahead_points_and_auto_rows():
             if "error" in pt:
                 want = pt["predicted_step_s"] / pt["measured_step_s"] - 1
                 assert pt["error"] == pytest.approx(want, abs=1e-5)
-    for a in res["auto"]:
+    for a in res["auto"] + res["auto_after_rule"]:
         assert a["best_fixed_step_s"] == min(a["fixed_steps_s"].values())
         assert a["vs_best"] == pytest.approx(
             a["auto_step_s"] / a["best_fixed_step_s"] - 1, abs=1e-5
@@ -132,7 +133,7 @@ def test_auto_rows_compare_against_the_best_fixed_choice(tmp_path):
             auto_hindsight_choice="flat")
     ]  # fmt: skip
     (tmp_path / file).write_text(json.dumps({"runs": runs}))
-    (a,) = fit.auto_rows(tmp_path)
+    (a,) = auto_check.auto_rows(tmp_path, auto_check.round_groups(fit.ROUNDS))
     assert (a["choice"], a["best_fixed"]) == ("hierarchical", "compressed-hierarchical")
     assert a["vs_best"] == pytest.approx(0.05) and a["vs_exact"] == pytest.approx(-0.37)
     assert math.isclose(a["auto_predicted_step_s"], 0.59) and a["hindsight_choice"] == "flat"
@@ -193,3 +194,20 @@ def test_a_token_bucket_passes_one_burst_per_collective_free():
     assert sti.testbed_cluster(2, math.inf, math.inf, burst_bytes=burst).inter_burst_bytes == burst
     with pytest.raises(ValueError, match="inter_burst_bytes"):
         st.Cluster(2, 1, 1e9, 1e6, inter_burst_bytes=-1.0)
+
+
+def test_auto_rows_take_every_library_mode_beside_auto_and_the_tally_counts_them(tmp_path):
+    def run(rate, mode, t, **kw):
+        return {"rate": rate, "mode": mode, "status": "ok", "step_time_s": t, **kw}
+
+    runs = [run("1gbit", "exact", 1.0), run("1gbit", "compressed-bwd-ar-bf16", 0.5)]
+    runs += [run("1gbit", "torchrec-fp32", 0.1), run("unlimited", "exact", 0.2)]
+    runs += [run("1gbit", "auto", 0.54, auto_choice="flat-ar-fixed")]
+    (tmp_path / "x.json").write_text(json.dumps({"runs": runs}))
+    (a,) = auto_check.auto_rows(tmp_path, [("2x1", ("1gbit", "unlimited"), "x.json")])
+    assert a["fixed_steps_s"] == {"exact": 1.0, "compressed-bwd-ar-bf16": 0.5}  # no TorchRec
+    assert a["vs_best"] == pytest.approx(0.08) and a["vs_exact"] == pytest.approx(-0.46)
+    page = "\n".join(auto_check.render_auto([], [a]))
+    assert "on **0 of 1**; against exact at worst -46.0%" in page
+    assert "| 2x1 | 1gbit | flat-ar-fixed | 540 ms |" in page
+    assert auto_check.render_auto([], []) == []

@@ -1,0 +1,137 @@
+"""``--compression auto --grad-allreduce auto`` on the testbed, beside every fixed choice run in
+the same file, rate and interleaved rounds: what it chose, its step against the best fixed
+step and against exact's, its own prediction and its hindsight choice.
+
+Two sets of runs: the files of the step-time rounds (``step_time_fit.ROUNDS``, auto's first
+rule: the fastest predicted candidate) and ``AUTO_FILES``, measured after the rule changed
+(``models.dlrm.cluster.auto_exchange``: the least codec work within the margin, the fixed-rate
+gradient codec a candidate). Rendered into ``step_time_check.md`` by
+:mod:`bench.testbed.step_time_check`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.testbed.testbed_inputs import fmt_ms, median_runs
+
+#: runs of ``auto`` after its rule changed: (label, rates, file), every fixed choice beside it
+AUTO_FILES = (
+    ("2x1 loopback", ("unlimited", "1gbit"), "netns.json"),
+    ("2x2", ("200mbit",), "netns_auto_2x2_200mbit.json"),
+    ("2x4", ("200mbit",), "netns_auto_2x4_200mbit.json"),
+    ("2x3", ("unlimited",), "netns_auto_2x3.json"),
+    ("2x2", ("100mbit",), "netns_auto_2x2_100mbit.json"),
+    ("2x4", ("100mbit",), "netns_auto_2x4_100mbit.json"),
+)
+TARGET = 0.05  # within 5% of the best fixed choice, never more than 5% slower than exact
+
+
+def round_groups(rounds) -> list[tuple[str, Sequence[str], str]]:
+    """(label, rates, file) of every group of the step-time rounds."""
+    return [(g[0], g[2], g[3]) for r in rounds for g in r.groups]
+
+
+def auto_rows(results: Path, groups: Iterable[tuple[str, Sequence[str], str]]) -> list[dict]:
+    """One row per (file, rate) of ``groups`` with an ``auto`` run: its choice and step, the
+    best of the other library modes run beside it (median of the rounds), exact's; files not
+    yet measured are left out."""
+    out = []
+    for label, rates, file in groups:
+        path = results / file
+        if not path.exists():
+            continue
+        med = median_runs(json.loads(path.read_text())["runs"])
+        for rate in rates:
+            auto = med.get((rate, "auto"))
+            fixed = {
+                m: r["step_time_s"]
+                for (r_, m), r in med.items()
+                if r_ == rate and m != "auto" and not m.startswith("torchrec")
+            }
+            if auto is None or not fixed:
+                continue
+            best = min(fixed, key=fixed.get)
+            out.append(
+                {
+                    "points": label,
+                    "rate": rate,
+                    "choice": auto.get("auto_choice"),
+                    "auto_step_s": auto["step_time_s"],
+                    "auto_predicted_step_s": auto.get("auto_predicted_step_s"),
+                    "hindsight_choice": auto.get("auto_hindsight_choice"),
+                    "best_fixed": best,
+                    "best_fixed_step_s": fixed[best],
+                    "vs_best": auto["step_time_s"] / fixed[best] - 1,
+                    "vs_exact": auto["step_time_s"] / fixed["exact"] - 1
+                    if "exact" in fixed
+                    else None,
+                    "fixed_steps_s": fixed,
+                }
+            )
+    return out
+
+
+def _table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| layout | link | auto chose | auto | its prediction | best fixed | vs best | "
+        "vs exact | hindsight |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a in rows:
+        ve = "" if a["vs_exact"] is None else f"{a['vs_exact']:+.1%}"
+        pred = a["auto_predicted_step_s"]
+        lines.append(
+            f"| {a['points']} | {a['rate']} | {a['choice']} | {fmt_ms(a['auto_step_s'])} | "
+            f"{'' if pred is None else fmt_ms(pred)} | {a['best_fixed']} "
+            f"{fmt_ms(a['best_fixed_step_s'])} | {a['vs_best']:+.1%} | {ve} | "
+            f"{a.get('hindsight_choice') or ''} |"
+        )
+    return lines
+
+
+def _tally(rows: Sequence[dict[str, Any]]) -> str:
+    near = sum(a["vs_best"] <= TARGET for a in rows)
+    vs_exact = [a["vs_exact"] for a in rows if a["vs_exact"] is not None]
+    return (
+        f"Within {TARGET:.0%} of the best fixed choice (or faster) on **{near} of {len(rows)}**; "
+        f"against exact at worst {max(vs_exact):+.1%}."
+        if vs_exact
+        else ""
+    )
+
+
+def render_auto(before: Sequence[dict], after: Sequence[dict]) -> list[str]:
+    """The auto section of ``step_time_check.md`` (Markdown lines); empty without rows."""
+    if not (before or after):
+        return []
+    lines = [
+        "### `--compression auto` beside the fixed choices",
+        "",
+        "Same file, rate and interleaved rounds (median of the rounds); auto (`--compression "
+        "auto --grad-allreduce auto`) chooses the exchange (exact, flat, hierarchical) and the "
+        "gradient all-reduce (exact, compressed) from its probe; its own prediction of the "
+        "step it chose, and the choice it would make again with the compute its measured "
+        "step implies (hindsight, the trainer's end block).",
+        "",
+    ]
+    if after:
+        lines += [
+            "After the rule changed (the least codec work among the candidates within the "
+            "margin of the fastest; the fixed-rate gradient codec a candidate, `-ar-fixed`): "
+            + _tally(after),
+            "",
+            *_table(after),
+            "",
+        ]
+    if before:
+        lines += [
+            "With the first rule (the fastest predicted candidate; the entropy-coded gradient "
+            "codec only), in the rounds' files: " + _tally(before),
+            "",
+            *_table(before),
+        ]
+    return lines[:-1] if lines[-1] == "" else lines
