@@ -2,8 +2,8 @@
 the same file, rate and interleaved rounds: what it chose, its step against the best fixed
 step and against exact's, its own prediction and its hindsight choice.
 
-Two sets of runs: the files of the step-time rounds (``step_time_fit.ROUNDS``, auto's first
-rule: the fastest predicted candidate) and ``AUTO_FILES``, measured after the rule changed
+Two sets of runs: the files of the step-time rounds 1 and 2 (``step_time_fit.ROUNDS_1_2``,
+auto's first rule: the fastest predicted candidate) and ``AUTO_FILES``, measured after the rule changed
 (``models.dlrm.cluster.auto_exchange``: the least codec work within the margin, the fixed-rate
 gradient codec a candidate). Rendered into ``step_time_check.md`` by
 :mod:`bench.testbed.step_time_check`.
@@ -26,6 +26,9 @@ AUTO_FILES = (
     ("2x3", ("unlimited",), "netns_auto_2x3.json"),
     ("2x2", ("100mbit",), "netns_auto_2x2_100mbit.json"),
     ("2x4", ("100mbit",), "netns_auto_2x4_100mbit.json"),
+    ("2x2 at 500 Mbit/s", ("500mbit",), "netns_two_node_2x2_500mbit.json"),  # round 3's files
+    ("2x3 at 150 Mbit/s", ("150mbit",), "netns_two_node_2x3_150mbit.json"),
+    ("2x4 at 400 Mbit/s", ("400mbit",), "netns_two_node_2x4_400mbit.json"),
 )
 TARGET = 0.05  # within 5% of the best fixed choice, never more than 5% slower than exact
 

@@ -97,6 +97,10 @@ def test_committed_ahead_points_and_auto_rows():
     digest = hashlib.sha256(json.dumps(pred).encode()).hexdigest()
     assert digest == "1b91871e02a392279b97903f4a8dd75682ae280d93f87b1c095b684b210de3eb"
     assert pred[0][0] == pytest.approx(0.20235, rel=1e-5)  # 2 x 3, unlimited, exact
+    pred3 = [pt["predicted_step_s"] for pt in res["rounds"][2]["points"]]  # committed later
+    digest3 = hashlib.sha256(json.dumps(pred3).encode()).hexdigest()
+    assert digest3 == "0f0a4e5014e25d711d27d1d97411e736172ecc8bcd21a450d17adcdfdece9cb5"
+    assert pred3[0] == pytest.approx(0.283781, rel=1e-5)  # 2 x 2, 500 Mbit/s, exact
     for rnd, got in zip(fit.ROUNDS, res["rounds"]):
         if got.get("pending"):
             continue
