@@ -368,6 +368,7 @@ OTHER_PAGES = (
     ("step_time_check.md", "the step-time model against the testbed"),
     ("step_time_projections.md", "the step-time model's projections for GPU clusters"),
     ("exchange_compile.md", "compile time of the compressed all-to-all"),
+    ("step_phases.md", "where the train step's time goes, per phase, from a trace"),
 )
 
 

@@ -305,7 +305,7 @@ class _Rejected(Exception):
 def run(args) -> dict[str, Any]:
     kind = resolve_testbed(args.testbed, args.devices_per_process)
     result: dict[str, Any] = {
-        "benchmark": "DLRM step time over a rate-limited link between network namespaces ",
+        "benchmark": "DLRM step time over a rate-limited link between network namespaces",
         "environment": bu.environment_record(),
         "params": {k: v for k, v in vars(args).items() if k not in ("out",)},
         "testbed": kind,
