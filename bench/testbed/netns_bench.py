@@ -115,7 +115,7 @@ MODES = {
         *("--exchange-topology", "hierarchical", "--grad-allreduce", "compressed"),
     ),
     # the same with fixed-rate gradient frames: about 3x the all-reduce bytes of the entropy
-    # coded ones, about a tenth of their encode CPU (a CPU-bound step's choice)
+    # coded ones, about a sixteenth of their encode CPU (a CPU-bound step's choice)
     "compressed-hierarchical-ar-fixed": (
         *_BACKWARD,
         *("--exchange-topology", "hierarchical", "--grad-allreduce", "compressed"),

@@ -146,9 +146,18 @@ def attribute(events: Sequence[Event]) -> tuple[dict[str, float], float, float]:
 
 def process_breakdown(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """One process's traced steps (``profiling.trace_dir``): mean microseconds per step of
-    each ``"phase/kind"``, ``idle``, ``wall`` and ``between steps``; ``steps`` executions
-    averaged, ``unmapped`` ops the HLO text did not name."""
+    each ``"phase/kind"``, ``idle``, ``wall`` and ``between steps``, over its ``executions``
+    (traced steps x local devices); ``unmapped`` ops the HLO text did not name.
+
+    Raises:
+      FileNotFoundError: no finished trace (``steps.json``, the Perfetto file) in ``folder``.
+    """
     folder = Path(folder)
+    if not (folder / profiling.STEPS_FILE).exists():
+        raise FileNotFoundError(
+            f"no {profiling.STEPS_FILE} in {folder}: its trace did not finish (the run ended "
+            "inside the traced steps)"
+        )
     ops = hlo_ops((folder / profiling.HLO_FILE).read_text())
     traces = sorted(
         glob.glob(str(folder / "plugins" / "profile" / "*" / "*perfetto_trace.json.gz"))
@@ -160,7 +169,7 @@ def process_breakdown(folder: str | os.PathLike[str]) -> dict[str, Any]:
         op = ops.get(e.name)
         if op is None or op.opcode not in CONTAINERS:
             by_run[e.run].append(e)
-    totals: dict[str, list[float]] = defaultdict(list)
+    rows: list[dict[str, float]] = []
     unmapped: set[str] = set()
     spans = defaultdict(list)  # device -> (start, end) of each execution
     for run, events in by_run.items():
@@ -174,17 +183,17 @@ def process_breakdown(folder: str | os.PathLike[str]) -> dict[str, Any]:
                 phase, kind = classify(ops[name])
                 row[f"{phase}/{kind}"] += us
         row["idle"], row["wall"] = idle, wall
-        for key in set(row) | set(totals):
-            totals[key].append(row.get(key, 0.0))
+        rows.append(row)
         spans[run[0]].append((min(e.ts for e in events), max(e.ts + e.dur for e in events)))
     gaps = [
-        b[0] - a[1]
+        max(0.0, b[0] - a[1])
         for s in spans.values()
         for a, b in zip(sorted(s), sorted(s)[1:])
     ]  # fmt: skip
-    out = {k: statistics.fmean(v) for k, v in totals.items()}
+    # a key missing from an execution (an op of a branch it did not take) counts 0 there
+    out = {k: sum(r.get(k, 0.0) for r in rows) / len(rows) for k in {k for r in rows for k in r}}
     out["between steps"] = statistics.median(gaps) if gaps else 0.0
-    return {"us_per_step": out, "steps": len(by_run), "unmapped": sorted(unmapped)}
+    return {"us_per_step": out, "executions": len(rows), "unmapped": sorted(unmapped)}
 
 
 def run_breakdown(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -199,7 +208,7 @@ def run_breakdown(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return {
         "ms_per_step": ms,
         "processes": len(parts),
-        "executions": sum(p["steps"] for p in parts),
+        "executions": sum(p["executions"] for p in parts),
         "unmapped_ops": sorted({n for p in parts for n in p["unmapped"]}),
     }
 
@@ -225,7 +234,9 @@ def render(result: dict[str, Any]) -> str:
         "",
         "Milliseconds per step (mean over the traced steps, devices and processes) of XLA's "
         "op events in a `--profile-steps` trace, by phase (the step's named scopes) and kind "
-        "(codec custom calls; collectives, waiting for peers included; other ops). Ops running "
+        "(the library's codec custom calls; collectives, waiting for peers included; other "
+        "ops, a cast or row-wise codec's included). `compute` is everything outside the "
+        "three named scopes: MLPs, interaction, lookup, optimizer. Ops running "
         "at once share each instant; `idle` is the part of a step with no op running, so each "
         "column's phases and `idle` add up to `wall`. `between steps`: from one step's last op "
         "to the next one's first (host dispatch, input batch, the Python loop; median). "

@@ -123,7 +123,7 @@ ROUNDS = (
 AHEAD_CODEC = "codec_testbed.json"
 #: the files whose unlimited probe is the loopback of a file without an unlimited run
 LOOPBACK_FILES = ("netns_two_node_2x3.json", "netns_two_node_2x4.json")
-#: the fixed choices ``--compression auto`` is measured against (every one of BENCH_MODES)
+#: the modes whose steps each round predicts ahead (every one of BENCH_MODES)
 AHEAD_MODES = tuple(BENCH_MODES)
 TARGET = 0.15
 

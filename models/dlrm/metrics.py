@@ -331,7 +331,8 @@ class MetricsWriter:
 
 def changed_settings(before: dict, now: dict) -> list[str]:
     """``"field old -> new"`` for every field of the config dict ``now`` that differs from
-    ``before`` other than ``steps`` (a nested dict by its own fields: ``error_bound.base``).
+    ``before`` other than ``steps`` and ``profile_steps`` (neither changes the training; a
+    nested dict by its own fields: ``error_bound.base``).
 
     >>> changed_settings({"steps": 5, "compression": "on"}, {"steps": 9, "compression": "off"})
     ['compression on -> off']
@@ -339,7 +340,7 @@ def changed_settings(before: dict, now: dict) -> list[str]:
     out = []
     for key, value in now.items():
         old = before.get(key)
-        if key == "steps" or old == value:
+        if key in ("steps", "profile_steps") or old == value:
             continue
         if isinstance(old, dict) and isinstance(value, dict):
             out += [f"{key}.{c}" for c in changed_settings(old, value)]

@@ -8,7 +8,8 @@ HLO op they lower to carries the scope in its ``op_name`` metadata, the backward
 under ``transpose(...)``. :class:`StepTrace`
 records ``jax.profiler``'s trace of ``Config.profile_steps`` steps into
 ``WORKDIR/profile/process_I`` (TensorBoard's profile plugin and Perfetto read it) beside the
-compiled train step's HLO text (``train_step.hlo.txt``) and ``steps.json``; with both,
+compiled train step's HLO text (``train_step.hlo.txt``) and ``steps.json`` (written once the
+trace is complete); with them,
 ``bench.testbed.step_phases`` sums the time of each XLA op by phase.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import jax
 
@@ -35,25 +37,30 @@ def trace_dir(workdir: str, process_index: int) -> str:
 
 
 class StepTrace:
-    """Traces ``steps`` train steps of a run, from the second step after the compile (one
-    warm step first).
+    """Traces ``steps`` train steps of a run, from the step after its first, compiled one
+    (that one is the warm step).
 
     ``before(step, state)`` and ``after(step, outputs)`` bracket every step of the loop; both
-    do nothing outside the traced steps or with ``steps`` 0. The trace starts and ends with
-    every earlier step finished (``jax.block_until_ready``), so it holds whole steps only.
-    Python function tracing is off (``ProfileOptions.python_tracer_level`` 0): XLA's own op
-    events remain, at little cost.
+    do nothing outside the traced steps or with ``steps`` 0; ``close()`` (in the loop's
+    ``finally``) stops a trace an exception left running, so it writes no ``steps.json``. The
+    trace starts and ends with every earlier step finished (``jax.block_until_ready``), so it
+    holds whole steps only; a new trace first removes the folder's earlier one, so the reader
+    never pairs another run's trace with this run's HLO. Python function tracing is off
+    (``ProfileOptions.python_tracer_level`` 0, host level 1): XLA's own op events remain, at
+    little cost; writing the trace at its end is not little, and the logging interval that
+    holds it is slower by it.
     """
 
     def __init__(self, steps: int, workdir: str, first_step: int, last_step: int):
-        """``steps`` traced after ``first_step`` (the run's first, compiled one) and its warm
-        step, and at most up to ``last_step`` (the run's last): fewer when the run ends
-        sooner, none when it ends at the warm step."""
+        """``steps`` traced after ``first_step`` (the run's first step, compiled and the warm
+        one), at most up to ``last_step`` (the run's last): fewer when the run ends sooner,
+        none when it ends at ``first_step``."""
         self.path = trace_dir(workdir, jax.process_index())
         self.first = first_step + 1
         self.last = min(self.first + steps - 1, last_step) if steps > 0 else -1
         if self.last < self.first:
             self.last = -1
+        self.running = False
 
     def save_hlo(self, compiled) -> None:
         """Writes the compiled train step's HLO text (op names -> scopes, for the reader)."""
@@ -67,16 +74,26 @@ class StepTrace:
         if self.last < 0 or step != self.first:
             return
         jax.block_until_ready(state)
+        shutil.rmtree(os.path.join(self.path, "plugins"), ignore_errors=True)
+        if os.path.exists(steps_file := os.path.join(self.path, STEPS_FILE)):
+            os.remove(steps_file)
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0
         options.host_tracer_level = 1
         jax.profiler.start_trace(self.path, create_perfetto_trace=True, profiler_options=options)
+        self.running = True
 
     def after(self, step: int, outputs) -> None:
-        if self.last < 0 or step != self.last:
+        if not self.running or step != self.last:
             return
         jax.block_until_ready(outputs)
-        jax.profiler.stop_trace()
+        self.close()
         record = {"first_step": self.first, "last_step": self.last}
         with open(os.path.join(self.path, STEPS_FILE), "w") as f:
             json.dump(record, f)
+
+    def close(self) -> None:
+        """Stops the trace if one is running (the end of the window, or an exception in it)."""
+        if self.running:
+            self.running = False
+            jax.profiler.stop_trace()

@@ -68,7 +68,8 @@ RUN_FILES = ("metrics.jsonl", "curves.png", "final.json", "compare.png")
 
 def start_over(workdir: str) -> str | None:
     """Removes the earlier run in ``workdir`` (``Config.resume`` False, ``--restart``):
-    ``checkpoints/`` and ``RUN_FILES``. Process 0 removes, every process waits for it.
+    ``checkpoints/``, ``profile/`` (``--profile-steps``) and ``RUN_FILES``. Process 0
+    removes, every process waits for it.
 
     Returns:
       One line naming what was removed (the checkpointed steps included), or None when the
@@ -81,11 +82,16 @@ def start_over(workdir: str) -> str | None:
         else []
     )
     files = [f for f in RUN_FILES if os.path.exists(os.path.join(workdir, f))]
+    profile = os.path.join(workdir, "profile")
+    if os.path.isdir(profile):
+        files.append("profile/")
     if jax.process_index() == 0:
-        if os.path.isdir(ckpt_dir):
-            shutil.rmtree(ckpt_dir)
+        for folder in (ckpt_dir, profile):
+            if os.path.isdir(folder):
+                shutil.rmtree(folder)
         for f in files:
-            os.remove(os.path.join(workdir, f))
+            if f != "profile/":
+                os.remove(os.path.join(workdir, f))
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 

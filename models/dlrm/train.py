@@ -192,48 +192,51 @@ def train_and_evaluate(
     bar = tqdm(total=config.steps, initial=run.start, disable=not (progress and is_main),
                desc=label or "train", dynamic_ncols=True)  # fmt: skip
     final_eval, step = None, run.start
-    for step in range(run.start + 1, config.steps + 1):
-        t_data = time.perf_counter()
-        batch_local = stream.next_batch()
-        intervals.data_wait_s += time.perf_counter() - t_data
-        batch = mesh_lib.to_global(batch_local, run.mesh, config.batch_size)
-        if step == run.start + 1:  # compile before the first interval's clock starts
-            t_compile = time.perf_counter()
-            train_step = train_step.lower(state, batch).compile()
-            say(f"compiled the train step in {time.perf_counter() - t_compile:.1f} s")
-            trace.save_hlo(train_step)
-            intervals.restart_clock()
-            intervals.data_wait_s = 0.0
-        trace.before(step, state)
-        state, metrics = train_step(state, batch)
-        trace.after(step, (state, metrics))
-        intervals.add(batch_local["label"], metrics)
-        bar.update(1)
-        if _due(step, config.log_every, config.steps):
-            # Steps run asynchronously: wait for this one (state included) before reading the
-            # clock, so the interval's time covers the device work, not just its dispatch.
-            jax.block_until_ready((state, metrics))
-            rec = intervals.record(
-                step,
-                config.batch_size,
-                bad_lines=int(getattr(stream, "bad_lines", 0)),
-                exchange=run.exchange.compression,
-                exchange_topology=run.exchange.topology,
-                grad_allreduce=ctx.grad_allreduce.mode,
-            )
-            bar.set_postfix(loss=f"{rec.loss:.4f}", ratio=f"{rec.compression_ratio:.1f}")
-            say(metrics_lib.describe_interval(rec))
-            say(metrics_lib.describe_tables(rec))
-            writer.write(rec)
-        if _due(step, config.eval_every, config.steps):
-            final_eval = run_eval(step)
-            intervals.restart_clock()
-        if _due(step, config.checkpoint_every, config.steps):
-            intervals.check_loss(step)  # never checkpoint a diverged state
-            checkpoints.save(
-                run.mngr, state, checkpoints.meta_of(stream.position(), step, ctx.placement)
-            )
-            intervals.restart_clock()
+    try:
+        for step in range(run.start + 1, config.steps + 1):
+            t_data = time.perf_counter()
+            batch_local = stream.next_batch()
+            intervals.data_wait_s += time.perf_counter() - t_data
+            batch = mesh_lib.to_global(batch_local, run.mesh, config.batch_size)
+            if step == run.start + 1:  # compile before the first interval's clock starts
+                t_compile = time.perf_counter()
+                train_step = train_step.lower(state, batch).compile()
+                say(f"compiled the train step in {time.perf_counter() - t_compile:.1f} s")
+                trace.save_hlo(train_step)
+                intervals.restart_clock()
+                intervals.data_wait_s = 0.0
+            trace.before(step, state)
+            state, metrics = train_step(state, batch)
+            trace.after(step, (state, metrics))
+            intervals.add(batch_local["label"], metrics)
+            bar.update(1)
+            if _due(step, config.log_every, config.steps):
+                # Steps run asynchronously: wait for this one (state included) before reading the
+                # clock, so the interval's time covers the device work, not just its dispatch.
+                jax.block_until_ready((state, metrics))
+                rec = intervals.record(
+                    step,
+                    config.batch_size,
+                    bad_lines=int(getattr(stream, "bad_lines", 0)),
+                    exchange=run.exchange.compression,
+                    exchange_topology=run.exchange.topology,
+                    grad_allreduce=ctx.grad_allreduce.mode,
+                )
+                bar.set_postfix(loss=f"{rec.loss:.4f}", ratio=f"{rec.compression_ratio:.1f}")
+                say(metrics_lib.describe_interval(rec))
+                say(metrics_lib.describe_tables(rec))
+                writer.write(rec)
+            if _due(step, config.eval_every, config.steps):
+                final_eval = run_eval(step)
+                intervals.restart_clock()
+            if _due(step, config.checkpoint_every, config.steps):
+                intervals.check_loss(step)  # never checkpoint a diverged state
+                checkpoints.save(
+                    run.mngr, state, checkpoints.meta_of(stream.position(), step, ctx.placement)
+                )
+                intervals.restart_clock()
+    finally:  # an exception inside the traced steps must not leave the trace running
+        trace.close()
     bar.close()
     getattr(stream, "close", lambda: None)()  # stops a shard stream's prefetch thread
     run.mngr.wait_until_finished()

@@ -4,16 +4,20 @@ traces of the compressed and the exact step, the committed page against its JSON
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
 import sys
 
+import jax.numpy as jnp
 import pytest
 
 from bench.testbed import step_phases as sp
 from models.dlrm import profiling
 from models.dlrm.configs import get_config
+from models.dlrm.metrics import changed_settings
+from models.dlrm.run_setup import start_over
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULT = os.path.join(ROOT, "bench", "results", "step_phases.json")
@@ -72,6 +76,79 @@ def test_concurrent_ops_share_each_instant_and_gaps_are_idle():
     assert (idle, wall) == (5.0, 25.0)
     assert sum(share.values()) + idle == wall
     assert sp.attribute([]) == ({}, 0.0, 0.0)
+
+
+def _fake_trace(folder, executions, steps_file=True):
+    """A process folder as StepTrace leaves it: HLO text, steps.json, a Perfetto trace whose
+    op events are ``executions`` (lists of (op, ts, dur) per run id)."""
+    hlo = [
+        '  %a2a = f32[4]{0} all-to-all(%x), metadata={op_name="jit(train_step)/'
+        'jvp(embedding_exchange)/all_to_all"}',
+        '  %enc = u8[8]{0} custom-call(%x), custom_call_target="jax_lossy_comm_compress_v1", '
+        'metadata={op_name="jit(train_step)/jvp(embedding_exchange)/cond/ffi_call"}',
+        '  %dot = f32[4]{0} dot(%x, %y), metadata={op_name="jit(train_step)/jvp()/dot_general"}',
+    ]
+    events = [
+        {"ph": "X", "name": op, "ts": ts, "dur": dur,
+         "args": {"hlo_module": sp.MODULE, "hlo_op": op, "device_ordinal": "0", "run_id": str(i)}}
+        for i, ops in enumerate(executions)
+        for op, ts, dur in ops
+    ]  # fmt: skip
+    events.append({"ph": "X", "name": "Rendezvous", "ts": 0, "dur": 99, "args": {}})
+    trace = folder / "plugins" / "profile" / "2026_12_05_09_00_00"
+    trace.mkdir(parents=True)
+    with gzip.open(trace / "host.perfetto_trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    (folder / profiling.HLO_FILE).write_text("\n".join(hlo))
+    if steps_file:
+        (folder / profiling.STEPS_FILE).write_text('{"first_step": 2, "last_step": 3}')
+
+
+def test_an_op_of_one_execution_only_counts_zero_in_the_others(tmp_path):
+    # execution 0 takes the codec's branch, execution 1 not: the codec's mean is over both
+    _fake_trace(tmp_path, [[("dot", 0, 10), ("enc", 10, 4), ("a2a", 14, 6)],
+                           [("dot", 100, 10), ("a2a", 112, 6)]])  # fmt: skip
+    got = sp.process_breakdown(tmp_path)
+    us = got["us_per_step"]
+    assert got["executions"] == 2 and got["unmapped"] == []
+    assert us["exchange forward/codec"] == pytest.approx(2.0)  # (4 + 0) / 2
+    assert us["exchange forward/collective"] == pytest.approx(6.0)
+    assert us["compute/other"] == pytest.approx(10.0)
+    assert us["idle"] == pytest.approx(1.0) and us["wall"] == pytest.approx(19.0)
+    assert us["between steps"] == pytest.approx(80.0)  # 20 -> 100
+
+
+def test_an_unfinished_trace_is_named_not_read(tmp_path):
+    _fake_trace(tmp_path, [[("dot", 0, 10)]], steps_file=False)
+    with pytest.raises(FileNotFoundError, match="did not finish"):
+        sp.process_breakdown(tmp_path)
+    with pytest.raises(FileNotFoundError, match="run with --profile-steps"):
+        sp.run_breakdown(tmp_path)
+
+
+def test_a_trace_an_exception_left_running_is_stopped_and_a_new_one_starts(tmp_path):
+    t = profiling.StepTrace(2, str(tmp_path), first_step=1, last_step=9)
+    t.before(2, jnp.zeros(3))
+    assert t.running
+    t.close()  # the loop's finally after an exception at step 2
+    assert not t.running and not os.path.exists(os.path.join(t.path, profiling.STEPS_FILE))
+    t.close()  # twice is harmless
+    again = profiling.StepTrace(1, str(tmp_path), first_step=1, last_step=9)
+    again.before(2, jnp.zeros(3))  # would raise if the first trace were still running
+    again.after(2, jnp.ones(3))
+    with open(os.path.join(again.path, profiling.STEPS_FILE)) as f:
+        assert json.load(f) == {"first_step": 2, "last_step": 2}
+
+
+def test_profile_steps_is_no_change_of_settings_and_restart_removes_the_traces(tmp_path):
+    assert (
+        changed_settings({"steps": 5, "profile_steps": 0}, {"steps": 9, "profile_steps": 4}) == []
+    )
+    (tmp_path / "profile" / "process_0").mkdir(parents=True)
+    (tmp_path / "metrics.jsonl").write_text("")
+    line = start_over(str(tmp_path))
+    assert line == f"--restart: removed the earlier run in {tmp_path} (metrics.jsonl, profile/)"
+    assert os.listdir(tmp_path) == []
 
 
 def test_the_trace_window_is_the_steps_after_the_warm_step_within_the_run(tmp_path):

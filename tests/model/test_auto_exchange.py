@@ -435,6 +435,7 @@ def test_auto_chooses_the_all_reduce_with_the_exchange(tmp_path, capsys, optimiz
     assert log.train[-1].grad_allreduce == auto["grad_allreduce"]
     if optimizer == "sgd":
         assert set(auto["candidates"]) == set(ae.CANDIDATES)
+        assert set(auto["probe"]["gradient_codecs"]) == {"auto", "fixed"}
         for name, g in auto["probe"]["gradient_codecs"].items():
             assert g["ratio"] > 1 and g["compress_bytes_per_s"] > 0
             assert f"gradient codec: {name} at REL 0.01" in out

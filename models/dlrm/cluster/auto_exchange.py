@@ -23,8 +23,8 @@ with Adagrad the all-reduce stays exact), once per gradient codec (``GRAD_CODEC_
 ``exact-ar``, ``flat-ar``, ``hierarchical-ar`` with the entropy-coded frames
 (``Config.grad_codec = "auto"``: fewest bytes) and ``exact-ar-fixed``, ``flat-ar-fixed``,
 ``hierarchical-ar-fixed`` with the fixed-rate ones (``"fixed"``: about 3x the bytes, about a
-tenth of the encode CPU). ``Config.grad_codec`` cannot tell a user's ``"auto"`` from the
-default, so ``"auto"`` lets both compete and ``"fixed"`` keeps the fixed-rate variant alone
+sixteenth of the encode CPU on the testbed). ``Config.grad_codec`` cannot tell a user's
+``"auto"`` from the default, so ``"auto"`` lets both compete and ``"fixed"`` keeps the fixed-rate variant alone
 (:func:`grad_codec_variants`).
 
 Each candidate's step is predicted (with the exchange's communication overlapped with the

@@ -279,7 +279,7 @@ class Config:
     #
     # Gradient values crowd near zero, so entropy coding of their codes pays: terabyte preset,
     # REL 0.01, 2 processes: 0.70 MiB per step with auto vs 2.18 MiB with fixed; fixed costs
-    # about 10x less CPU to encode (0.3 vs 5 ms per 3 MiB on this 2-core machine), which
+    # about 16x less CPU to encode (0.3 vs 5 ms per 3 MiB on this 2-core machine), which
     # matters only where the codec runs on slow CPUs and the link is fast. With
     # --grad-allreduce auto, auto lets the probe choose between the two and fixed keeps fixed.
     grad_codec: Literal["fixed", "auto"] = "auto"
