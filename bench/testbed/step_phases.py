@@ -28,6 +28,7 @@ import json
 import os
 import re
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -277,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "title": args.title,
         "environment": bu.environment_record(),
         "runs": runs,
-        "argv": list(argv) if argv is not None else None,
+        "argv": list(argv) if argv is not None else sys.argv[1:],
     }
     out = bu.write_json(result, args.out)
     out.with_suffix(".md").write_text(render(result))
