@@ -104,6 +104,11 @@ MODES = {
     # error feedback, or the bf16 baseline (PyTorch DDP's bf16 hook)
     "compressed-bwd-ar": (*_BACKWARD, "--grad-allreduce", "compressed"),
     "compressed-bwd-ar-bf16": (*_BACKWARD, "--grad-allreduce", "bf16"),
+    # the exact exchange with the fixed-rate compressed all-reduce: what auto chose on a fast
+    # link (its exact-ar-fixed), where the exchange's codec costs more than its bytes
+    "exact-ar-fixed": (
+        *("--compression", "off", "--grad-allreduce", "compressed", "--grad-codec", "fixed"),
+    ),
     # forward + backward compressed, every peer's block (flat) or only the blocks
     # that cross processes (hierarchical: exact among the devices of a process)
     "compressed-flat": (*_BACKWARD, "--exchange-topology", "flat"),

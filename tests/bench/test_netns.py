@@ -26,6 +26,7 @@ from bench.testbed import netns_bench as nb
 from bench.testbed import netns_testbed as testbed
 from bench.training import torchrec_data, torchrec_peer
 from models.dlrm import configs
+from models.dlrm.cluster import auto_exchange as ae
 from models.dlrm.data import shards, synthetic
 
 
@@ -130,6 +131,14 @@ def test_modes_and_baselines():
     assert "--exchange-topology" in nb.MODES["compressed-flat"]
     assert nb.MODES["compressed-hierarchical"][-2:] == ("--exchange-topology", "hierarchical")
     assert "--exchange-backward" in nb.MODES["compressed-hierarchical"]
+    # auto's exact-ar-fixed as a fixed mode: the Config its settings resolve to
+    settings = ae.TRAINER_SETTINGS["exact-ar-fixed"]
+    flags = dict(zip(nb.MODES["exact-ar-fixed"][::2], nb.MODES["exact-ar-fixed"][1::2]))
+    assert flags == {
+        "--compression": settings.compression,
+        "--grad-allreduce": settings.grad_allreduce,
+        "--grad-codec": settings.grad_codec,
+    }
     fixed = nb.MODES["compressed-hierarchical-ar-fixed"]
     assert (
         fixed[: len(nb.MODES["compressed-hierarchical-ar"])]
