@@ -26,7 +26,7 @@ codec.md, the other result pages, the figures).
 Usage (from the repo root)::
 
     python -m bench.codecs.codec_bench                            # peers suite, full run
-    python -m bench.codecs.codec_bench --suite targets            # issue-2 targets
+    python -m bench.codecs.codec_bench --suite targets            # the codec targets (codec.md)
     python -m bench.codecs.codec_bench --suite targets --quick    # 3 repeats (smoke run)
     python -m bench.codecs.codec_bench --no-tiles --dumps terabyte_table01 --eb-rel 0.01
 

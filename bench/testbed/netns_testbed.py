@@ -293,7 +293,7 @@ def probe_gbits(
 
 
 class LoopbackTestbed:
-    """Both processes in one namespace over its limited loopback (the issue-6 testbed).
+    """Both processes in one namespace over its limited loopback (the loopback testbed).
 
     Raises:
       RuntimeError: a namespace could not be made.
