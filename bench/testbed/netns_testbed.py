@@ -293,7 +293,7 @@ def probe_gbits(
 
 
 class LoopbackTestbed:
-    """Both processes in one namespace over its limited loopback (the loopback testbed).
+    """Both processes in one namespace over its limited loopback (``--testbed loopback``).
 
     Raises:
       RuntimeError: a namespace could not be made.
