@@ -67,6 +67,7 @@ class Round:
     fit_files: tuple[tuple[str, str], ...]
     groups: tuple[Group, ...]
     token_bucket: bool = False  # the rate limiter's burst modelled (Cluster.inter_burst_bytes)
+    message_latency: bool = False  # the inter-node message latency fitted (else assumed)
 
 
 ROUNDS_1_2 = (
@@ -116,6 +117,24 @@ ROUNDS = (
              "netns_two_node_2x4_200mbit.json", 2048),
         ),
         token_bucket=True,
+    ),
+    Round(
+        "Round 4: constants fitted on the eight files measured with the current code (round "
+        "3's and auto's), the inter-node message latency among them",
+        tuple((f"netns_{f}.json", "codec_testbed.json") for f in (
+            "auto_2x2_200mbit", "auto_2x4_200mbit", "auto_2x3", "auto_2x2_100mbit",
+            "auto_2x4_100mbit", "two_node_2x2_500mbit", "two_node_2x3_150mbit",
+            "two_node_2x4_400mbit")),
+        (
+            ("2x2 at 300 Mbit/s", 2, ("300mbit",), "netns_two_node_2x2_300mbit.json",
+             "netns_two_node_2x2_500mbit.json", 2048),
+            ("2x3 at 400 Mbit/s", 3, ("400mbit",), "netns_two_node_2x3_400mbit.json",
+             "netns_two_node_2x3_150mbit.json", 2046),
+            ("2x4 at 300 Mbit/s", 4, ("300mbit",), "netns_two_node_2x4_300mbit.json",
+             "netns_two_node_2x4_400mbit.json", 2048),
+        ),
+        token_bucket=True,
+        message_latency=True,
     ),
 )  # fmt: skip
 #: the codec benchmark the points ahead are predicted with: the testbed's machine, the codec
@@ -213,27 +232,34 @@ def fit_points(
 def predict_point(
     model: st.ModelSpec, row: dict, constants: dict[str, float], flops_per_byte: float
 ) -> st.StepTime:
-    """One point's prediction with the fitted ``constants``."""
+    """One point's prediction with the fitted ``constants`` (``inter_latency_s``, where fitted,
+    in place of the cluster's assumed inter-node message latency)."""
     f = constants["flops_per_s"]
     compute = st.Compute(f, f / flops_per_byte, constants["device_overhead_s"])
     model = dataclasses.replace(model, global_batch=row.get("global_batch", model.global_batch))
     codecs = dataclasses.replace(
         row["codecs"], exchange_overhead_s=constants["exchange_overhead_s"]
     )
-    return st.predict(model, row["cluster"], compute, codecs, row["model_mode"])
+    cluster = row["cluster"]
+    if "inter_latency_s" in constants:
+        cluster = dataclasses.replace(cluster, inter_latency=constants["inter_latency_s"])
+    return st.predict(model, cluster, compute, codecs, row["model_mode"])
 
 
 def fit(
-    model: st.ModelSpec, rows: Sequence[dict], flops_per_byte: float, overlap: bool = True
+    model: st.ModelSpec,
+    rows: Sequence[dict],
+    flops_per_byte: float,
+    overlap: bool = True,
+    message_latency: bool = False,
 ) -> dict[str, float]:
-    """The constants minimizing the squared relative error of ``rows``' predicted steps."""
+    """The constants minimizing the squared relative error of ``rows``' predicted steps;
+    ``message_latency``: ``inter_latency_s`` (per inter-node message) among them."""
+    names = ["device_overhead_s", "exchange_overhead_s"]
+    names += ["inter_latency_s"] if message_latency else []
 
     def constants(x: np.ndarray) -> dict[str, float]:
-        return {
-            "flops_per_s": math.exp(x[0]),
-            "device_overhead_s": float(x[1]),
-            "exchange_overhead_s": float(x[2]),
-        }
+        return {"flops_per_s": math.exp(x[0])} | {k: float(v) for k, v in zip(names, x[1:])}
 
     def residuals(x: np.ndarray) -> list[float]:
         c = constants(x)
@@ -242,20 +268,20 @@ def fit(
             for r in rows
         ]
 
-    x0 = np.array([math.log(3e9), 0.0, 0.0])
+    x0 = np.array([math.log(3e9)] + [0.0] * len(names))
     # tolerances at machine precision: the committed JSON (6 significant digits) must not
     # depend on the solver's stopping point
     sol = least_squares(
         residuals,
         x0,
-        bounds=([0.0, 0.0, 0.0], [60.0, 1.0, 1.0]),
+        bounds=([0.0] * len(x0), [60.0] + [1.0] * len(names)),
         xtol=1e-15,
         ftol=1e-15,
         gtol=1e-15,
     )
     # a fixed cost at the solver's bound of 0 comes out as 1e-27 s or so, a different tiny
     # number on another numpy/scipy: it is 0
-    return {k: 0.0 if k.endswith("overhead_s") and v < 1e-9 else v
+    return {k: 0.0 if k in names and v < 1e-9 else v
             for k, v in constants(sol.x).items()}  # fmt: skip
 
 
@@ -348,7 +374,9 @@ def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, A
     if not all((results / f).exists() for f, _ in rnd.fit_files):
         return {"name": rnd.name, "fit_files": [f for f, _ in rnd.fit_files], "pending": True}
     rows = fit_points(results, rnd.fit_files, rnd.token_bucket)
-    constants = {ov: fit(model, rows, flops_per_byte, ov) for ov in (True, False)}
+    constants = {
+        ov: fit(model, rows, flops_per_byte, ov, rnd.message_latency) for ov in (True, False)
+    }
     in_sample = [
         predict_point(model, r, constants[True], flops_per_byte).step(True) / r["measured_step_s"]
         - 1
@@ -381,17 +409,26 @@ def _render_round(r: dict[str, Any]) -> list[str]:
     if r.get("pending"):
         return [f"### {r['name']}", "", f"Waiting for {', '.join(r['fit_files'])}.", ""]
     c, f, s = r["constants"], r["fit"], r["summary"]
+    lat = c.get("inter_latency_s")
     lines = [
         f"### {r['name']}",
         "",
-        "Three constants fitted by least squares on the relative error of the "
-        f"{f['points']} points of {', '.join(r['fit_files'])}: "
+        f"{'Four' if lat is not None else 'Three'} constants fitted by least squares on the "
+        f"relative error of the {f['points']} points of {', '.join(r['fit_files'])}: "
         f"{c['flops_per_s'] / 1e9:.1f} GFLOP/s per processor, a device overhead of "
         f"{c['device_overhead_s'] * 1e3:.1f} ms per device and step (program dispatch, the "
-        "rendezvous of its collectives; paid one device after the other on a shared core) and "
-        f"a compressed exchange's overhead of {c['exchange_overhead_s'] * 1e3:.1f} ms per device "
-        f"and step beyond its codec throughput. In sample: {f['within_target']} of {f['points']} "
-        f"within {TARGET:.0%}, median {f['median_abs_error']:.1%}.",
+        "rendezvous of its collectives; paid one device after the other on a shared core)"
+        + (", " if lat is not None else " and ")
+        + f"a compressed exchange's overhead of {c['exchange_overhead_s'] * 1e3:.1f} ms per "
+        "device and step beyond its codec throughput"
+        + (
+            f" and a latency of {lat * 1e3:.2f} ms per inter-node message (each peer of an "
+            "all-to-all, each step of a ring; assumed 0.05 ms in the rounds before)"
+            if lat is not None
+            else ""
+        )
+        + f". In sample: {f['within_target']} of {f['points']} within {TARGET:.0%}, median "
+        f"{f['median_abs_error']:.1%}.",
         "",
         "Predicted from them before they were run: layouts and rates that no fitted file has. "
         + (

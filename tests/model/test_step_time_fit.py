@@ -85,6 +85,50 @@ def test_fit_recovers_the_constants_of_synthetic_steps():
         )
 
 
+def test_fit_recovers_the_inter_node_message_latency():
+    """With ``message_latency`` the fit also finds the latency per inter-node message, which
+    the flat exchange pays per remote peer and the hierarchical one once: steps made by the
+    model with a 4 ms latency give it back, and the three-constant fit cannot reproduce them."""
+    m = st.terabyte_spec()
+    truth = {
+        "flops_per_s": 2.5e10,
+        "device_overhead_s": 0.01,
+        "exchange_overhead_s": 0.002,
+        "inter_latency_s": 0.004,
+    }
+    rows = []
+    for dpp in (2, 3, 4):
+        for bits in (0.2e9, 0.5e9):
+            for mode in ("exact", "flat", "hierarchical", "hierarchical-ar"):
+                row = {
+                    "model_mode": mode,
+                    "cluster": sti.testbed_cluster(dpp, bits, 12e9, burst_bytes=131575.0),
+                    "codecs": st.Codecs(CODEC, st.CodecSpec(3e9, 8e9, 9.0)),
+                }
+                row["measured_step_s"] = fit.predict_point(m, row, truth, 5.0).step_overlap_s
+                rows.append(row)
+    got = fit.fit(m, rows, 5.0, message_latency=True)
+    assert set(got) == set(truth)
+    for k, v in truth.items():
+        assert got[k] == pytest.approx(v, rel=1e-4), k
+    three = fit.fit(m, rows, 5.0)
+    assert "inter_latency_s" not in three
+    worst = max(
+        abs(fit.predict_point(m, r, three, 5.0).step_overlap_s / r["measured_step_s"] - 1)
+        for r in rows
+    )
+    assert worst > 0.02
+    # the flat exchange's extra latency: (P - G) remote peers against 1, each way
+    r = next(r for r in rows if r["model_mode"] == "flat" and r["cluster"].devices_per_node == 4)
+    h = dict(r, model_mode="hierarchical")
+    dt = {
+        lat: fit.predict_point(m, r, truth | {"inter_latency_s": lat}, 5.0).step_s
+        - fit.predict_point(m, h, truth | {"inter_latency_s": lat}, 5.0).step_s
+        for lat in (0.0, 0.004)
+    }
+    assert dt[0.004] - dt[0.0] == pytest.approx(2 * (4 - 1) * 0.004)
+
+
 def test_committed_ahead_points_and_auto_rows():
     res = json.loads((sti.RESULTS / "step_time_check.json").read_text())["ahead"]
     assert [r["name"] for r in res["rounds"]] == [r.name for r in fit.ROUNDS]
