@@ -4,18 +4,22 @@ it predicts ahead of their runs from them.
 ``step_time_check`` calibrates the compute of each run file on that file's own unlimited exact
 run; predicting a layout from another layout's calibration missed by up to 33% (2 x 4 devices
 from 2 x 2), because the model had no cost per device: every device's program is dispatched
-and its collectives rendezvous on the processor it shares. This module fits three constants
-shared by every layout and rate (:func:`fit`, least squares on the relative error of every
-point of ``FIT_FILES``, calibration points included):
+and its collectives rendezvous on the processor it shares. This module fits three or four
+constants shared by every layout and rate (:func:`fit`, least squares on the relative error of
+every point of a round's files, :mod:`bench.testbed.step_time_rounds`, calibration points
+included):
 
 * ``flops_per_s``: the dense FLOP/s of one device's processor (memory bytes/s at the check's
   machine balance);
 * ``device_overhead_s`` (``Compute.device_overhead_s``): per device and step, in every mode;
 * ``exchange_overhead_s`` (``Codecs.exchange_overhead_s``): per device and step, added by a
-  compressed exchange beyond its codec throughput.
+  compressed exchange beyond its codec throughput;
+* ``inter_latency_s`` (``Cluster.inter_latency``), in the rounds that fit it
+  (``Round.message_latency``): per inter-node message, each remote peer of an all-to-all and
+  each step of a ring (else the 0.05 ms assumed by ``testbed_cluster``).
 
-With them it predicts ``AHEAD``: layouts and rates that no file of ``FIT_FILES`` has, before
-they are run (:func:`predict_ahead`), and scores each against its measurement once the file
+With them it predicts each round's groups: layouts and rates that none of its files has,
+before they are run (:func:`predict_ahead`), and scores each against its measurement once the file
 named beside it is committed. Nothing here reads a measured point of those files before it is
 scored. Bytes and ratios of a new point come from the committed file named as its source; its
 link from the rate name times the TCP payload fraction measured at 1 Gbit/s in the rates file
@@ -38,9 +42,9 @@ from scipy.optimize import least_squares
 
 from bench.testbed import auto_check
 from bench.testbed.netns_testbed import tbf_burst_bytes
+from bench.testbed.step_time_rounds import ROUNDS, ROUNDS_1_2, Group, Round
 from bench.testbed.testbed_inputs import (
     BENCH_MODES,
-    CHECK_FILES,
     RATES_FILE,
     codec_speeds,
     fmt_ms,
@@ -52,91 +56,6 @@ from bench.testbed.testbed_inputs import (
 )
 from models.dlrm.cluster import step_time as st
 
-#: (label, devices per process, rates, the file that measures them, the file whose bytes and
-#: ratios they are predicted with, the global batch: the preset's 2048 where the device count
-#: divides it, else the largest multiple of the device count below it)
-Group = tuple[str, int, tuple[str, ...], str, str, int]
-
-
-@dataclasses.dataclass(frozen=True)
-class Round:
-    """One round of predictions ahead: constants fitted on ``fit_files`` (each with its codec
-    benchmark), then ``groups`` predicted before their files were measured."""
-
-    name: str
-    fit_files: tuple[tuple[str, str], ...]
-    groups: tuple[Group, ...]
-    token_bucket: bool = False  # the rate limiter's burst modelled (Cluster.inter_burst_bytes)
-    message_latency: bool = False  # the inter-node message latency fitted (else assumed)
-
-
-ROUNDS_1_2 = (
-    Round(
-        "Round 1: constants fitted on the four files of the first check",
-        CHECK_FILES[:4],
-        (
-            ("2x3", 3, ("unlimited", "500mbit", "100mbit"), "netns_two_node_2x3.json",
-             "netns_two_node_2x4.json", 2046),
-            ("2x2 at 100 Mbit/s", 2, ("100mbit",), "netns_two_node_2x2_100mbit.json", RATES_FILE,
-             2048),
-            ("2x4 at 100 Mbit/s", 4, ("100mbit",), "netns_two_node_2x4_100mbit.json",
-             "netns_two_node_2x4.json", 2048),
-        ),
-    ),
-    Round(
-        "Round 2: constants fitted again on round 1's files (the code and machine of today), "
-        "the rate limiter's token bucket modelled",
-        (
-            ("netns_two_node_2x3.json", "codec_testbed.json"),
-            ("netns_two_node_2x2_100mbit.json", "codec_testbed.json"),
-            ("netns_two_node_2x4_100mbit.json", "codec_testbed.json"),
-        ),
-        (
-            ("2x2 at 200 Mbit/s", 2, ("200mbit",), "netns_two_node_2x2_200mbit.json",
-             "netns_two_node_2x2_100mbit.json", 2048),
-            ("2x3 at 250 Mbit/s", 3, ("250mbit",), "netns_two_node_2x3_250mbit.json",
-             "netns_two_node_2x3.json", 2046),
-            ("2x4 at 200 Mbit/s", 4, ("200mbit",), "netns_two_node_2x4_200mbit.json",
-             "netns_two_node_2x4_100mbit.json", 2048),
-        ),
-        token_bucket=True,
-    ),
-)  # fmt: skip
-#: every round, in the order they were predicted; rounds 1 and 2 ran auto's first rule
-ROUNDS = (
-    *ROUNDS_1_2,
-    Round(
-        "Round 3: constants fitted on the six files of rounds 1 and 2 measured the same day",
-        tuple((g[3], "codec_testbed.json") for r in ROUNDS_1_2 for g in r.groups),
-        (
-            ("2x2 at 500 Mbit/s", 2, ("500mbit",), "netns_two_node_2x2_500mbit.json",
-             "netns_two_node_2x2_200mbit.json", 2048),
-            ("2x3 at 150 Mbit/s", 3, ("150mbit",), "netns_two_node_2x3_150mbit.json",
-             "netns_two_node_2x3_250mbit.json", 2046),
-            ("2x4 at 400 Mbit/s", 4, ("400mbit",), "netns_two_node_2x4_400mbit.json",
-             "netns_two_node_2x4_200mbit.json", 2048),
-        ),
-        token_bucket=True,
-    ),
-    Round(
-        "Round 4: constants fitted on the eight files measured with the current code (round "
-        "3's and auto's), the inter-node message latency among them",
-        tuple((f"netns_{f}.json", "codec_testbed.json") for f in (
-            "auto_2x2_200mbit", "auto_2x4_200mbit", "auto_2x3", "auto_2x2_100mbit",
-            "auto_2x4_100mbit", "two_node_2x2_500mbit", "two_node_2x3_150mbit",
-            "two_node_2x4_400mbit")),
-        (
-            ("2x2 at 300 Mbit/s", 2, ("300mbit",), "netns_two_node_2x2_300mbit.json",
-             "netns_two_node_2x2_500mbit.json", 2048),
-            ("2x3 at 400 Mbit/s", 3, ("400mbit",), "netns_two_node_2x3_400mbit.json",
-             "netns_two_node_2x3_150mbit.json", 2046),
-            ("2x4 at 300 Mbit/s", 4, ("300mbit",), "netns_two_node_2x4_300mbit.json",
-             "netns_two_node_2x4_400mbit.json", 2048),
-        ),
-        token_bucket=True,
-        message_latency=True,
-    ),
-)  # fmt: skip
 #: the codec benchmark the points ahead are predicted with: the testbed's machine, the codec
 #: of today
 AHEAD_CODEC = "codec_testbed.json"
@@ -148,7 +67,7 @@ TARGET = 0.15
 
 
 def ahead_command(dpp: int, rates: Sequence[str], out: str, batch: int) -> str:
-    """The command that measures one group of ``AHEAD`` (root, the two-node testbed)."""
+    """The command that measures one group of a round (root, the two-node testbed)."""
     extra = ""
     if batch != st.terabyte_spec().global_batch:  # the evaluation batch divisible too
         extra = f" --extra --batch-size {batch} --eval-batch-size {2 * batch}"
@@ -368,6 +287,28 @@ def predict_ahead(
     return out
 
 
+def _errors(
+    model: st.ModelSpec, rows: Sequence[dict], constants: dict[str, float], flops_per_byte: float
+) -> list[float]:
+    return [
+        predict_point(model, r, constants, flops_per_byte).step(True) / r["measured_step_s"] - 1
+        for r in rows
+    ]
+
+
+def leave_one_file_out(
+    model: st.ModelSpec, rows: Sequence[dict], flops_per_byte: float, message_latency: bool
+) -> list[float]:
+    """Each file's points predicted from the constants fitted on the other files: how the fit
+    carries to a file it has not seen, before a round is run."""
+    errors = []
+    for name in dict.fromkeys(r["file"] for r in rows):
+        rest = [r for r in rows if r["file"] != name]
+        c = fit(model, rest, flops_per_byte, True, message_latency)
+        errors += _errors(model, [r for r in rows if r["file"] == name], c, flops_per_byte)
+    return errors
+
+
 def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, Any]:
     """One round: the fitted constants, their in-sample fit and the points predicted ahead."""
     model = st.terabyte_spec()
@@ -377,22 +318,25 @@ def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, A
     constants = {
         ov: fit(model, rows, flops_per_byte, ov, rnd.message_latency) for ov in (True, False)
     }
-    in_sample = [
-        predict_point(model, r, constants[True], flops_per_byte).step(True) / r["measured_step_s"]
-        - 1
-        for r in rows
-    ]
     points = predict_ahead(results, rnd.groups, model, constants, flops_per_byte, rnd.token_bucket)
     scored = [pt["error"] for pt in points if "error" in pt]
-    return {
+    out = {
         "name": rnd.name,
         "fit_files": [f for f, _ in rnd.fit_files],
         "constants": constants[True],
         "constants_serial": constants[False],
-        "fit": _score(in_sample),
+        "fit": _score(_errors(model, rows, constants[True], flops_per_byte)),
         "points": points,
         "summary": _score(scored) | {"predicted": len(points)},
     }
+    if rnd.message_latency:  # what the new constant adds, in sample and on unseen files
+        three = fit(model, rows, flops_per_byte)
+        out["fit_three_constants"] = _score(_errors(model, rows, three, flops_per_byte))
+        out["leave_one_file_out"] = {
+            n: _score(leave_one_file_out(model, rows, flops_per_byte, lat))
+            for n, lat in (("three_constants", False), ("four_constants", True))
+        }
+    return out
 
 
 def build_ahead(results: Path, flops_per_byte: float) -> dict[str, Any]:
@@ -428,7 +372,20 @@ def _render_round(r: dict[str, Any]) -> list[str]:
             else ""
         )
         + f". In sample: {f['within_target']} of {f['points']} within {TARGET:.0%}, median "
-        f"{f['median_abs_error']:.1%}.",
+        f"{f['median_abs_error']:.1%}."
+        + (
+            f" Without the latency (three constants): {r['fit_three_constants']['within_target']}"
+            f" of {f['points']}. Each file predicted from the constants fitted on the others "
+            "(leave one file out): "
+            + "; ".join(
+                f"{n.replace('_', ' ')} {v['within_target']} of {v['points']}, median "
+                f"{v['median_abs_error']:.1%}, largest {v['max_abs_error']:.1%}"
+                for n, v in r["leave_one_file_out"].items()
+            )
+            + "."
+            if "leave_one_file_out" in r
+            else ""
+        ),
         "",
         "Predicted from them before they were run: layouts and rates that no fitted file has. "
         + (

@@ -10,6 +10,7 @@ import pytest
 
 from bench.testbed import auto_check
 from bench.testbed import step_time_fit as fit
+from bench.testbed import step_time_rounds as rounds
 from bench.testbed import testbed_inputs as sti
 from models.dlrm.cluster import auto_exchange as ae
 from models.dlrm.cluster import step_time as st
@@ -131,7 +132,7 @@ def test_fit_recovers_the_inter_node_message_latency():
 
 def test_committed_ahead_points_and_auto_rows():
     res = json.loads((sti.RESULTS / "step_time_check.json").read_text())["ahead"]
-    assert [r["name"] for r in res["rounds"]] == [r.name for r in fit.ROUNDS]
+    assert [r["name"] for r in res["rounds"]] == [r.name for r in rounds.ROUNDS]
     # every round's predictions are the ones committed before its files were measured (the
     # regeneration test ties the JSON to the code, this ties it to the predictions of then): a
     # change to the model, the fit or their inputs (codec_testbed.json) that moves any of them
@@ -145,7 +146,12 @@ def test_committed_ahead_points_and_auto_rows():
     digest3 = hashlib.sha256(json.dumps(pred3).encode()).hexdigest()
     assert digest3 == "0f0a4e5014e25d711d27d1d97411e736172ecc8bcd21a450d17adcdfdece9cb5"
     assert pred3[0] == pytest.approx(0.283781, rel=1e-5)  # 2 x 2, 500 Mbit/s, exact
-    for rnd, got in zip(fit.ROUNDS, res["rounds"]):
+    pred4 = [pt["predicted_step_s"] for pt in res["rounds"][3]["points"]]  # the latency fitted
+    digest4 = hashlib.sha256(json.dumps(pred4).encode()).hexdigest()
+    assert digest4 == "69cf06774dd5ccb7ddd25fc0aa2915d71f523fac1d9eeac4f0ab10f2d30954e4"
+    assert pred4[0] == pytest.approx(0.42113, rel=1e-5)  # 2 x 2, 300 Mbit/s, exact
+    assert res["rounds"][3]["constants"]["inter_latency_s"] > 0
+    for rnd, got in zip(rounds.ROUNDS, res["rounds"]):
         if got.get("pending"):
             continue
         assert {pt["points"] for pt in got["points"]} == {g[0] for g in rnd.groups}
@@ -174,14 +180,14 @@ def test_auto_rows_compare_against_the_best_fixed_choice(tmp_path):
     def run(mode, t, **kw):
         return {"rate": "100mbit", "mode": mode, "status": "ok", "step_time_s": t, **kw}
 
-    file = fit.ROUNDS[0].groups[1][3]
+    file = rounds.ROUNDS[0].groups[1][3]
     runs = [run("exact", 1.0), run("compressed-hierarchical", 0.6), run("compressed-flat", 0.62)]
     runs += [
         run("auto", 0.63, auto_choice="hierarchical", auto_predicted_step_s=0.59,
             auto_hindsight_choice="flat")
     ]  # fmt: skip
     (tmp_path / file).write_text(json.dumps({"runs": runs}))
-    (a,) = auto_check.auto_rows(tmp_path, auto_check.round_groups(fit.ROUNDS))
+    (a,) = auto_check.auto_rows(tmp_path, auto_check.round_groups(rounds.ROUNDS))
     assert (a["choice"], a["best_fixed"]) == ("hierarchical", "compressed-hierarchical")
     assert a["vs_best"] == pytest.approx(0.05) and a["vs_exact"] == pytest.approx(-0.37)
     assert math.isclose(a["auto_predicted_step_s"], 0.59) and a["hindsight_choice"] == "flat"
