@@ -29,6 +29,11 @@ AUTO_FILES = (
     ("2x2 at 500 Mbit/s", ("500mbit",), "netns_two_node_2x2_500mbit.json"),  # round 3's files
     ("2x3 at 150 Mbit/s", ("150mbit",), "netns_two_node_2x3_150mbit.json"),
     ("2x4 at 400 Mbit/s", ("400mbit",), "netns_two_node_2x4_400mbit.json"),
+    ("2x2 at 300 Mbit/s", ("300mbit",), "netns_two_node_2x2_300mbit.json"),  # round 4's
+    ("2x3 at 400 Mbit/s", ("400mbit",), "netns_two_node_2x3_400mbit.json"),
+    ("2x4 at 300 Mbit/s", ("300mbit",), "netns_two_node_2x4_300mbit.json"),
+    # DCNv2 (Adagrad): beside auto the modes it may choose, the all-reduce exact
+    ("2x2 DCNv2", ("1gbit", "250mbit"), "netns_auto_dcnv2.json"),
 )
 TARGET = 0.05  # within 5% of the best fixed choice, never more than 5% slower than exact
 
@@ -118,7 +123,9 @@ def render_auto(before: Sequence[dict], after: Sequence[dict]) -> list[str]:
         "auto --grad-allreduce auto`) chooses the exchange (exact, flat, hierarchical) and the "
         "gradient all-reduce (exact, compressed) from its probe; its own prediction of the "
         "step it chose, and the choice it would make again with the compute its measured "
-        "step implies (hindsight, the trainer's end block).",
+        "step implies (hindsight, the trainer's end block). The DCNv2 preset trains with "
+        "Adagrad, whose head gradients auto keeps on the exact all-reduce (the accuracy "
+        "guidance, docs/benchmarks/fidelity.md): beside it ran the modes it chooses among.",
         "",
     ]
     if after:
