@@ -64,6 +64,12 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
             auto_choice=auto["choice"],
             auto_predicted_step_s=auto["candidates"][auto["choice"]]["step_overlap_s"],
             auto_hindsight_choice=hind.get("choice"),
+            # what the choice was made from: every candidate's predicted step, the probe's links
+            auto_candidates_step_s={m: c["step_overlap_s"] for m, c in auto["candidates"].items()},
+            auto_probe_links={
+                lv: {k: auto["probe"][lv][k] for k in ("peers", "bandwidth", "latency")}
+                for lv in ("intra", "inter")
+            },
         )
     if timed:
         last, n_last = timed[-1]

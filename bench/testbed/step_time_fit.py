@@ -45,6 +45,7 @@ from bench.testbed.netns_testbed import tbf_burst_bytes
 from bench.testbed.step_time_rounds import ROUNDS, ROUNDS_1_2, Group, Round
 from bench.testbed.testbed_inputs import (
     BENCH_MODES,
+    LATENCY_TESTBED_S,
     RATES_FILE,
     codec_speeds,
     fmt_ms,
@@ -165,6 +166,20 @@ def predict_point(
     return st.predict(model, cluster, compute, codecs, row["model_mode"])
 
 
+def relative_errors(
+    model: st.ModelSpec,
+    rows: Sequence[dict],
+    constants: dict[str, float],
+    flops_per_byte: float,
+    overlap: bool = True,
+) -> list[float]:
+    """Each row's predicted step with ``constants`` relative to its measured one, less 1."""
+    return [
+        predict_point(model, r, constants, flops_per_byte).step(overlap) / r["measured_step_s"] - 1
+        for r in rows
+    ]
+
+
 def fit(
     model: st.ModelSpec,
     rows: Sequence[dict],
@@ -181,11 +196,7 @@ def fit(
         return {"flops_per_s": math.exp(x[0])} | {k: float(v) for k, v in zip(names, x[1:])}
 
     def residuals(x: np.ndarray) -> list[float]:
-        c = constants(x)
-        return [
-            predict_point(model, r, c, flops_per_byte).step(overlap) / r["measured_step_s"] - 1
-            for r in rows
-        ]
+        return relative_errors(model, rows, constants(x), flops_per_byte, overlap)
 
     x0 = np.array([math.log(3e9)] + [0.0] * len(names))
     # tolerances at machine precision: the committed JSON (6 significant digits) must not
@@ -287,15 +298,6 @@ def predict_ahead(
     return out
 
 
-def _errors(
-    model: st.ModelSpec, rows: Sequence[dict], constants: dict[str, float], flops_per_byte: float
-) -> list[float]:
-    return [
-        predict_point(model, r, constants, flops_per_byte).step(True) / r["measured_step_s"] - 1
-        for r in rows
-    ]
-
-
 def leave_one_file_out(
     model: st.ModelSpec, rows: Sequence[dict], flops_per_byte: float, message_latency: bool
 ) -> list[float]:
@@ -304,13 +306,15 @@ def leave_one_file_out(
     errors = []
     for name in dict.fromkeys(r["file"] for r in rows):
         rest = [r for r in rows if r["file"] != name]
-        c = fit(model, rest, flops_per_byte, True, message_latency)
-        errors += _errors(model, [r for r in rows if r["file"] == name], c, flops_per_byte)
+        c = fit(model, rest, flops_per_byte, message_latency=message_latency)
+        errors += relative_errors(model, [r for r in rows if r["file"] == name], c, flops_per_byte)
     return errors
 
 
 def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, Any]:
-    """One round: the fitted constants, their in-sample fit and the points predicted ahead."""
+    """One round: the fitted constants, their in-sample fit and the points predicted ahead;
+    with ``Round.message_latency`` also the fit without the latency and each file's points
+    predicted from the other files (:func:`leave_one_file_out`), with and without it."""
     model = st.terabyte_spec()
     if not all((results / f).exists() for f, _ in rnd.fit_files):
         return {"name": rnd.name, "fit_files": [f for f, _ in rnd.fit_files], "pending": True}
@@ -325,13 +329,13 @@ def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, A
         "fit_files": [f for f, _ in rnd.fit_files],
         "constants": constants[True],
         "constants_serial": constants[False],
-        "fit": _score(_errors(model, rows, constants[True], flops_per_byte)),
+        "fit": _score(relative_errors(model, rows, constants[True], flops_per_byte)),
         "points": points,
         "summary": _score(scored) | {"predicted": len(points)},
     }
     if rnd.message_latency:  # what the new constant adds, in sample and on unseen files
         three = fit(model, rows, flops_per_byte)
-        out["fit_three_constants"] = _score(_errors(model, rows, three, flops_per_byte))
+        out["fit_three_constants"] = _score(relative_errors(model, rows, three, flops_per_byte))
         out["leave_one_file_out"] = {
             n: _score(leave_one_file_out(model, rows, flops_per_byte, lat))
             for n, lat in (("three_constants", False), ("four_constants", True))
@@ -367,7 +371,8 @@ def _render_round(r: dict[str, Any]) -> list[str]:
         "device and step beyond its codec throughput"
         + (
             f" and a latency of {lat * 1e3:.2f} ms per inter-node message (each peer of an "
-            "all-to-all, each step of a ring; assumed 0.05 ms in the rounds before)"
+            "all-to-all, each step of a ring; assumed "
+            f"{LATENCY_TESTBED_S * 1e3:.2f} ms in the rounds before)"
             if lat is not None
             else ""
         )

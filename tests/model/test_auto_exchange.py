@@ -263,6 +263,11 @@ def test_one_process_auto_run_chooses_as_the_model_says_and_reports(tmp_path, ca
     assert summary["auto_predicted_step_s"] == auto["candidates"][auto["choice"]]["step_overlap_s"]
     hind = auto["comparison"]["hindsight"]
     assert summary["auto_hindsight_choice"] == (hind["choice"] if hind else None)
+    assert summary["auto_candidates_step_s"] == {
+        m: c["step_overlap_s"] for m, c in auto["candidates"].items()
+    }
+    assert summary["auto_probe_links"]["intra"]["peers"] == 7  # one process of 8 devices
+    assert summary["auto_probe_links"]["inter"]["peers"] == 0
     # the start block: the measured links and codec, each candidate's split, the choice
     assert re.search(rf"link intra-node \(devices, 7 peers\): ({_NUM} GB/s|unbounded)", out), out
     assert "link inter-node: no peers" in out

@@ -127,7 +127,33 @@ def test_fit_recovers_the_inter_node_message_latency():
         - fit.predict_point(m, h, truth | {"inter_latency_s": lat}, 5.0).step_s
         for lat in (0.0, 0.004)
     }
-    assert dt[0.004] - dt[0.0] == pytest.approx(2 * (4 - 1) * 0.004)
+    p, g = 8, 4  # flat: P - G remote peers each way, hierarchical: N - 1 = 1
+    assert dt[0.004] - dt[0.0] == pytest.approx(2 * ((p - g) - 1) * 0.004)
+
+
+def test_leave_one_file_out_predicts_each_file_from_the_others_alone():
+    """Two files made by the model with the same constants and a third whose steps all took
+    1.3x longer: left out, the third is predicted from the others' constants, exactly 1/1.3
+    of its steps, where the fit on every file splits the difference."""
+    m = st.terabyte_spec()
+    truth = {"flops_per_s": 2.5e10, "device_overhead_s": 0.01, "exchange_overhead_s": 0.002}
+    rows = []
+    for name, dpp, scale in (("a", 2, 1.0), ("b", 4, 1.0), ("c", 3, 1.3)):
+        for bits in (0.2e9, 1e9):
+            for mode in ("exact", "hierarchical", "hierarchical-ar"):
+                row = {
+                    "file": name,
+                    "model_mode": mode,
+                    "cluster": sti.testbed_cluster(dpp, bits, 12e9),
+                    "codecs": st.Codecs(CODEC, st.CodecSpec(3e9, 8e9, 9.0)),
+                }
+                t = fit.predict_point(m, row, truth, 5.0).step_overlap_s
+                rows.append(row | {"measured_step_s": scale * t})
+    left_out = fit.leave_one_file_out(m, rows, 5.0, message_latency=False)
+    assert len(left_out) == len(rows)  # in the rows' file order: a, b, c
+    assert left_out[-6:] == pytest.approx([1 / 1.3 - 1] * 6, abs=1e-6)
+    in_sample = fit.relative_errors(m, rows, fit.fit(m, rows, 5.0), 5.0)
+    assert max(abs(e) for e in in_sample[-6:]) < abs(1 / 1.3 - 1) - 0.02
 
 
 def test_committed_ahead_points_and_auto_rows():
