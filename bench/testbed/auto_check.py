@@ -2,10 +2,10 @@
 the same file, rate and interleaved rounds: what it chose, its step against the best fixed
 step and against exact's, its own prediction and its hindsight choice.
 
-Two sets of runs: the files of the step-time rounds 1 and 2 (``step_time_rounds.ROUNDS_1_2``,
-auto's first rule: the fastest predicted candidate) and ``AUTO_FILES``, measured after the rule changed
-(``models.dlrm.cluster.auto_exchange``: the least codec work within the margin, the fixed-rate
-gradient codec a candidate). Rendered into ``step_time_check.md`` by
+Two sets of runs: the files of the step-time rounds 1 and 2
+(``step_time_rounds.ROUNDS_1_2``, auto's first rule: the fastest predicted candidate) and
+``AUTO_FILES``, measured after the rule changed (``models.dlrm.cluster.auto_exchange``: the
+least codec work within the margin, the fixed-rate gradient codec a candidate). Rendered into ``step_time_check.md`` by
 :mod:`bench.testbed.step_time_check`.
 """
 

@@ -83,23 +83,21 @@ def start_over(workdir: str) -> str | None:
     )
     files = [f for f in RUN_FILES if os.path.exists(os.path.join(workdir, f))]
     profile = os.path.join(workdir, "profile")
-    if os.path.isdir(profile):
-        files.append("profile/")
+    folders = [f for f in (ckpt_dir, profile) if os.path.isdir(f)]
     if jax.process_index() == 0:
-        for folder in (ckpt_dir, profile):
-            if os.path.isdir(folder):
-                shutil.rmtree(folder)
+        for folder in folders:
+            shutil.rmtree(folder)
         for f in files:
-            if f != "profile/":
-                os.remove(os.path.join(workdir, f))
+            os.remove(os.path.join(workdir, f))
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices("dlrm start_over")
-    if not steps and not files:
-        return None
     what = [f"checkpoints of steps {steps}"] if steps else []
-    return f"--restart: removed the earlier run in {workdir} ({', '.join(what + files)})"
+    what += files + (["profile/"] if profile in folders else [])
+    if not what:
+        return None
+    return f"--restart: removed the earlier run in {workdir} ({', '.join(what)})"
 
 
 def restore_latest(

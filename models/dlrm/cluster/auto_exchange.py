@@ -24,8 +24,8 @@ with Adagrad the all-reduce stays exact), once per gradient codec (``GRAD_CODEC_
 (``Config.grad_codec = "auto"``: fewest bytes) and ``exact-ar-fixed``, ``flat-ar-fixed``,
 ``hierarchical-ar-fixed`` with the fixed-rate ones (``"fixed"``: about 3x the bytes, about a
 sixteenth of the encode CPU on the testbed). ``Config.grad_codec`` cannot tell a user's
-``"auto"`` from the default, so ``"auto"`` lets both compete and ``"fixed"`` keeps the fixed-rate variant alone
-(:func:`grad_codec_variants`).
+``"auto"`` from the default, so ``"auto"`` lets both compete and ``"fixed"`` keeps the
+fixed-rate variant alone (:func:`grad_codec_variants`).
 
 Each candidate's step is predicted (with the exchange's communication overlapped with the
 bottom MLP, the convention of the testbed check in ``docs/step_time.md``, or serial); with
