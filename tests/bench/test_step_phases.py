@@ -213,6 +213,33 @@ def test_traces_of_the_compressed_and_the_exact_step_add_up_per_phase(tmp_path):
     assert "| **wall** |" in page and "| **between steps** |" in page
 
 
+@pytest.mark.slow
+def test_two_processes_trace_apart_and_restart_removes_both_traces(tmp_path):
+    """Several hosts: each process traces into its own folder and the reader sums both;
+    ``--restart`` on two processes removes the shared ``profile/`` once (process 0) and both
+    start a new run."""
+    from _multiprocess import run_trainers
+
+    out = tmp_path / "o"
+    args = ["--preset", "tiny", "--no-progress", "--out", str(out), "--devices", "2"]
+    args += ["--steps", "4", "--log-every", "4", "--eval-every", "0", "--eval-rows", "256"]
+    args += ["--checkpoint-every", "0"]
+    for rc, text in run_trainers([*args, "--profile-steps", "2"]):
+        assert rc == 0, text[-3000:]
+    for i in (0, 1):
+        steps = json.load(open(out / "profile" / f"process_{i}" / profiling.STEPS_FILE))
+        assert steps == {"first_step": 2, "last_step": 3}
+    run = sp.run_breakdown(out)
+    assert run["processes"] == 2 and run["executions"] == 2 * 2 * 2  # processes x devices x steps
+    assert run["ms_per_step"][f"{profiling.ALLREDUCE_SCOPE}/collective"] > 0
+    # --restart without tracing: both processes' traces are gone, process 0 says so
+    results = run_trainers([*args, "--restart"])
+    for rc, text in results:
+        assert rc == 0, text[-3000:]
+    assert not (out / "profile").exists()
+    assert "profile/)" in results[0][1] and "--restart: removed the earlier run" in results[0][1]
+
+
 @pytest.mark.skipif(not os.path.exists(RESULT), reason="no committed step_phases.json")
 def test_the_committed_page_is_rendered_from_its_json():
     with open(RESULT) as f:
