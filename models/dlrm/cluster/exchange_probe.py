@@ -7,8 +7,15 @@ jitted program on the whole mesh, so every process runs the same sequence):
 
 * the link per level: an exact ``jax.lax.all_to_all`` over the intra-node mesh axis
   (``"local"``, or ``"devices"`` on a 1-D mesh) and over the inter-node axis (``"nodes"``) at
-  two sizes per peer (``LINK_SMALL_BYTES`` and a size near the exchange's own, 64 KiB to 4 MiB),
-  fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`probe_result.fit_link`);
+  two sizes per peer (``LINK_SMALL_BYTES``, ``LINK_CHAIN`` of them back to back in one
+  program as the step runs its collectives, and a size near the exchange's own, 64 KiB to
+  4 MiB), fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`probe_result.fit_link`).
+  The links are timed in ``LINK_WINDOWS`` windows spread over the probe (before and after
+  each of the other timings) and each size's time is the mean of the windows' medians: a
+  step's time is the sum of its collectives', so it pays the mean cost per message, and on a
+  shared host that cost alternates between states that last seconds (two processes of 2 CPU
+  devices on 2 cores, gloo: about 0.1-0.3 ms or 4-8 ms for a 1 KiB all-to-all); the median of
+  one window picks one of them by chance;
 * the codec: the run's exchange codec (``Config.codec`` at the error-bound preset's base REL
   bound, the run's wire path) encoding and decoding one block of the forward exchange's shape
   per device, ``[P, L, B / P, dim]`` of uniform random values in [-1, 1] (no repeated rows:
@@ -59,13 +66,15 @@ WARMUP = 2
 MATMUL_REPS = 16
 LINK_SMALL_BYTES = 1024
 LINK_LARGE_BYTES = (64 << 10, 4 << 20)  # the large size's range
+LINK_CHAIN = 8  # small all-to-alls per timed program: its dispatch spread over them
+LINK_WINDOWS = 4
 
 
-def _median_seconds(*calls) -> list[float]:
+def _median_seconds(*calls, warmup: int = WARMUP) -> list[float]:
     """Median wall seconds of each ``(fn, *args)`` call (blocked on) over ``REPS`` runs after
-    ``WARMUP`` warm-up runs, the calls taken in turn, so that drift and a busy moment of the
+    ``warmup`` warm-up runs, the calls taken in turn, so that drift and a busy moment of the
     machine fall on all of them alike."""
-    for _ in range(WARMUP):
+    for _ in range(warmup):
         for fn, *args in calls:
             jax.block_until_ready(fn(*args))
     times: list[list[float]] = [[] for _ in calls]
@@ -103,12 +112,75 @@ def _smap(mesh, fn, out_specs):
     )
 
 
-def time_all_to_all(mesh, axis: str, size: int, sizes: tuple[int, ...]) -> list[float]:
-    """Median seconds of an exact all-to-all over mesh axis ``axis`` (``size`` devices) with
-    each of ``sizes`` float32 bytes to every peer, every device of the mesh at once."""
-    f = _smap(mesh, lambda b: jax.lax.all_to_all(b, axis, 0, 0, tiled=True), P(batch_axis(mesh)))
-    xs = [_sharded(mesh, (mesh.size * size, max(1, n // 4))) for n in sizes]
-    return _median_seconds(*[(f, x) for x in xs])
+def _all_to_all_chain(mesh, axis: str, chain: int):
+    """A jitted program of ``chain`` exact all-to-alls over ``axis``, each on the last's output
+    (a loop, so that XLA cannot fold two of them into the identity)."""
+
+    def body(b):
+        step = lambda i, x: jax.lax.all_to_all(x, axis, 0, 0, tiled=True)  # noqa: E731
+        return jax.lax.fori_loop(0, chain, step, b) if chain > 1 else step(0, b)
+
+    return _smap(mesh, body, P(batch_axis(mesh)))
+
+
+class LinkTimer:
+    """Times the exact all-to-all of every level of ``mesh`` at ``sizes`` (bytes per peer,
+    ascending), one window per :meth:`window` call; the programs are compiled once.
+
+    The smallest size runs ``LINK_CHAIN`` all-to-alls per program, the others one (their
+    bytes dwarf a program's dispatch, and a chain of them would take seconds on a slow link).
+    """
+
+    def __init__(self, mesh, sizes: tuple[int, ...]):
+        self.mesh, self.sizes, self.windows = mesh, sizes, []
+        self.calls = []  # per level: [(fn, x, all-to-alls per call)] per size; None: no peers
+        for _, axis, size in _levels(mesh):
+            if size == 1:
+                self.calls.append(None)
+                continue
+            chains = [LINK_CHAIN if i == 0 else 1 for i in range(len(sizes))]
+            self.calls.append(
+                [
+                    (
+                        _all_to_all_chain(mesh, axis, k),
+                        _sharded(mesh, (mesh.size * size, max(1, n // 4))),
+                        k,
+                    )
+                    for n, k in zip(sizes, chains)
+                ]
+            )
+
+    def window(self) -> list[float]:
+        """One window: seconds per all-to-all of each level and size (level-major; 0 for a
+        level without peers), each the median of ``REPS`` runs (warm-up runs in the first
+        window only); also kept in ``windows``."""
+        out = []
+        for calls in self.calls:
+            if calls is None:
+                out += [0.0] * len(self.sizes)
+                continue
+            warmup = WARMUP if not self.windows else 0
+            times = _median_seconds(*[(f, x) for f, x, _ in calls], warmup=warmup)
+            out += [t / k for t, (_, _, k) in zip(times, calls)]
+        self.windows.append(out)
+        return out
+
+    def describe(self) -> str:
+        """One log line: the smallest size's time per all-to-all in each window, per level."""
+        per_level = []
+        for i, ((level, _, _), calls) in enumerate(zip(_levels(self.mesh), self.calls)):
+            if calls is not None:
+                ms = "/".join(f"{w[i * len(self.sizes)] * 1e3:.3g}" for w in self.windows)
+                per_level.append(f"{level} {ms} ms")
+        return (
+            f"links: each size the mean of {len(self.windows)} windows' medians; "
+            f"{self.sizes[0]} B per peer ({LINK_CHAIN} all-to-alls per program) window by "
+            f"window, this process: {', '.join(per_level) or 'no peers'}"
+        )
+
+    def mean(self) -> list[float]:
+        """The mean over the windows of each figure of :meth:`window` (module docstring)."""
+        return [float(v) for v in np.mean(np.asarray(self.windows), axis=0)]
 
 
 def time_matmul(mesh, rows: int, k: int, n: int) -> float:
@@ -259,11 +331,11 @@ def measure(
     per_peer = model.exchange_bytes(p) / p
     large = int(min(max(4 * per_peer, LINK_LARGE_BYTES[0]), LINK_LARGE_BYTES[1]))
     sizes = (LINK_SMALL_BYTES, large)
-    times = []
-    for _, axis, size in _levels(mesh):
-        times += time_all_to_all(mesh, axis, size, sizes) if size > 1 else [0.0, 0.0]
+    timer = LinkTimer(mesh, sizes)
+    timer.window()
     k, n = model.interaction_width(), model.top_mlp[0]
     flops = time_matmul(mesh, model.global_batch // p, k, n)
+    timer.window()
     codec, codec_note = time_codec(
         mesh,
         exchange,
@@ -273,8 +345,12 @@ def measure(
         codec_name=config.codec,
         seed=config.seed,
     )
+    timer.window()
     grads = [time_gradient_codec(mesh, config, model, name) for name in gradient_codecs]
-    values = [*times, flops, codec.compress_bytes_per_s, codec.decompress_bytes_per_s, codec.ratio]
+    while len(timer.windows) < LINK_WINDOWS:
+        timer.window()
+    values = [*timer.mean(), flops]
+    values += [codec.compress_bytes_per_s, codec.decompress_bytes_per_s, codec.ratio]
     for g, _ in grads:  # 3 figures per gradient codec, in the order of gradient_codecs
         values += [g.compress_bytes_per_s, g.decompress_bytes_per_s, g.ratio]
     values = np.array(values, np.float32)
@@ -295,6 +371,7 @@ def measure(
     balance = probe_result.MACHINE_BALANCE["cpu" if platform == "cpu" else "gpu"]
     flops = values[4]
     notes = (
+        timer.describe(),
         f"compute: a [{model.global_batch // p}, {k}] x [{k}, {n}] float32 matmul (the top MLP's "
         f"first layer) {MATMUL_REPS} times per device; memory bytes/s assumed at "
         f"{balance:g} FLOP per byte (not measured)",
