@@ -2,10 +2,13 @@
 the same file, rate and interleaved rounds: what it chose, its step against the best fixed
 step and against exact's, its own prediction and its hindsight choice.
 
-Two sets of runs: the files of the step-time rounds 1 and 2
-(``step_time_rounds.ROUNDS_1_2``, auto's first rule: the fastest predicted candidate) and
-``AUTO_FILES``, measured after the rule changed (``models.dlrm.cluster.auto_exchange``: the
-least codec work within the margin, the fixed-rate gradient codec a candidate). Rendered into ``step_time_check.md`` by
+Three sets of runs: the files of the step-time rounds 1 and 2
+(``step_time_rounds.ROUNDS_1_2``, auto's first rule: the fastest predicted candidate);
+``AUTO_FILES_ONE_WINDOW``, measured after the rule changed (``models.dlrm.cluster.auto_exchange``:
+the least codec work within the margin, the fixed-rate gradient codec a candidate) with the
+probe timing each link in one window; and ``AUTO_FILES``, the same configurations run again
+with the windowed probe (``models.dlrm.cluster.exchange_probe``: the mean of 4 windows, the
+1 KiB all-to-all chained). Rendered into ``step_time_check.md`` by
 :mod:`bench.testbed.step_time_check`.
 """
 
@@ -18,8 +21,27 @@ from typing import Any
 
 from bench.testbed.testbed_inputs import fmt_ms, median_runs
 
-#: runs of ``auto`` after its rule changed: (label, rates, file), every fixed choice beside it
+#: runs of ``auto`` with the windowed probe: (label, rates, file), every fixed choice beside it;
+#: the configurations of ``AUTO_FILES_ONE_WINDOW`` run again
 AUTO_FILES = (
+    ("2x2 DCNv2, 4 rounds", ("250mbit",), "netns_auto_windows_dcnv2_250mbit.json"),
+    ("2x2 DCNv2", ("1gbit", "250mbit"), "netns_auto_windows_dcnv2.json"),
+    ("2x2", ("300mbit",), "netns_auto_windows_2x2_300mbit.json"),
+    ("2x3", ("400mbit",), "netns_auto_windows_2x3_400mbit.json"),
+    ("2x4", ("300mbit",), "netns_auto_windows_2x4_300mbit.json"),
+    ("2x2", ("200mbit",), "netns_auto_windows_2x2_200mbit.json"),
+    ("2x4", ("200mbit",), "netns_auto_windows_2x4_200mbit.json"),
+    ("2x2", ("100mbit",), "netns_auto_windows_2x2_100mbit.json"),
+    ("2x4", ("100mbit",), "netns_auto_windows_2x4_100mbit.json"),
+    ("2x3", ("unlimited",), "netns_auto_windows_2x3_unlimited.json"),
+    ("2x2", ("500mbit",), "netns_auto_windows_2x2_500mbit.json"),
+    ("2x3", ("150mbit",), "netns_auto_windows_2x3_150mbit.json"),
+    ("2x4", ("400mbit",), "netns_auto_windows_2x4_400mbit.json"),
+    ("2x4, 4 rounds", ("400mbit",), "netns_auto_windows_2x4_400mbit_4rounds.json"),  # rerun
+    ("2x1 loopback", ("unlimited", "1gbit"), "netns_auto_windows_loopback.json"),
+)
+#: runs of ``auto`` after its rule changed, the probe timing each link in one window
+AUTO_FILES_ONE_WINDOW = (
     ("2x1 loopback", ("unlimited", "1gbit"), "netns.json"),
     ("2x2", ("200mbit",), "netns_auto_2x2_200mbit.json"),
     ("2x4", ("200mbit",), "netns_auto_2x4_200mbit.json"),
@@ -113,9 +135,13 @@ def _tally(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def render_auto(before: Sequence[dict], after: Sequence[dict]) -> list[str]:
-    """The auto section of ``step_time_check.md`` (Markdown lines); empty without rows."""
-    if not (before or after):
+def render_auto(
+    before: Sequence[dict], after: Sequence[dict], windows: Sequence[dict] = ()
+) -> list[str]:
+    """The auto section of ``step_time_check.md`` (Markdown lines): ``windows`` (the windowed
+    probe), ``after`` (the rule of today, the one-window probe), ``before`` (the first rule);
+    empty without rows."""
+    if not (before or after or windows):
         return []
     lines = [
         "### `--compression auto` beside the fixed choices",
@@ -129,11 +155,20 @@ def render_auto(before: Sequence[dict], after: Sequence[dict]) -> list[str]:
         "guidance, docs/benchmarks/fidelity.md): beside it ran the modes it chooses among.",
         "",
     ]
+    if windows:
+        lines += [
+            "With the windowed probe (each link the mean of 4 windows spread over the probe, "
+            "the 1 KiB all-to-all 8 to a program), the configurations of the next table run "
+            "again: " + _tally(windows),
+            "",
+            *_table(windows),
+            "",
+        ]
     if after:
         lines += [
             "After the rule changed (the least codec work among the candidates within the "
-            "margin of the fastest; the fixed-rate gradient codec a candidate, `-ar-fixed`): "
-            + _tally(after),
+            "margin of the fastest; the fixed-rate gradient codec a candidate, `-ar-fixed`), "
+            "the probe timing each link in one window: " + _tally(after),
             "",
             *_table(after),
             "",

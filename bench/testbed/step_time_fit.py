@@ -345,11 +345,13 @@ def build_round(results: Path, rnd: Round, flops_per_byte: float) -> dict[str, A
 
 def build_ahead(results: Path, flops_per_byte: float) -> dict[str, Any]:
     """Every round (``ROUNDS``) and auto's rows (:mod:`bench.testbed.auto_check`): in the
-    rounds' files, and in ``auto_check.AUTO_FILES`` (after its rule changed)."""
+    rounds' files, in ``auto_check.AUTO_FILES_ONE_WINDOW`` (after its rule changed) and in
+    ``auto_check.AUTO_FILES`` (the windowed probe)."""
     return {
         "rounds": [build_round(results, r, flops_per_byte) for r in ROUNDS],
         "auto": auto_check.auto_rows(results, auto_check.round_groups(ROUNDS_1_2)),
-        "auto_after_rule": auto_check.auto_rows(results, auto_check.AUTO_FILES),
+        "auto_after_rule": auto_check.auto_rows(results, auto_check.AUTO_FILES_ONE_WINDOW),
+        "auto_windowed_probe": auto_check.auto_rows(results, auto_check.AUTO_FILES),
     }
 
 
@@ -425,5 +427,7 @@ def render_ahead(res: dict[str, Any]) -> list[str]:
     lines = ["## Fixed costs, and points predicted ahead from them", ""]
     for r in res["rounds"]:
         lines += _render_round(r)
-    lines += auto_check.render_auto(res["auto"], res.get("auto_after_rule", []))
+    lines += auto_check.render_auto(
+        res["auto"], res.get("auto_after_rule", []), res.get("auto_windowed_probe", [])
+    )
     return lines

@@ -194,7 +194,7 @@ def test_committed_ahead_points_and_auto_rows():
             if "error" in pt:
                 want = pt["predicted_step_s"] / pt["measured_step_s"] - 1
                 assert pt["error"] == pytest.approx(want, abs=1e-5)
-    for a in res["auto"] + res["auto_after_rule"]:
+    for a in res["auto"] + res["auto_after_rule"] + res["auto_windowed_probe"]:
         assert a["best_fixed_step_s"] == min(a["fixed_steps_s"].values())
         assert a["vs_best"] == pytest.approx(
             a["auto_step_s"] / a["best_fixed_step_s"] - 1, abs=1e-5
@@ -291,3 +291,7 @@ def test_auto_rows_take_every_library_mode_beside_auto_and_the_tally_counts_them
     assert "on **0 of 1**; against exact at worst -46.0%" in page
     assert "| 2x1 | 1gbit | flat-ar-fixed | 540 ms |" in page
     assert auto_check.render_auto([], []) == []
+    both = "\n".join(auto_check.render_auto([], [a], [dict(a, vs_best=0.01)]))
+    windowed, one_window = both.split("After the rule changed")  # the windowed probe first
+    assert "With the windowed probe" in windowed and "on **1 of 1**" in windowed
+    assert "on **0 of 1**" in one_window
