@@ -75,7 +75,8 @@ def auto_rows(results: Path, groups: Iterable[tuple[str, Sequence[str], str]]) -
         path = results / file
         if not path.exists():
             continue
-        med = median_runs(json.loads(path.read_text())["runs"])
+        runs = json.loads(path.read_text())["runs"]
+        med = median_runs(runs)
         for rate in rates:
             auto = med.get((rate, "auto"))
             fixed = {
@@ -90,7 +91,12 @@ def auto_rows(results: Path, groups: Iterable[tuple[str, Sequence[str], str]]) -
                 {
                     "points": label,
                     "rate": rate,
-                    "choice": auto.get("auto_choice"),
+                    "choice": auto.get("auto_choice"),  # the first round's
+                    "choices": [
+                        r.get("auto_choice")
+                        for r in runs
+                        if (r["rate"], r["mode"]) == (rate, "auto") and r.get("status") == "ok"
+                    ],
                     "auto_step_s": auto["step_time_s"],
                     "auto_predicted_step_s": auto.get("auto_predicted_step_s"),
                     "hindsight_choice": auto.get("auto_hindsight_choice"),
@@ -114,9 +120,11 @@ def _table(rows: Sequence[dict[str, Any]]) -> list[str]:
     ]
     for a in rows:
         ve = "" if a["vs_exact"] is None else f"{a['vs_exact']:+.1%}"
+        choices = a.get("choices") or [a["choice"]]
+        chose = a["choice"] if len(set(choices)) == 1 else ", ".join(choices) + " (by round)"
         pred = a["auto_predicted_step_s"]
         lines.append(
-            f"| {a['points']} | {a['rate']} | {a['choice']} | {fmt_ms(a['auto_step_s'])} | "
+            f"| {a['points']} | {a['rate']} | {chose} | {fmt_ms(a['auto_step_s'])} | "
             f"{'' if pred is None else fmt_ms(pred)} | {a['best_fixed']} "
             f"{fmt_ms(a['best_fixed_step_s'])} | {a['vs_best']:+.1%} | {ve} | "
             f"{a.get('hindsight_choice') or ''} |"

@@ -283,8 +283,14 @@ def test_auto_rows_take_every_library_mode_beside_auto_and_the_tally_counts_them
     runs = [run("1gbit", "exact", 1.0), run("1gbit", "compressed-bwd-ar-bf16", 0.5)]
     runs += [run("1gbit", "torchrec-fp32", 0.1), run("unlimited", "exact", 0.2)]
     runs += [run("1gbit", "auto", 0.54, auto_choice="flat-ar-fixed")]
+    runs += [run("unlimited", "auto", 0.3, auto_choice="exact", round=0)]
+    runs += [run("unlimited", "auto", 0.1, auto_choice="flat", round=1)]
     (tmp_path / "x.json").write_text(json.dumps({"runs": runs}))
-    (a,) = auto_check.auto_rows(tmp_path, [("2x1", ("1gbit", "unlimited"), "x.json")])
+    a, b = auto_check.auto_rows(tmp_path, [("2x1", ("1gbit", "unlimited"), "x.json")])
+    assert (b["choice"], b["choices"], b["auto_step_s"]) == ("exact", ["exact", "flat"], 0.2)
+    assert "| 2x1 | unlimited | exact, flat (by round) | 200 ms |" in "\n".join(
+        auto_check.render_auto([], [b])
+    )
     assert a["fixed_steps_s"] == {"exact": 1.0, "compressed-bwd-ar-bf16": 0.5}  # no TorchRec
     assert a["vs_best"] == pytest.approx(0.08) and a["vs_exact"] == pytest.approx(-0.46)
     page = "\n".join(auto_check.render_auto([], [a]))

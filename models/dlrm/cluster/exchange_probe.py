@@ -10,8 +10,9 @@ jitted program on the whole mesh, so every process runs the same sequence):
   two sizes per peer (``LINK_SMALL_BYTES``, ``LINK_CHAIN`` of them back to back in one
   program as the step runs its collectives, and a size near the exchange's own, 64 KiB to
   4 MiB), fitted to ``peers * (latency + bytes / bandwidth)`` (:func:`probe_result.fit_link`).
-  The links are timed in ``LINK_WINDOWS`` windows spread over the probe (before and after
-  each of the other timings) and each size's time is the mean of the windows' medians: a
+  The links are timed in ``LINK_WINDOWS`` windows spread over the probe (before the matmul,
+  after it, after the exchange codec and after the gradient codecs, the last two back to back
+  where none is timed) and each size's time is the mean of the windows' medians: a
   step's time is the sum of its collectives', so it pays the mean cost per message, and on a
   shared host that cost alternates between states that last seconds (two processes of 2 CPU
   devices on 2 cores, gloo: about 0.1-0.3 ms or 4-8 ms for a 1 KiB all-to-all); the median of
@@ -127,8 +128,10 @@ class LinkTimer:
     """Times the exact all-to-all of every level of ``mesh`` at ``sizes`` (bytes per peer,
     ascending), one window per :meth:`window` call; the programs are compiled once.
 
-    The smallest size runs ``LINK_CHAIN`` all-to-alls per program, the others one (their
-    bytes dwarf a program's dispatch, and a chain of them would take seconds on a slow link).
+    The smallest size runs ``LINK_CHAIN`` all-to-alls per program, the others one (a chain of
+    them would take seconds on a slow link); their time carries one program's dispatch, which
+    the chained figure spreads over ``LINK_CHAIN``, so the fitted bandwidth reads low by that
+    much (about 0.1 ms on the CPU testbed, against 0.3-300 ms of transfer).
     """
 
     def __init__(self, mesh, sizes: tuple[int, ...]):
