@@ -25,7 +25,8 @@ struct QuantPlan {
 // eb * (vmax - vmin), never above the exact product, in float32 arithmetic only (the jax.numpy
 // reference repeats it): the range rounded toward zero (TwoSum gives vmax - vmin = r + er
 // exactly), then the product rounded toward zero (Dekker's split gives eb * r = p + ep exactly).
-// At most two float32 steps below the exact product (three outside Dekker's range).
+// Less than three float32 steps below the exact product (four outside Dekker's range): the
+// range's rounding costs up to eb * ulp(r), under two steps of the product, its own one more.
 LC_HD float prev_toward_zero(float v, bool step) {  // for v >= 0
   return step && v > 0.0f && is_finite_bits(f2u(v)) ? u2f(f2u(v) - 1u) : v;
 }

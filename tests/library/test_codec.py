@@ -42,8 +42,9 @@ def expected_eb_abs(chunk: np.ndarray, eb: float, mode: str) -> np.float64:
 
 def assert_within_bound(x, y, infos, eb, mode):
     """Every finite value within the stated bound (float64); non-finite values bit-exact. The
-    frame's stored half step is at most the bound (equal to the float32 product or one or two
-    float32 steps below it for float32 chunks; lower for half types)."""
+    frame's stored half step is at most the bound (equal to the float32 product or less than
+    three float32 steps below it for float32 chunks, as xla_ffi/quant.h's rel_bound derives;
+    lower for half types)."""
     nchunks = int(np.prod(x.shape[:-2], dtype=np.int64))
     xs = x.reshape(nchunks, *x.shape[-2:])
     ys = y.reshape(nchunks, *x.shape[-2:])
@@ -56,7 +57,7 @@ def assert_within_bound(x, y, infos, eb, mode):
         bound = expected_eb_abs(xc, eb, mode)
         assert info.eb_abs <= bound
         if xc.dtype == np.float32:
-            assert bound - info.eb_abs <= 2 * np.spacing(np.float32(bound))
+            assert bound - info.eb_abs < 3 * np.spacing(np.float32(bound))
         err = np.abs(xc.astype(np.float64)[fin] - yc.astype(np.float64)[fin])
         assert np.all(err <= bound), (err.max(), bound)
         bits = np.dtype(xc.dtype).itemsize * 8
@@ -250,7 +251,7 @@ def test_per_chunk_error_bounds():
     infos = lc.frame_info(frames, nbytes)
     for c in range(3):
         bound = expected_eb_abs(x[c], eb[c], "rel")
-        assert bound - 2 * np.spacing(np.float32(bound)) <= infos[c].eb_abs <= bound
+        assert bound - 3 * np.spacing(np.float32(bound)) < infos[c].eb_abs <= bound
     assert nbytes[0] > nbytes[1] > nbytes[2]
 
 
