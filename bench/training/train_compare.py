@@ -204,8 +204,9 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
     }
 
 
-#: trainer flags that decide how a run is carried out, not its result (with their values)
-RUN_CONTROL_FLAGS = {"--checkpoint-every": 1, "--restart": 0, "--no-progress": 0}
+#: trainer flags that decide how a run is carried out or where its outputs go, not its result
+#: (with the number of values each takes)
+RUN_CONTROL_FLAGS = {"--checkpoint-every": 1, "--restart": 0, "--no-progress": 0, "--out": 1}
 
 
 def result_flags(flags: Sequence[str]) -> list[str]:
@@ -218,6 +219,23 @@ def result_flags(flags: Sequence[str]) -> list[str]:
         else:
             out.append(f)
     return out
+
+
+def load_kept_from(paths: Sequence[str | Path]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The ok runs with a seed in earlier ``train_compare`` result files, by (name, seed).
+
+    A later file's run replaces an earlier one's. Raises ``ValueError`` if a file is not a
+    result of this benchmark (no ``runs`` list).
+    """
+    kept: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in paths:
+        runs = json.loads(Path(path).read_text()).get("runs")
+        if not isinstance(runs, list):
+            raise ValueError(f"{path}: not a train_compare result (no 'runs' list)")
+        for r in runs:
+            if r.get("status") == "ok" and r.get("seed") is not None:
+                kept[(r["name"], r["seed"])] = r
+    return kept
 
 
 def _run_trainer(cmd: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str]:
@@ -238,7 +256,9 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
     With ``seed`` the run's outputs go to ``workdir/name/seed<seed>`` and its result is kept
     there (``compare_run.json``, with the commit it ran at); a kept ok result of the same
     command is returned as it is, whatever the code's version now (start a new workdir to
-    measure changed code).
+    measure changed code). So is an ok run of the same name, seed and command in
+    ``args.kept_from`` (:func:`load_kept_from`: earlier result files, the sweep continued in
+    another workdir or on another machine).
     """
     if seed is None:
         out = workdir / name
@@ -263,6 +283,9 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
                 # assembling: the summary of its metrics as this code makes it
                 old.update(summarize(read_metrics(out / "metrics.jsonl")))
             return old
+    earlier = (getattr(args, "kept_from_runs", None) or {}).get((name, seed))
+    if seed is not None and earlier and result_flags(earlier["flags"]) == run:
+        return earlier
     if getattr(args, "kept_only", False):
         return {"name": name, "seed": seed, "flags": cmd[3:], "status": "missing", "wall_s": 0.0}
     env = trainer_runs.trainer_env()
@@ -373,6 +396,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "there and run nothing (a partial sweep; the others are listed as missing)",
     )
     ap.add_argument(
+        "--kept-from",
+        nargs="+",
+        default=[],
+        metavar="RESULT",
+        help="with --seeds: the ok runs of these earlier result files (e.g. the committed "
+        "one) count as kept runs of the same name, seed and flags (a sweep continued on "
+        "another machine: only the missing runs train)",
+    )
+    ap.add_argument(
         "--retries",
         type=int,
         default=2,
@@ -394,6 +426,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ap.error("--retries must be >= 0")
     if args.kept_only and not (args.seeds and args.workdir and args.out):
         ap.error("--kept-only needs --seeds, --workdir (the kept runs) and --out")
+    if args.kept_from and not args.seeds:
+        ap.error("--kept-from needs --seeds")
+    try:
+        args.kept_from_runs = load_kept_from(args.kept_from)
+    except (OSError, ValueError) as e:
+        ap.error(f"--kept-from: {e}")
     if args.out is None:
         args.out = str(
             bu.RESULTS_DIR / f"fidelity_{args.preset}.json" if args.seeds else DEFAULT_OUT
@@ -414,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "DLRM training: exact vs compressed vs quantized-comm exchange",
         "environment": bu.environment_record(),
-        "params": {k: v for k, v in vars(args).items() if k != "out"},
+        "params": {k: v for k, v in vars(args).items() if k not in ("out", "kept_from_runs")},
         "data": args.data or "synthetic (models/dlrm/data/synthetic.py)",
         "runs": runs,
         "argv": list(sys.argv if argv is None else argv),

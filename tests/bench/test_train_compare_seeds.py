@@ -221,8 +221,74 @@ def test_runs_with_checkpoints_resume_instead_of_restarting(tmp_path, monkeypatc
 
 def test_kept_results_match_whatever_the_run_control_flags():
     flags = ["--preset", "x", "--checkpoint-every", "0", "--no-progress", "--restart", "--out", "o"]
-    assert tc.result_flags(flags) == ["--preset", "x", "--out", "o"]
+    assert tc.result_flags(flags) == ["--preset", "x"]
     assert tc.result_flags(["--checkpoint-every", "1000", "--no-progress"]) == []
+    assert tc.result_flags(["--out", "a", "--steps", "4"]) == ["--steps", "4"]
+
+
+def _kept_flags(args, out, seed):
+    return tc.trainer_runs.trainer_cmd(
+        out,
+        argparse.Namespace(**{**vars(args), "seed": seed}),
+        *("--devices", "1", "--eval-every", "4"),
+        *tc.run_flags("exact", args.steps, 0.5, "tiny"),
+    )[3:]
+
+
+def test_kept_from_an_earlier_result_file_continues_the_sweep_elsewhere(tmp_path, monkeypatch):
+    """--kept-from: an ok run of an earlier result file (its outputs in another workdir, on
+    another machine) is kept when its name, seed and flags match, whatever its --out; a run
+    of other flags, another seed or a failed run is not, and trains."""
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return argparse.Namespace(returncode=3, stdout="", stderr="boom")
+
+    monkeypatch.setattr(tc.subprocess, "run", fake_run)
+    elsewhere = _args(tmp_path)
+    earlier = [
+        {"name": "exact", "seed": 0, "status": "ok", "auc": 0.61,
+         "flags": _kept_flags(elsewhere, "/elsewhere/exact/seed0", 0)},
+        {"name": "exact", "seed": 1, "status": "error",
+         "flags": _kept_flags(elsewhere, "/elsewhere/exact/seed1", 1)},
+        {"name": "exact", "seed": 2, "status": "ok", "auc": 0.63,
+         "flags": _kept_flags(_args(tmp_path, steps=8), "/elsewhere/exact/seed2", 2)},
+    ]  # fmt: skip
+    result = tmp_path / "earlier.json"
+    result.write_text(json.dumps({"runs": earlier}))
+    kept = tc.load_kept_from([result])
+    assert sorted(kept) == [("exact", 0), ("exact", 2)]
+    args = _args(tmp_path / "here", kept_from_runs=kept)
+    assert tc.run_one("exact", args, tmp_path / "here", seed=0) == earlier[0]
+    assert calls == []
+    for seed in (1, 2):  # failed there; other steps there
+        r = tc.run_one("exact", args, tmp_path / "here", seed=seed)
+        assert r["status"] == "error" and r["seed"] == seed
+    assert len(calls) == 2
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a train_compare result"):
+        tc.load_kept_from([tmp_path / "bad.json"])
+
+
+def test_kept_only_with_kept_from_assembles_without_training(tmp_path, monkeypatch):
+    monkeypatch.setattr(tc, "_run_trainer", lambda *a: pytest.fail("trained a run"))
+    common = ["--preset", "tiny", "--devices", "1", "--steps", "4", "--log-every", "2",
+              "--eval-every", "4", "--eval-rows", "64", "--runs", "exact"]  # fmt: skip
+    args = _args(tmp_path, eval_every=4)
+    earlier = {"runs": [
+        {**_run("exact", s, 0.6 + s / 100, 0.5, 1000.0), "wall_s": 9.0,
+         "flags": _kept_flags(args, f"/elsewhere/exact/seed{s}", s)} for s in (0, 1)
+    ]}  # fmt: skip
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    res = tc.main([*common, "--seeds", "0", "1", "2", "--kept-only", "--kept-from",
+                   str(tmp_path / "earlier.json"), "--workdir", str(tmp_path / "w"),
+                   "--out", str(tmp_path / "out.json")])  # fmt: skip
+    assert [(r["seed"], r["status"]) for r in res["runs"]] == [(0, "ok"), (1, "ok"), (2, "missing")]
+    assert [r["auc"] for r in res["runs"][:2]] == [0.6, 0.61]
+    assert "kept_from_runs" not in res["params"]
+    with pytest.raises(SystemExit):
+        tc.main([*common, "--kept-from", str(tmp_path / "earlier.json")])  # needs --seeds
 
 
 def _assert_close(a, b, path="result"):
