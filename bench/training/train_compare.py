@@ -209,6 +209,10 @@ def summarize(log: MetricsLog) -> dict[str, Any]:
 RUN_CONTROL_FLAGS = {"--checkpoint-every": 1, "--restart": 0, "--no-progress": 0, "--out": 1}
 
 
+#: characters of a failed try's output kept in its run's result (``failed_attempts``)
+FAILURE_TAIL_CHARS = 600
+
+
 def result_flags(flags: Sequence[str]) -> list[str]:
     """``flags`` without ``RUN_CONTROL_FLAGS``: what a kept result must match to be reused."""
     out, it = [], iter(flags)
@@ -302,16 +306,19 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
     # A run that checkpoints and dies (on 8 virtual CPU devices of a loaded machine XLA:CPU
     # has aborted runs on a collective that never completed) resumes from its checkpoint.
     attempts = 1 + (max(0, args.retries) if args.checkpoint_every > 0 else 0)
-    tries = 0
+    tries, failures = 0, []
     while tries < attempts:
         rc, log = _run_trainer(first if tries == 0 else cmd, env, args.run_timeout)
         tries += 1
         if rc == 0:
             break
+        # what each failed try ended with: the evidence of why a sweep needed its retries
+        failures.append({"returncode": rc, "log_tail": log[-FAILURE_TAIL_CHARS:]})
     wall = time.perf_counter() - t0
     res: dict[str, Any] = {"name": name, "flags": cmd[3:], "returncode": rc, "wall_s": wall}
     if tries > 1:
         res["attempts"] = tries
+        res["failed_attempts"] = failures
     if seed is not None:
         res["seed"] = seed
     if rc != 0 or not (out / "metrics.jsonl").is_file():

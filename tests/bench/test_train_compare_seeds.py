@@ -209,6 +209,7 @@ def test_runs_with_checkpoints_resume_instead_of_restarting(tmp_path, monkeypatc
     assert "--restart" in calls[0] and calls[0][calls[0].index("--checkpoint-every") + 1] == "0"
     r = tc.run_one("exact", _args(tmp_path, checkpoint_every=500), tmp_path, seed=0)
     assert len(calls) == 4 and r["attempts"] == 3  # the first try and two resumes
+    assert r["failed_attempts"] == [{"returncode": 3, "log_tail": "killed"}] * 3
     first, *resumes = calls[1:]
     assert "--restart" in first  # the folder held a run of other flags (K=0), no stamp
     assert first[first.index("--checkpoint-every") + 1] == "500"
