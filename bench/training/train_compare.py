@@ -233,11 +233,13 @@ def load_kept_from(paths: Sequence[str | Path]) -> dict[tuple[str, int], dict[st
     """
     kept: dict[tuple[str, int], dict[str, Any]] = {}
     for path in paths:
-        runs = json.loads(Path(path).read_text()).get("runs")
+        result = json.loads(Path(path).read_text())
+        runs = result.get("runs") if isinstance(result, dict) else None
         if not isinstance(runs, list):
             raise ValueError(f"{path}: not a train_compare result (no 'runs' list)")
         for r in runs:
-            if r.get("status") == "ok" and r.get("seed") is not None:
+            ok = isinstance(r, dict) and r.get("status") == "ok"
+            if ok and r.get("seed") is not None and isinstance(r.get("flags"), list):
                 kept[(r["name"], r["seed"])] = r
     return kept
 
@@ -261,8 +263,9 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
     there (``compare_run.json``, with the commit it ran at); a kept ok result of the same
     command is returned as it is, whatever the code's version now (start a new workdir to
     measure changed code). So is an ok run of the same name, seed and command in
-    ``args.kept_from`` (:func:`load_kept_from`: earlier result files, the sweep continued in
-    another workdir or on another machine).
+    ``args.kept_from_runs`` (:func:`load_kept_from`: earlier result files, the sweep continued
+    in another workdir or on another machine), as that file summarized it (``--kept-only``
+    summarizes again only the runs whose metrics are in the workdir).
     """
     if seed is None:
         out = workdir / name
@@ -299,7 +302,8 @@ def run_one(name: str, args, workdir: Path, seed: int | None = None) -> dict[str
         # resume only a checkpoint of this very run (flags stamped in its folder), never one
         # of other flags that happens to be there
         stamp = out / "run_flags.json"
-        if not (stamp.is_file() and json.loads(stamp.read_text()) == run):
+        # (result_flags again: a stamp written before --out became a run-control flag has it)
+        if not (stamp.is_file() and result_flags(json.loads(stamp.read_text())) == run):
             first = [*cmd, "--restart"]
         out.mkdir(parents=True, exist_ok=True)
         stamp.write_text(json.dumps(run))

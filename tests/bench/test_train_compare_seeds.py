@@ -220,6 +220,52 @@ def test_runs_with_checkpoints_resume_instead_of_restarting(tmp_path, monkeypatc
     assert "--restart" in calls[7]  # other flags: starts over
 
 
+def test_a_retry_that_succeeds_keeps_the_failed_tries(tmp_path, monkeypatch):
+    """The ok result of a run that needed retries (and its kept copy) says how each failed
+    try ended, the output cut to its last FAILURE_TAIL_CHARS characters."""
+    out = tmp_path / "exact" / "seed0"
+    tries = iter([(None, "slow " * 200), (134, "x" * 5000 + "collective stuck"), (0, "ok")])
+
+    def fake_trainer(cmd, env, timeout):
+        rc, log = next(tries)
+        if rc == 0:
+            (out / "metrics.jsonl").write_text("")
+        return rc, log
+
+    monkeypatch.setattr(tc, "_run_trainer", fake_trainer)
+    monkeypatch.setattr(tc, "summarize", lambda log: {"auc": 0.7})
+    r = tc.run_one("exact", _args(tmp_path, checkpoint_every=500), tmp_path, seed=0)
+    assert r["status"] == "ok" and r["attempts"] == 3 and r["auc"] == 0.7
+    tails = [f["log_tail"] for f in r["failed_attempts"]]
+    assert [f["returncode"] for f in r["failed_attempts"]] == [None, 134]
+    assert tails[0] == ("slow " * 200)[-tc.FAILURE_TAIL_CHARS :]
+    assert len(tails[1]) == tc.FAILURE_TAIL_CHARS and tails[1].endswith("collective stuck")
+    assert (
+        json.loads((out / "compare_run.json").read_text())["failed_attempts"]
+        == (r["failed_attempts"])
+    )
+
+
+def test_a_checkpoint_stamped_with_its_out_flag_still_resumes(tmp_path, monkeypatch):
+    """A stamp written while --out was part of the matched flags resumes its checkpoint."""
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        return argparse.Namespace(returncode=3, stdout="", stderr="killed")
+
+    monkeypatch.setattr(tc.subprocess, "run", fake_run)
+    args = _args(tmp_path, checkpoint_every=500, retries=0)
+    tc.run_one("exact", args, tmp_path, seed=0)
+    stamp = tmp_path / "exact" / "seed0" / "run_flags.json"
+    old = calls[0][3:]
+    old = [f for f in old if f not in ("--restart", "--no-progress")]
+    stamp.write_text(json.dumps(old))  # the old format: every flag, --out included
+    assert "--out" in old
+    tc.run_one("exact", args, tmp_path, seed=0)
+    assert "--restart" not in calls[1]
+
+
 def test_kept_results_match_whatever_the_run_control_flags():
     flags = ["--preset", "x", "--checkpoint-every", "0", "--no-progress", "--restart", "--out", "o"]
     assert tc.result_flags(flags) == ["--preset", "x"]
@@ -267,9 +313,10 @@ def test_kept_from_an_earlier_result_file_continues_the_sweep_elsewhere(tmp_path
         r = tc.run_one("exact", args, tmp_path / "here", seed=seed)
         assert r["status"] == "error" and r["seed"] == seed
     assert len(calls) == 2
-    (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(ValueError, match="not a train_compare result"):
-        tc.load_kept_from([tmp_path / "bad.json"])
+    for bad in ("{}", "[]", '{"runs": 3}'):
+        (tmp_path / "bad.json").write_text(bad)
+        with pytest.raises(ValueError, match="not a train_compare result"):
+            tc.load_kept_from([tmp_path / "bad.json"])
 
 
 def test_kept_only_with_kept_from_assembles_without_training(tmp_path, monkeypatch):
