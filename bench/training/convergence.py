@@ -187,14 +187,15 @@ def plot_curves(result: dict[str, Any], path: str | Path) -> Path:
     runs = [r for r in result["runs"] if r.get("status") == "ok"]
     exact = {r["seed"]: r["curves"] for r in runs if r["name"] == "exact"}
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in dict.fromkeys(r["name"] for r in runs):
+    for k, name in enumerate(dict.fromkeys(r["name"] for r in runs)):
+        color = f"C{k % 10}"  # one colour per run in both panels
         mine = [r for r in runs if r["name"] == name]
         curves = [r["curves"] for r in mine]
         steps = curves[0]["eval_step"]
         n = min(len(c["eval_auc"]) for c in curves)
         auc = [statistics.fmean(c["eval_auc"][i] for c in curves) for i in range(n)]
         seeds = ", ".join(str(r["seed"]) for r in mine)
-        ax0.plot(steps[:n], auc, marker=".", label=f"{name} (seeds {seeds})")
+        ax0.plot(steps[:n], auc, marker=".", color=color, label=f"{name} (seeds {seeds})")
         if name == "exact":
             continue
         pairs = [
@@ -207,7 +208,7 @@ def plot_curves(result: dict[str, Any], path: str | Path) -> Path:
         m = min(min(len(c["eval_auc"]), len(e["eval_auc"])) for c, e in pairs)
         diff = [statistics.fmean(c["eval_auc"][i] - e["eval_auc"][i] for c, e in pairs)
                 for i in range(m)]  # fmt: skip
-        ax1.plot(steps[:m], diff, marker=".", label=name)
+        ax1.plot(steps[:m], diff, marker=".", color=color, label=name)
     ax0.set(xlabel="step", ylabel="eval AUC (mean over seeds)", title="Learning curves")
     ax1.axhspan(-TARGET_HALF_WIDTH, TARGET_HALF_WIDTH, color="0.9", label="±0.0005")
     ax1.set(xlabel="step", ylabel="AUC - exact, paired (mean)", title="Difference to exact")

@@ -120,3 +120,16 @@ def test_committed_convergence_pages_rerender_from_their_json():
         res = json.loads(path.read_text())
         assert path.with_suffix(".md").read_text() == cv.markdown(res), path.name
         assert path.with_suffix(".png").is_file()
+
+
+def test_each_run_keeps_its_colour_in_both_panels(tmp_path, monkeypatch):
+    from bench.reports import figures
+
+    figs = []
+    monkeypatch.setattr(figures, "save", lambda fig, path, **kw: figs.append(fig) or path)
+    cv.plot_curves(_result(), tmp_path / "c.png")
+    ax0, ax1 = figs[0].axes
+    left = {ln.get_label().split(" (seeds")[0]: ln.get_color() for ln in ax0.get_lines()}
+    right = {ln.get_label(): ln.get_color() for ln in ax1.get_lines()}
+    assert set(right) == set(left) - {"exact"} and len(set(left.values())) == len(left)
+    assert all(right[name] == left[name] for name in right)
