@@ -158,17 +158,21 @@ def _args(tmp_path, **kw):
     return argparse.Namespace(**a)
 
 
+def _kept_flags(args, out, seed):
+    return tc.trainer_runs.trainer_cmd(
+        out,
+        argparse.Namespace(**{**vars(args), "seed": seed}),
+        *("--devices", "1", "--eval-every", "4"),
+        *tc.run_flags("exact", args.steps, 0.5, "tiny"),
+    )[3:]
+
+
 def test_run_one_returns_a_kept_result_of_the_same_command(tmp_path):
     """A sweep resumes: a kept ok result whose flags match is returned without training."""
     args = _args(tmp_path)
     out = tmp_path / "exact" / "seed3"
     out.mkdir(parents=True)
-    flags = tc.trainer_runs.trainer_cmd(
-        out,
-        argparse.Namespace(**{**vars(args), "seed": 3}),
-        *("--devices", "1", "--eval-every", "4"),
-        *tc.run_flags("exact", 4, 0.5, "tiny"),
-    )[3:]
+    flags = _kept_flags(args, out, 3)
     kept = {"name": "exact", "seed": 3, "status": "ok", "flags": flags, "auc": 0.61}
     (out / "compare_run.json").write_text(json.dumps(kept))
     assert tc.run_one("exact", args, tmp_path, seed=3) == kept
@@ -271,15 +275,6 @@ def test_kept_results_match_whatever_the_run_control_flags():
     assert tc.result_flags(flags) == ["--preset", "x"]
     assert tc.result_flags(["--checkpoint-every", "1000", "--no-progress"]) == []
     assert tc.result_flags(["--out", "a", "--steps", "4"]) == ["--steps", "4"]
-
-
-def _kept_flags(args, out, seed):
-    return tc.trainer_runs.trainer_cmd(
-        out,
-        argparse.Namespace(**{**vars(args), "seed": seed}),
-        *("--devices", "1", "--eval-every", "4"),
-        *tc.run_flags("exact", args.steps, 0.5, "tiny"),
-    )[3:]
 
 
 def test_kept_from_an_earlier_result_file_continues_the_sweep_elsewhere(tmp_path, monkeypatch):
