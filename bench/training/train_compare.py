@@ -29,6 +29,12 @@ devices in one process each:
                  6 bits of REL 0.01: the same capacity, 5.3x below exact on the dense path)
                  and at REL 0.005 (7 bits, 4.5x; where the 400-step runs closed the gap to
                  exact, bench/results/adagrad_allreduce_400steps.md).
+  jlc-uniform-eb0.001
+                 a control: the compressed exchange at REL 0.001 on every table, constant
+                 over the run (no tiers, no schedule), the exact all-reduce: an exchange
+                 close to lossless, whose paired difference to exact measures how far a
+                 small perturbation alone moves the AUC (the noise floor of the paired
+                 differences); not in the default ``--runs``.
 
 For each: final AUC and log loss on the held-out set, eval AUC and training loss curves, and
 the bytes moved per step by the forward exchange (all devices; the dense path's static
@@ -95,6 +101,10 @@ ADAGRAD_RUNS = (
     "jlc-paper-ar-adagrad-eb0.008",
     "jlc-paper-ar-adagrad-eb0.005",
 )
+#: control runs (``--runs`` choices, not its default): name -> REL bound of every table
+CONTROL_RUNS = {"jlc-uniform-eb0.001": "0.001"}
+#: every ``--runs`` choice
+ALL_RUNS = (*RUNS, *ADAGRAD_RUNS, *CONTROL_RUNS)
 #: the paper's tiers per preset: Kaggle's tables, or the Terabyte tables (which the DCNv2
 #: presets use, in the same table order)
 PAPER_EB_PRESETS = {"kaggle": "paper_kaggle", "tiny": "paper_kaggle"}
@@ -144,9 +154,14 @@ def run_flags(name: str, steps: int, early_stage_frac: float, preset: str = "kag
             "--eb-update-every",
             str(max(1, steps // 10)),
         ]
+    if name in CONTROL_RUNS:
+        return [
+            *("--compression", "on", "--codec", "auto", "--eb-preset", "uniform"),
+            *("--eb-base", CONTROL_RUNS[name], "--eb-schedule", "constant", "--eb-constant", "1"),
+        ]
     if name in BASELINES:
         return ["--compression", "on", "--codec", name]
-    raise ValueError(f"unknown run {name!r}; expected one of {RUNS + ADAGRAD_RUNS}")
+    raise ValueError(f"unknown run {name!r}; expected one of {ALL_RUNS}")
 
 
 def _recorded_per_step(train, field: str) -> float | None:
@@ -369,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(
         prog="python -m bench.training.train_compare", description=__doc__.split("\n\n")[0]
     )
-    ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS + ADAGRAD_RUNS))
+    ap.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(ALL_RUNS))
     ap.add_argument("--preset", default="kaggle")
     ap.add_argument("--devices", type=int, default=8)
     ap.add_argument("--steps", type=int, default=150)

@@ -392,3 +392,21 @@ def test_adagrad_runs_code_the_all_reduce_at_their_bound():
         return jlc.frame_capacity((64, 256), np.float32, min_error_bound=e, outliers=16)
 
     assert cap(0.008) == cap(0.01) < cap(0.0079) == cap(0.005)
+
+
+def test_control_run_codes_every_table_at_its_bound_for_the_whole_run():
+    import numpy as np
+
+    from jax_lossy_comm.error_bound import make_schedule, min_error_bound, table_bounds
+    from models.dlrm import flags as trainer_flags
+
+    argv = ["--preset", "dcnv2_small", *tc.run_flags("jlc-uniform-eb0.001", 20000, 0.5)]
+    config = trainer_flags.config_from_flags(trainer_flags.build_parser().parse_args(argv))
+    eb = config.error_bound
+    assert config.compression == "on" and config.grad_allreduce == "exact"
+    np.testing.assert_array_equal(table_bounds(eb), np.full(26, 0.001, np.float32))
+    assert eb.policy == "tiers" and not eb.tiers
+    assert min_error_bound(eb) == pytest.approx(0.001)
+    schedule = make_schedule(eb.schedule, eb_constant=eb.eb_constant, early_stage=eb.early_stage)
+    assert [float(schedule(t)) for t in (0, 10_000, 19_999)] == [1.0, 1.0, 1.0]
+    assert "jlc-uniform-eb0.001" in tc.ALL_RUNS and "jlc-uniform-eb0.001" not in tc.RUNS
