@@ -119,9 +119,19 @@ def _ratio(raw: float, part: float) -> str:
     return f"{raw / part:.2f}x" if part > 0 else "-"
 
 
+def unfinished(result: dict[str, Any]) -> dict[str, dict[str, list[int]]]:
+    """The runs a partial sweep lacks: name -> status (``missing``: not run yet; ``error``,
+    ``timeout``: failed) -> seeds, in the result's order."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for r in result["runs"]:
+        if r.get("status") != "ok":
+            out.setdefault(r["name"], {}).setdefault(r.get("status") or "?", []).append(r["seed"])
+    return out
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The page of a long-run sweep: settings, convergence, the paired differences with
-    their intervals, and the bytes."""
+    their intervals, the runs a partial sweep lacks, and the bytes."""
     p, s = result["params"], summarize(result)
     gains = ", ".join(
         f"seed {k}: {'-' if g is None else f'{g:+.5f}'}"
@@ -157,6 +167,13 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {name} | {len(r['seeds'])} | {m:+.5f} | {ci} | {per} | "
             f"{r['seeds_for_target'] or '-'} |"
         )
+    if lacking := unfinished(result):
+
+        def seeds_of(by):
+            return "; ".join(f"{st}: {', '.join(map(str, seeds))}" for st, seeds in by.items())
+
+        listed = ", ".join(f"{name} ({seeds_of(by)})" for name, by in lacking.items())
+        lines += ["", f"**Partial sweep.** Not in the tables, by seed: {listed}."]
     lines += [
         "",
         "Bytes per step, all devices: the forward exchange (moved on the CPU's packed path; "

@@ -83,6 +83,13 @@ def test_summary_and_page_of_a_sweep(tmp_path):
     assert "**Converged: yes.**" in page
     assert "| ar | 3 | +0.00010 | [-0.00065, +0.00085] (±0.00075) | +0.00040 / -0.00020 / " in page
     assert "| ar | 20.000 MiB"[:6] in page and "| 4.00x | 0.000 MiB | 5.00x |" in page
+    # a partial sweep says which runs the tables lack, and why
+    assert "**Partial sweep.** Not in the tables, by seed: ar (error: 3)." in page
+    res["runs"] += [{"name": "ar", "seed": 4, "status": "missing"}]
+    res["runs"] += [{"name": "mx4", "seed": s, "status": "missing"} for s in (0, 1)]
+    assert cv.unfinished(res) == {"ar": {"error": [3], "missing": [4]}, "mx4": {"missing": [0, 1]}}
+    assert "by seed: ar (error: 3; missing: 4), mx4 (missing: 0, 1)." in cv.markdown(res)
+    assert "Partial sweep" not in cv.markdown({**res, "runs": res["runs"][:6]})
     # a run without a finished exact run of its seed: listed, not paired
     lone = _result()
     lone["runs"] = [r for r in lone["runs"] if not (r["name"] == "exact" and r.get("seed") == 0)]
