@@ -72,19 +72,50 @@ def _value_range(v: jax.Array, finite: jax.Array):
     return tuple(jnp.where(any_finite & (m != 0), m, jnp.float32(0)) for m in (lo, hi))
 
 
-def _quantize(v, finite, vmin, inv, step, maxcode, eb_abs, code: int):
+def _code_width(maxcode):
+    """format.h ``bits_for``: bits of codes up to ``maxcode`` (float32 below 2**24), int32."""
+    return (32 - lax.clz(jnp.minimum(maxcode, 2.0**24).astype(rb.U32))).astype(rb.I32)
+
+
+def _zero_on_grid(vmin, vmax, mc, step, inv, shrink, code: int):
+    """quant.h ``zero_on_grid``: ``(base, maxcode)``, float32 scalars.
+
+    Where the range contains zero (``vmin < 0 <= vmax``) and the step did not shrink, the base
+    is the multiple ``-k * step`` of the step at or just below ``vmin``, so that zero is a
+    reconstruction and the errors of values around zero have mean about zero; else ``vmin``
+    (also where the base would widen the code).
+    """
+    k = lax.round(-vmin * inv, lax.RoundingMethod.TO_NEAREST_EVEN)
+    b = -rb.product(k, step)
+    k = jnp.where(b > vmin, k + 1, k)
+    b = -rb.product(k, step)
+    mc2 = lax.round((vmax - b) * inv, lax.RoundingMethod.TO_NEAREST_EVEN)
+    top = rb.dequantize(b, mc2, step, code)
+    use = (
+        ~shrink
+        & (vmin < 0)
+        & (vmax >= 0)
+        & (b <= vmin)
+        & (mc2 <= mc + 1)
+        & (_code_width(mc2) == _code_width(mc))
+        & jnp.isfinite(top)
+    )
+    return jnp.where(use, b, vmin), jnp.where(use, mc2, mc)
+
+
+def _quantize(v, finite, base, inv, step, maxcode, eb_abs, code: int):
     """encoder.h ``quantize_verify`` and the neighbour retry: codes uint32[n], outliers bool[n].
 
-    ``q = rint((v - vmin) * inv)`` clamped to ``[0, maxcode]`` (NaN to 0, non-finite v to 0).
-    A value whose reconstruction ``vmin + q * step``, rounded to the input dtype, misses the
+    ``q = rint((v - base) * inv)`` clamped to ``[0, maxcode]`` (NaN to 0, non-finite v to 0).
+    A value whose reconstruction ``base + q * step``, rounded to the input dtype, misses the
     bound tries the neighbouring code (v at a rounding midpoint), else it is an outlier and
     keeps q. A constant chunk has ``inv = maxcode = 0``.
     """
-    qf = lax.round((v - vmin) * inv, lax.RoundingMethod.TO_NEAREST_EVEN)  # rint_nonneg
+    qf = lax.round((v - base) * inv, lax.RoundingMethod.TO_NEAREST_EVEN)  # rint_nonneg
     qf = jnp.where(qf >= 0, qf, jnp.float32(0))
     qf = jnp.where(qf <= maxcode, qf, maxcode)
     qf = jnp.where(finite, qf, jnp.float32(0))
-    rec = rb.dequantize(vmin, qf, step, code)
+    rec = rb.dequantize(base, qf, step, code)
     ok = finite & rb.within_bound(v, rec, eb_abs)
     q2 = qf + jnp.where(v > rec, jnp.float32(1), jnp.float32(-1))
     ok2 = (
@@ -92,7 +123,7 @@ def _quantize(v, finite, vmin, inv, step, maxcode, eb_abs, code: int):
         & ~ok
         & (q2 >= 0)
         & (q2 <= maxcode)
-        & rb.within_bound(v, rb.dequantize(vmin, q2, step, code), eb_abs)
+        & rb.within_bound(v, rb.dequantize(base, q2, step, code), eb_abs)
     )
     return jnp.where(ok2, q2, qf).astype(rb.U32), ~(ok | ok2)
 
@@ -139,6 +170,9 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
         half = jnp.where(shrink, rb.product(value_range / mc, jnp.float32(0.5)), half)
         step = half * jnp.float32(2)
         inv = jnp.float32(1) / step
+    else:
+        shrink = jnp.bool_(False)
+    base, mc = _zero_on_grid(vmin, vmax, mc, step, inv, shrink, code)
     constant = value_range == 0
     spans = jnp.isfinite(step) & (step > 0) & jnp.isfinite(inv) & (mc < 2.0**frame.MAX_BITS)
     # values.h: exponent bits zero, mantissa not (XLA would flush them: the docstring)
@@ -155,10 +189,10 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     )
     maxcode = jnp.where(quant_ok & ~constant, mc, jnp.float32(0))
     inv = jnp.where(constant, jnp.float32(0), inv)
-    codes, outlier = _quantize(v, finite, vmin, inv, step, maxcode, eb_abs, code)
+    codes, outlier = _quantize(v, finite, base, inv, step, maxcode, eb_abs, code)
     outlier = outlier & quant_ok
     n_out = jnp.sum(outlier, dtype=rb.I32)
-    bits = (32 - lax.clz(maxcode.astype(rb.U32))).astype(rb.I32)
+    bits = _code_width(maxcode)
 
     # 4. Sizes and the form (raw when the chosen form does not fit but raw does).
     raw_bytes = frame.raw_frame_bytes(rows, dim, dt)
@@ -192,7 +226,7 @@ def _encode_chunk(x: jax.Array, eb, mode, codec, *, capacity: int):
     n_out_bytes, n_out_len = rb.varint(n_out.astype(rb.U32))
     pieces = _header_pieces(form, flags, when(quant, bits).astype(rb.U32), rows, dim) + [
         (xbytes.reshape(-1), when(~quant, n * isz)),
-        (rb.le_bytes(rb.u32(jnp.stack([half, vmin])), 4).reshape(-1), when(quant, 8)),
+        (rb.le_bytes(rb.u32(jnp.stack([half, base])), 4).reshape(-1), when(quant, 8)),
         (n_out_bytes, when(quant, n_out_len)),
         (rb.pack(codes, bits), when(quant, packed)),
         (rb.le_bytes(pos, pb).reshape(-1), when(quant, n_out * pb)),
@@ -408,9 +442,10 @@ def compress(x, error_bound, *, mode="rel", codec="auto", capacity=None):
     """Encodes each chunk ``x[..., rows, dim]`` into a frame, in pure jax.numpy.
 
     The frames of ``codec="raw"`` and ``"fixed"`` equal the compiled codec's byte for byte
-    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - min) / (2 h)), 0,
+    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - base) / (2 h)), 0,
     maxcode)`` without prediction (``h = eb_abs`` for float32, the half step of quant.h
-    ``half_step`` for half types), reconstruction checked exactly against ``eb_abs`` in the
+    ``half_step`` for half types; ``base`` the chunk's minimum, or the multiple of ``2 h`` just
+    below it where the range contains zero, so that zero is on the grid), reconstruction checked exactly against ``eb_abs`` in the
     input dtype (neighbouring code retried), misses, NaN and +-Inf stored exactly as outliers.
     ``"auto"`` takes the smaller of the raw and the fixed-rate frame; ``"dedup"`` and
     ``"entropy"`` write the fixed-rate frame (no dictionary or Huffman forms here).

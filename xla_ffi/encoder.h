@@ -44,7 +44,7 @@ LC_HD uint64_t quantize_verify(const uint8_t* in, uint64_t n, const QuantPlan& p
   uint64_t i = i0, nbad = 0;
 #if LC_CPU_SIMD
   if (D == kF32 && i0 == 0 && p.pre == 1.0f)  // the vector paths leave out the 2^64 scaling
-    i = simd::quantize_f32_prefix((const float*)in, n, p.vmin, p.inv, p.step, p.eb_abs, p.maxf,
+    i = simd::quantize_f32_prefix((const float*)in, n, p.base, p.inv, p.step, p.eb_abs, p.maxf,
                                   codes, bad, &nbad);
 #endif
   for (; i < n; ++i) {
@@ -161,7 +161,7 @@ LC_HD EncodeResult encode_chunk_t(const uint8_t* in, uint64_t rows, uint64_t dim
     if (D == kF32 && codec == kCodecFixed && plan.pre == 1.0f &&
         psec_off + packed_bytes(n, bits) <= capacity) {
       psec = out + psec_off;
-      packed = simd::quantize_pack_f32_prefix((const float*)src, ns, plan.vmin, plan.inv,
+      packed = simd::quantize_pack_f32_prefix((const float*)src, ns, plan.base, plan.inv,
                                               plan.step, plan.eb_abs, plan.maxf, bits, psec,
                                               w.codes, w.outliers, &n_bad);
     }

@@ -22,7 +22,8 @@
 //   raw form:       rows*dim values in the input dtype
 //   quantized form: f32 half step h (float32 chunks: eb_abs; half types: at most eb_abs, leaving
 //                   room for the rounding to the half type, quant.h), f32 base (the chunk
-//                   minimum), varint n_outliers,
+//                   minimum, or the multiple of 2h just below it when the range contains zero:
+//                   quant.h zero_on_grid), varint n_outliers,
 //                   [dedup: varint n_unique], codes section, [dedup: index section],
 //                   outlier positions (pos_bytes each), outlier values (input dtype)
 //   bit-packed section: count*bits bits, LSB first, padded to a byte

@@ -1,8 +1,10 @@
 // The quantizer of the frame format, shared by the CPU encoder (encoder.h, with its vector
 // paths in simd_cpu.h doing the same operations lane by lane) and the CUDA encode kernels:
 // the plan (range, bound, step, code width) and the code of one value with its neighbour retry.
-// Codes q = clamp(rint((x - vmin) / step), 0, maxcode) with step = 2 h; a finite value whose
-// reconstruction vmin + q * step, rounded to the dtype, is not within eb_abs tries the
+// Codes q = clamp(rint((x - base) / step), 0, maxcode) with step = 2 h and base the chunk's
+// minimum vmin or, where the range contains zero, the multiple of the step just below it
+// (zero_on_grid); a finite value whose
+// reconstruction base + q * step, rounded to the dtype, is not within eb_abs tries the
 // neighbouring code (a value at a rounding midpoint) and is otherwise an outlier.
 // The bound eb_abs holds as the user states it: in REL mode eb * (max - min) rounded toward
 // zero (rel_bound), in ABS mode eb. The half step h is eb_abs for float32; for bfloat16 and
@@ -15,7 +17,8 @@
 namespace lc {
 
 struct QuantPlan {
-  float vmin, eb_abs, half, step, inv, maxf;  // eb_abs: the bound; half: step / 2 (stored)
+  float base, eb_abs, half, step, inv, maxf;  // eb_abs: the bound; half: step / 2 (stored);
+  // base: the reconstruction of code 0 (stored): vmin, or zero_on_grid's multiple of the step
   float pre;  // 1, or 2^64 for a step below float32's normal range (set_inverse)
   uint32_t maxcode;
   int bits;  // code width; 0 when !ok
@@ -70,6 +73,11 @@ LC_HD float rel_bound(float eb, float vmin, float vmax) {
 // mode with eb >= 2^-11, R < T/2: every value has |x| >= T/2, so the dtype's values next to x
 // are at least 2^-12 T away (11 significant bits at most) while D < 2^-14 T + 4vT < 2^-13 T:
 // RN(d) = x. So the first code honours the bound (within_bound decides exactly).
+// With zero_on_grid's base b (vmin - s < b <= vmin, up to b's rounding, and maxcode at most one
+// more, of the same width) the same holds: (1) y_0 = b <= vmin leaves no value below the lowest y, the x_hat that
+// values take are within h of them as before (so U is unchanged), and T, R grow by at most s,
+// which moves d by under 2^-20 eb_abs; (2)(a) the same with D's T, R grown by s; (2)(b) does not
+// arise, as a range that contains zero has R >= T.
 // A grid aligned to the top binade's spacing (step the largest multiple of U <= 2 eb_abs, no
 // rounding at all) has the same worst case, a step of one U when eb_abs is just below U, and
 // needs another stored base; no floor can give a narrower capacity (format.h kHalfStepFloor).
@@ -98,6 +106,31 @@ LC_HD void set_inverse(QuantPlan& p) {
   p.inv = 1.0f / (p.step * p.pre);
 }
 
+// Zero on the grid. A chunk whose range contains zero (vmin < 0 <= vmax) is coded from the
+// base -k * step at or just below vmin instead of from vmin, so that zero is a reconstruction
+// (the decoder's base + k * step is -fl(k s) + fl(k s) = 0: no FMA) and the values that crowd
+// around zero, the bulk of a gradient or a pooled embedding, get errors of mean about zero.
+// From vmin, every one of them would share the same offset, up to h: a per-chunk bias that does
+// not average out over a training run. The codes span at most one step more; where that would
+// widen the code (maxcode 2^b - 1 from vmin: the frame and the fixed-rate capacity keep their
+// size), the base would not be below vmin or the top x_hat of a half type would round to Inf,
+// the base stays vmin. Returns the largest code from the chosen base.
+LC_HD float zero_on_grid(QuantPlan& p, float vmin, float vmax, float mc, int dtype) {
+  if (!(vmin < 0.0f && vmax >= 0.0f)) return mc;
+  float k = rint_nonneg(-vmin * p.pre * p.inv);
+  float b = -(k * p.step);
+  if (b > vmin) {
+    k += 1.0f;
+    b = -(k * p.step);
+  }
+  const float mc2 = rint_nonneg((vmax - b) * p.pre * p.inv);
+  if (!(b <= vmin && mc2 <= mc + 1.0f && bits_for((uint32_t)mc2) == bits_for((uint32_t)mc)) ||
+      !is_finite_bits(f2u(round_to_dtype(b + mc2 * p.step, dtype))))
+    return mc;
+  p.base = b;
+  return mc2;
+}
+
 // The plan for a chunk of n values with finite range [vmin, vmax] (vmin > vmax: no finite
 // value) and bound eb (relative in kRel, absolute in kAbs). Not ok for the raw codec, an empty
 // chunk, a negative, NaN or infinite bound, or a range the codes cannot span in kMaxBits bits.
@@ -109,7 +142,7 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
   vmax += 0.0f;
   QuantPlan p;
   const float range = vmax - vmin;
-  p.vmin = vmin;
+  p.base = vmin;
   p.eb_abs = mode == kRel ? rel_bound(eb, vmin, vmax) : eb;
   p.half = half_step(p.eb_abs, vmin, vmax, dtype);
   p.step = p.half * 2.0f;
@@ -125,7 +158,6 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
       set_inverse(p);
       float mc = rint_nonneg(range * p.pre * p.inv);
       ok = is_finite_bits(f2u(p.inv)) && mc < (float)(1u << kMaxBits);
-      if (ok) maxcode = (uint32_t)mc;
       // Half types: the top code's x_hat (up to vmax + h) may round past the dtype's largest
       // value to Inf (float16 near 65504). Then the step shrinks to range / maxcode, which puts
       // the top x_hat at vmax; half_step's proof holds for the smaller step, the code width stays.
@@ -134,7 +166,10 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
         p.half = range / mc * 0.5f;
         p.step = p.half * 2.0f;
         set_inverse(p);
+      } else if (ok) {
+        mc = zero_on_grid(p, vmin, vmax, mc, dtype);
       }
+      if (ok) maxcode = (uint32_t)mc;
     }
   }
   p.ok = ok;
@@ -147,7 +182,7 @@ LC_HD QuantPlan plan_quant(float vmin, float vmax, float eb, int mode, int codec
 // The code of v as a float (0 for NaN and +-Inf), branch-free.
 LC_HD float quant_code(float v, const QuantPlan& p) {
   const bool fin = v - v == 0.0f;
-  float qf = rint_nonneg((v - p.vmin) * p.pre * p.inv);
+  float qf = rint_nonneg((v - p.base) * p.pre * p.inv);
   qf = qf >= 0.0f ? qf : 0.0f;  // NaN and -Inf give 0
   qf = qf <= p.maxf ? qf : p.maxf;
   return fin ? qf : 0.0f;
@@ -157,7 +192,7 @@ LC_HD float quant_code(float v, const QuantPlan& p) {
 template <int D>
 LC_HD bool code_honours(float v, float qf, const QuantPlan& p) {
   const bool fin = v - v == 0.0f;
-  return fin & within_bound(v, Val<D>::round(p.vmin + qf * p.step), p.eb_abs);
+  return fin & within_bound(v, Val<D>::round(p.base + qf * p.step), p.eb_abs);
 }
 
 // For a finite v whose code qf failed: the neighbouring code towards v into *q2 when it
@@ -165,10 +200,10 @@ LC_HD bool code_honours(float v, float qf, const QuantPlan& p) {
 template <int D>
 LC_HD bool retry_code(float v, float qf, const QuantPlan& p, float* q2) {
   if (!(v - v == 0.0f)) return false;
-  const float rec = Val<D>::round(p.vmin + qf * p.step);
+  const float rec = Val<D>::round(p.base + qf * p.step);
   const float q = qf + (v > rec ? 1.0f : -1.0f);
   *q2 = q;
-  return q >= 0.0f && q <= p.maxf && within_bound(v, Val<D>::round(p.vmin + q * p.step), p.eb_abs);
+  return q >= 0.0f && q <= p.maxf && within_bound(v, Val<D>::round(p.base + q * p.step), p.eb_abs);
 }
 
 // Header of a quantized frame made with plan p (no dictionary, bit-packed codes: the caller
@@ -176,7 +211,7 @@ LC_HD bool retry_code(float v, float qf, const QuantPlan& p, float* q2) {
 LC_HD FrameHeader quant_header(int dtype, int mode, const QuantPlan& p, uint64_t rows,
                                uint64_t dim, uint64_t n_outliers) {
   FrameHeader h = {kFormQuant, dtype, mode,     p.bits,   false,    false,   false,
-                   rows,       dim,   n_outliers, rows,   p.half,   p.vmin};
+                   rows,       dim,   n_outliers, rows,   p.half,   p.base};
   return h;
 }
 

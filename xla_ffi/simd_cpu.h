@@ -152,10 +152,10 @@ LC_AVX2 inline void range_f32_avx2(const float* in, uint64_t n32, float* lo, flo
 }
 
 // Fast route per 8 values: q = round(t) by vcvtps2dq (nearest-even under the default MXCSR, as
-// values.h's rint_nonneg), x_hat = vmin + q * step, and the test |fl(x - x_hat)| < eb_abs, which
+// values.h's rint_nonneg), x_hat = base + q * step, and the test |fl(x - x_hat)| < eb_abs, which
 // implies |x - x_hat| <= eb_abs exactly (rounding is monotone and eb_abs is a float). For
-// finite x in [vmin, vmax] no clamp is needed (0 <= t <= rint(range * inv) = maxcode, rounding
-// is monotone); a vector with any other lane (non-finite x fails the test: its difference is
+// finite x in [vmin, vmax] no clamp is needed (base <= vmin, so 0 <= t <= rint((vmax - base) *
+// inv) = maxcode, rounding is monotone); a vector with any other lane (non-finite x fails the test: its difference is
 // NaN or Inf) is redone by the exact code: TwoSum tie test, clamps, non-finite x -> code 0.
 struct QuantAvx2 {
   __m256 vmn, vinv, vstep, veb, absm;

@@ -101,9 +101,10 @@ def test_adagrad_update_within_the_scaled_bound():
     assert np.abs(flat(exact_u)).max() > 2 * bound_u.max()  # and the bound says something
 
     # Without the scale the same REL bound holds for the gradient, not for the update: the
-    # coordinates with small gradients and accumulators get errors far above lr * B_s.
+    # coordinates with small gradients and accumulators get errors several times lr * B_s
+    # (5.5x here: their gradients code to zero, so the error is their whole update).
     u0 = tx.update(_reduce(g, None), state, params)[0]
-    assert (np.abs(flat(u0) - flat(exact_u)) / bound_u).max() > 10
+    assert (np.abs(flat(u0) - flat(exact_u)) / bound_u).max() > 3
 
 
 def test_scale_is_exact_in_real_arithmetic_and_keeps_dtypes_and_int_leaves():
