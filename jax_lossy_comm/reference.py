@@ -83,7 +83,7 @@ def _zero_on_grid(vmin, vmax, mc, step, inv, shrink, code: int):
     Where the range contains zero (``vmin < 0 <= vmax``) and the step did not shrink, the base
     is the multiple ``-k * step`` of the step at or just below ``vmin``, so that zero is a
     reconstruction and the errors of values around zero have mean about zero; else ``vmin``
-    (also where the base would widen the code).
+    (also where the base would widen the code or its x_hat, or the top one, round to Inf).
     """
     k = lax.round(-vmin * inv, lax.RoundingMethod.TO_NEAREST_EVEN)
     b = -rb.product(k, step)
@@ -98,6 +98,7 @@ def _zero_on_grid(vmin, vmax, mc, step, inv, shrink, code: int):
         & (b <= vmin)
         & (mc2 <= mc + 1)
         & (_code_width(mc2) == _code_width(mc))
+        & jnp.isfinite(rb.round_to_dtype(b, code))
         & jnp.isfinite(top)
     )
     return jnp.where(use, b, vmin), jnp.where(use, mc2, mc)

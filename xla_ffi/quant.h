@@ -74,7 +74,7 @@ LC_HD float rel_bound(float eb, float vmin, float vmax) {
 // are at least 2^-12 T away (11 significant bits at most) while D < 2^-14 T + 4vT < 2^-13 T:
 // RN(d) = x. So the first code honours the bound (within_bound decides exactly).
 // With zero_on_grid's base b (vmin - s < b <= vmin, up to b's rounding, and maxcode at most one
-// more, of the same width) the same holds: (1) y_0 = b <= vmin leaves no value below the lowest y, the x_hat that
+// more, of the same width, y_0 and the top y finite) the same holds: (1) y_0 = b <= vmin leaves no value below the lowest y, the x_hat that
 // values take are within h of them as before (so U is unchanged), and T, R grow by at most s,
 // which moves d by under 2^-20 eb_abs; (2)(a) the same with D's T, R grown by s; (2)(b) does not
 // arise, as a range that contains zero has R >= T.
@@ -113,8 +113,8 @@ LC_HD void set_inverse(QuantPlan& p) {
 // From vmin, every one of them would share the same offset, up to h: a per-chunk bias that does
 // not average out over a training run. The codes span at most one step more; where that would
 // widen the code (maxcode 2^b - 1 from vmin: the frame and the fixed-rate capacity keep their
-// size), the base would not be below vmin or the top x_hat of a half type would round to Inf,
-// the base stays vmin. Returns the largest code from the chosen base.
+// size), the base would not be below vmin or the bottom or top x_hat of a half type would round
+// to Inf (a minimum near -65504 in float16), the base stays vmin. Returns the largest code from the chosen base.
 LC_HD float zero_on_grid(QuantPlan& p, float vmin, float vmax, float mc, int dtype) {
   if (!(vmin < 0.0f && vmax >= 0.0f)) return mc;
   float k = rint_nonneg(-vmin * p.pre * p.inv);
@@ -125,6 +125,7 @@ LC_HD float zero_on_grid(QuantPlan& p, float vmin, float vmax, float mc, int dty
   }
   const float mc2 = rint_nonneg((vmax - b) * p.pre * p.inv);
   if (!(b <= vmin && mc2 <= mc + 1.0f && bits_for((uint32_t)mc2) == bits_for((uint32_t)mc)) ||
+      !is_finite_bits(f2u(round_to_dtype(b, dtype))) ||
       !is_finite_bits(f2u(round_to_dtype(b + mc2 * p.step, dtype))))
     return mc;
   p.base = b;

@@ -73,6 +73,41 @@ def test_errors_around_zero_average_out_within_a_chunk(eb):
         assert abs(err.mean()) <= 0.03 * info.eb_abs, (err.mean() / info.eb_abs, near.sum())
 
 
+@pytest.mark.parametrize("impl", [lc, reference], ids=["compiled", "reference"])
+def test_zero_as_the_maximum_decodes_to_zero(impl):
+    """A chunk of values <= 0 with zeros among them (vmax == 0, a -0.0 included)."""
+    x = -np.abs(heavy_tailed(4, 4, 16, 32))
+    x[:, ::2, ::3] = 0.0
+    x[:, 1, 1] = -0.0
+    y, infos = roundtrip(x, 0.02, "rel", impl)
+    assert all(i.form == "quantized" and i.base < 0 for i in infos)
+    assert np.all(y[x == 0] == 0)
+    assert np.all(max_error64(x, y) <= bound64(x, 0.02))
+
+
+@pytest.mark.parametrize(
+    "dtype, lo", [(np.float16, -65504.0), (ml_dtypes.bfloat16, -3.3895e38)], ids=["f16", "bf16"]
+)
+@pytest.mark.parametrize("mode, eb", [("rel", 0.01), ("abs", 200.0)])
+def test_a_minimum_at_the_half_types_edge_keeps_its_base(dtype, lo, mode, eb):
+    """Where the base below the minimum would round to -Inf in the half type (a minimum at
+    float16's -65504 or bfloat16's -3.39e38), the chunk keeps the minimum as base: no outlier
+    (before: 1-3 per chunk), and the reference writes the same bytes."""
+    x = np.linspace(lo, 0.0, 512, dtype=np.float32).reshape(1, 16, 32).astype(dtype)
+    if mode == "abs":
+        eb = eb if dtype == np.float16 else 1e36
+    cap = frame.frame_capacity(x.shape[-2:], dtype)
+    a = lc.compress(jnp.asarray(x), eb, mode=mode, capacity=cap)
+    b = reference.compress(jnp.asarray(x), eb, mode=mode, codec="fixed", capacity=cap)
+    for f, n in (a, b):
+        (info,) = frame.frame_info(f, n)
+        assert info.form == "quantized" and info.n_outliers == 0
+        if (dtype, mode) != (ml_dtypes.bfloat16, "abs"):  # there b rounds to -3.39e38: finite
+            assert info.base == np.float32(x.astype(np.float32).min())
+        y = np.asarray(lc.decompress(f, n, shape=x.shape[-2:], dtype=dtype))
+        assert np.all(max_error64(x, y) <= bound64(x, eb, mode))
+
+
 def test_ranges_without_zero_keep_the_minimum_as_base():
     """All-positive and all-negative chunks are coded from their minimum as before."""
     rng = np.random.default_rng(2)
