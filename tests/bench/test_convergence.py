@@ -140,3 +140,24 @@ def test_each_run_keeps_its_colour_in_both_panels(tmp_path, monkeypatch):
     right = {ln.get_label(): ln.get_color() for ln in ax1.get_lines()}
     assert set(right) == set(left) - {"exact"} and len(set(left.values())) == len(left)
     assert all(right[name] == left[name] for name in right)
+
+
+def test_zero_grid_allreduce_page_matches_its_json():
+    """The 400-step all-reduce page (assembled once, written by hand) states its JSON's figures:
+    each row's paired mean, interval and per-seed differences, and the paired grid comparison."""
+    path = bu.RESULTS_DIR / "adagrad_allreduce_zero_grid_400steps.json"
+    res = json.loads(path.read_text())
+    md = path.with_suffix(".md").read_text()
+    assert len(res["runs"]) == 24 and {r["seed"] for r in res["runs"]} == set(range(6))
+    for key, s in res["summary"].items():
+        name, grid = key.removesuffix(")").split(" (")
+        row = f"| {name} | {grid} | "
+        line = next(x for x in md.splitlines() if x.startswith(row))
+        assert f"{s['auc_minus_exact_mean']:+.5f} ± {s['interval95']:.5f}" in line, key
+        assert " / ".join(f"{d:+.5f}" for d in s["per_seed"]) in line, key
+        assert f"{s['allreduce_raw_over_moved']:.2f}x" in line, key
+        runs = [r for r in res["runs"] if r["name"] == name and r["grid"] == grid]
+        assert [r["auc_minus_exact"] for r in runs] == s["per_seed"]
+    for name, p in res["paired_zero_minus_minimum"].items():
+        per_seed = " / ".join(f"{d:+.5f}" for d in p["zero_minus_minimum_per_seed"])
+        assert f"- `{name}`: {per_seed} (mean {p['mean']:+.5f}" in md.replace("\n  ", " ")
