@@ -87,10 +87,11 @@ def compress(
     """Compresses each chunk ``x[..., rows, dim]`` into a frame with a hard error bound.
 
     Per chunk: quantization without prediction (codes ``q = rint((x - base) / (2 eb_abs))``,
-    ``base`` the chunk's minimum or, where its range contains zero, the multiple of the step
-    just below it, so that zero decodes to zero), then the form ``codec`` names (see :data:`jax_lossy_comm.CODECS`). Every finite value
-    decodes within ``eb_abs``; values the quantizer cannot honour (NaN, Inf, float rounding at
-    the edge) are stored exactly as outliers; a constant chunk costs a header only.
+    ``base`` the chunk's minimum or, where its range contains zero, the multiple of the step just
+    below it, so that zero decodes to zero), then the form ``codec`` names (see
+    :data:`jax_lossy_comm.CODECS`). Every finite value decodes within ``eb_abs``; values the
+    quantizer cannot honour (NaN, Inf, float rounding at the edge) are stored exactly as outliers;
+    a constant chunk costs a header only.
 
     Args:
       x: ``float32 | bfloat16 | float16 [..., rows, dim]``; leading dims are chunks.

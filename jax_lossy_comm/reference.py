@@ -443,13 +443,14 @@ def compress(x, error_bound, *, mode="rel", codec="auto", capacity=None):
     """Encodes each chunk ``x[..., rows, dim]`` into a frame, in pure jax.numpy.
 
     The frames of ``codec="raw"`` and ``"fixed"`` equal the compiled codec's byte for byte
-    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - base) / (2 h)), 0,
-    maxcode)`` without prediction (``h = eb_abs`` for float32, the half step of quant.h
-    ``half_step`` for half types; ``base`` the chunk's minimum, or the multiple of ``2 h`` just
-    below it where the range contains zero, so that zero is on the grid), reconstruction checked exactly against ``eb_abs`` in the
-    input dtype (neighbouring code retried), misses, NaN and +-Inf stored exactly as outliers.
-    ``"auto"`` takes the smaller of the raw and the fixed-rate frame; ``"dedup"`` and
-    ``"entropy"`` write the fixed-rate frame (no dictionary or Huffman forms here).
+    (encoder.h ``encode_chunk``): quantization ``q = clip(rint((x - base) / (2 h)), 0, maxcode)``
+    without prediction (``h = eb_abs`` for float32, the half step of quant.h ``half_step`` for
+    half types; ``base`` the chunk's minimum, or the multiple of ``2 h`` just below it where the
+    range contains zero, so that zero is on the grid), reconstruction checked exactly against
+    ``eb_abs`` in the input dtype (neighbouring code retried), misses, NaN and +-Inf stored
+    exactly as outliers. ``"auto"`` takes the smaller of the raw and the fixed-rate frame;
+    ``"dedup"`` and ``"entropy"`` write the fixed-rate frame (no dictionary or Huffman forms
+    here).
 
     Args:
       x: ``float32 | bfloat16 | float16 [..., rows, dim]``; leading dims are chunks.

@@ -3,9 +3,9 @@
 // the plan (range, bound, step, code width) and the code of one value with its neighbour retry.
 // Codes q = clamp(rint((x - base) / step), 0, maxcode) with step = 2 h and base the chunk's
 // minimum vmin or, where the range contains zero, the multiple of the step just below it
-// (zero_on_grid); a finite value whose
-// reconstruction base + q * step, rounded to the dtype, is not within eb_abs tries the
-// neighbouring code (a value at a rounding midpoint) and is otherwise an outlier.
+// (zero_on_grid); a finite value whose reconstruction base + q * step, rounded to the dtype, is
+// not within eb_abs tries the neighbouring code (a value at a rounding midpoint) and is otherwise
+// an outlier.
 // The bound eb_abs holds as the user states it: in REL mode eb * (max - min) rounded toward
 // zero (rel_bound), in ABS mode eb. The half step h is eb_abs for float32; for bfloat16 and
 // float16 it leaves room for the decoder's rounding of x_hat to the half type (half_step).
@@ -74,10 +74,10 @@ LC_HD float rel_bound(float eb, float vmin, float vmax) {
 // are at least 2^-12 T away (11 significant bits at most) while D < 2^-14 T + 4vT < 2^-13 T:
 // RN(d) = x. So the first code honours the bound (within_bound decides exactly).
 // With zero_on_grid's base b (vmin - s < b <= vmin, up to b's rounding, and maxcode at most one
-// more, of the same width, y_0 and the top y finite) the same holds: (1) y_0 = b <= vmin leaves no value below the lowest y, the x_hat that
-// values take are within h of them as before (so U is unchanged), and T, R grow by at most s,
-// which moves d by under 2^-20 eb_abs; (2)(a) the same with D's T, R grown by s; (2)(b) does not
-// arise, as a range that contains zero has R >= T.
+// more, of the same width, y_0 and the top y finite) the same holds: (1) y_0 = b <= vmin leaves
+// no value below the lowest y, the x_hat that values take are within h of them as before (so U is
+// unchanged), and T, R grow by at most s, which moves d by under 2^-20 eb_abs; (2)(a) the same
+// with D's T, R grown by s; (2)(b) does not arise, as a range that contains zero has R >= T.
 // A grid aligned to the top binade's spacing (step the largest multiple of U <= 2 eb_abs, no
 // rounding at all) has the same worst case, a step of one U when eb_abs is just below U, and
 // needs another stored base; no floor can give a narrower capacity (format.h kHalfStepFloor).
@@ -114,7 +114,8 @@ LC_HD void set_inverse(QuantPlan& p) {
 // not average out over a training run. The codes span at most one step more; where that would
 // widen the code (maxcode 2^b - 1 from vmin: the frame and the fixed-rate capacity keep their
 // size), the base would not be below vmin or the bottom or top x_hat of a half type would round
-// to Inf (a minimum near -65504 in float16), the base stays vmin. Returns the largest code from the chosen base.
+// to Inf (a minimum near -65504 in float16), the base stays vmin. Returns the largest code
+// from the chosen base.
 LC_HD float zero_on_grid(QuantPlan& p, float vmin, float vmax, float mc, int dtype) {
   if (!(vmin < 0.0f && vmax >= 0.0f)) return mc;
   float k = rint_nonneg(-vmin * p.pre * p.inv);
